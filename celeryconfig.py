@@ -1,0 +1,62 @@
+"""Celery settings, derived from novaq's settings (``novaq.settings``).
+
+JSON only; late acks with reject-on-worker-lost because every step is idempotent; one
+message reserved per process; the visibility timeout set in all three places Celery reads
+it; per-step routing by a router function. See shared/reference/CELERY_RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+from novaq.settings import get_settings
+
+_settings = get_settings()
+
+broker_url = _settings.broker_url or "redis://127.0.0.1:6379/0"
+result_backend = _settings.result_backend or broker_url
+
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+result_accept_content = ["json"]
+
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+worker_deduplicate_successful_tasks = True
+worker_cancel_long_running_tasks_on_connection_loss = True
+broker_connection_retry_on_startup = True
+task_publish_retry_policy = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+
+visibility_timeout = _settings.celery.visibility_timeout
+broker_transport_options = {"visibility_timeout": visibility_timeout}
+result_backend_transport_options = {"visibility_timeout": visibility_timeout}
+
+task_routes = ("tasks.routing.route_task",)
+task_default_queue = "scheduler"
+task_create_missing_queues = True
+
+worker_send_task_events = True
+task_send_sent_event = True
+task_track_started = True
+result_extended = True
+result_expires = 86400
+
+timezone = "UTC"
+enable_utc = True
+
+
+def _spacing(option: int) -> float | None:
+    """Nova's periodic spacing: 0 means the default 60 s, negative means off."""
+    if option < 0:
+        return None
+    return float(option or 60)
+
+
+beat_schedule: dict[str, dict[str, object]] = {}
+_uar = _spacing(_settings.update_resources_interval)
+if _uar is not None:
+    beat_schedule["update_available_resource"] = {
+        "task": "periodic.fan_out",
+        "schedule": _uar,
+        "kwargs": {"task_name": "compute.update_available_resource", "expires_s": _uar},
+    }

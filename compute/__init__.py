@@ -1,0 +1,1 @@
+"""Host-side logic: what a compute host does, the resource tracker, claims."""

@@ -1,0 +1,234 @@
+"""Claims: allocations guarded by the compute node's generation (placement's
+compare-and-swap), so no two claims overcommit a node whichever processes make them.
+
+Capacity follows placement: ``(total - reserved) * allocation_ratio`` per resource class,
+and no single consumer may take more than the node's physical total (``max_unit``).
+Every write of a node's allocations also rewrites its derived ``*_used`` columns and bumps
+its ``generation`` in the same transaction, guarded by the generation read at its start.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from models import Allocation, ComputeNode
+from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
+from models.db import session_scope
+from novaq.exceptions import GenerationConflict, ResourcesUnavailable
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRequest:
+    """What one consumer asks of one node, in placement's units."""
+
+    vcpus: int
+    memory_mb: int
+    disk_gb: int
+
+    @classmethod
+    def from_flavor(cls, flavor: Mapping[str, Any]) -> ResourceRequest:
+        # Nova: DISK_GB = root + ephemeral + ceil(swap MB / 1024).
+        disk = flavor["root_gb"] + flavor.get("ephemeral_gb", 0)
+        disk += math.ceil(flavor.get("swap", 0) / 1024)
+        return cls(vcpus=flavor["vcpus"], memory_mb=flavor["memory_mb"], disk_gb=disk)
+
+    def as_resources(self) -> dict[str, int]:
+        return {VCPU: self.vcpus, MEMORY_MB: self.memory_mb, DISK_GB: self.disk_gb}
+
+
+def node_totals(node: ComputeNode) -> dict[str, int]:
+    return {VCPU: node.vcpus, MEMORY_MB: node.memory_mb, DISK_GB: node.local_gb}
+
+
+def node_reserved(node: ComputeNode) -> dict[str, int]:
+    return {
+        VCPU: node.reserved_vcpus,
+        MEMORY_MB: node.reserved_memory_mb,
+        DISK_GB: node.reserved_disk_gb,
+    }
+
+
+def node_capacity(node: ComputeNode) -> dict[str, float]:
+    """Placement's capacity: (total - reserved) * ratio, per resource class."""
+    ratios = {
+        VCPU: node.cpu_allocation_ratio,
+        MEMORY_MB: node.ram_allocation_ratio,
+        DISK_GB: node.disk_allocation_ratio,
+    }
+    totals, reserved = node_totals(node), node_reserved(node)
+    return {rc: (totals[rc] - reserved[rc]) * ratios[rc] for rc in RESOURCE_CLASSES}
+
+
+def allocation_usage(session: Session, node_id: int) -> dict[str, int]:
+    rows = session.execute(
+        select(Allocation.resource_class, func.sum(Allocation.used))
+        .where(Allocation.compute_node_id == node_id)
+        .group_by(Allocation.resource_class)
+    ).all()
+    usage = dict.fromkeys(RESOURCE_CLASSES, 0)
+    usage.update({rc: int(total or 0) for rc, total in rows})
+    return usage
+
+
+def check_capacity(node: ComputeNode, usage: Mapping[str, int], request: ResourceRequest) -> None:
+    """Raise ``ResourcesUnavailable`` if ``request`` does not fit on ``node``."""
+    capacity, totals = node_capacity(node), node_totals(node)
+    problems = []
+    for rc, amount in request.as_resources().items():
+        if amount > totals[rc]:
+            problems.append(f"{rc} {amount} exceeds the node's total {totals[rc]}")
+        elif usage[rc] + amount > capacity[rc]:
+            free = capacity[rc] - usage[rc]
+            problems.append(f"{rc} requested {amount}, free {free:g} of capacity {capacity[rc]:g}")
+    if problems:
+        raise ResourcesUnavailable(node=node.hypervisor_hostname, reason="; ".join(problems))
+
+
+def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
+    """Rewrite the node's derived usage from its allocations and bump its generation,
+    if nobody else did since ``generation`` was read. Returns the new generation."""
+    usage = allocation_usage(session, node.id)
+    reserved = node_reserved(node)
+    consumers = session.scalar(
+        select(func.count(func.distinct(Allocation.consumer_uuid))).where(
+            Allocation.compute_node_id == node.id
+        )
+    )
+    vcpus_used = reserved[VCPU] + usage[VCPU]
+    memory_used = reserved[MEMORY_MB] + usage[MEMORY_MB]
+    disk_used = reserved[DISK_GB] + usage[DISK_GB]
+    result = session.execute(
+        update(ComputeNode)
+        .where(ComputeNode.id == node.id, ComputeNode.generation == generation)
+        .values(
+            generation=generation + 1,
+            vcpus_used=vcpus_used,
+            memory_mb_used=memory_used,
+            local_gb_used=disk_used,
+            free_ram_mb=node.memory_mb - memory_used,
+            free_disk_gb=node.local_gb - disk_used,
+            running_vms=consumers or 0,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
+    return generation + 1
+
+
+def claim_in_session(
+    session: Session, node_id: int, consumer_uuid: str, request: ResourceRequest
+) -> None:
+    """One claim attempt inside the caller's transaction (which must roll back on error).
+
+    Idempotent: a consumer that already holds exactly this request on this node is left
+    as it is (a redelivered message claims nothing twice).
+    """
+    node = session.get(ComputeNode, node_id, populate_existing=True)
+    if node is None or node.deleted:
+        raise ResourcesUnavailable(node=str(node_id), reason="compute node is gone")
+    generation = node.generation
+    held = consumer_allocations(session, consumer_uuid, node_id)
+    if held == {rc: n for rc, n in request.as_resources().items() if n}:
+        return
+    if held:
+        _delete_allocations(session, consumer_uuid, node_id)
+    check_capacity(node, allocation_usage(session, node_id), request)
+    for rc, amount in request.as_resources().items():
+        if amount:
+            session.add(
+                Allocation(
+                    compute_node_id=node_id,
+                    consumer_uuid=consumer_uuid,
+                    resource_class=rc,
+                    used=amount,
+                )
+            )
+    session.flush()
+    write_usage(session, node, generation)
+
+
+def release_in_session(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:
+    """Remove the consumer's allocations (on one node or everywhere) inside the caller's
+    transaction. Returns how many rows went; 0 means there was nothing to release."""
+    node_ids = session.scalars(
+        select(Allocation.compute_node_id)
+        .where(Allocation.consumer_uuid == consumer_uuid)
+        .distinct()
+    ).all()
+    removed = 0
+    for nid in node_ids:
+        if node_id is not None and nid != node_id:
+            continue
+        node = session.get(ComputeNode, nid, populate_existing=True)
+        assert node is not None
+        generation = node.generation
+        removed += _delete_allocations(session, consumer_uuid, nid)
+        write_usage(session, node, generation)
+    return removed
+
+
+def consumer_allocations(
+    session: Session, consumer_uuid: str, node_id: int | None = None
+) -> dict[str, int]:
+    query = select(Allocation.resource_class, Allocation.used).where(
+        Allocation.consumer_uuid == consumer_uuid
+    )
+    if node_id is not None:
+        query = query.where(Allocation.compute_node_id == node_id)
+    return {rc: used for rc, used in session.execute(query).all()}
+
+
+def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> int:
+    result = session.execute(
+        delete(Allocation)
+        .where(Allocation.consumer_uuid == consumer_uuid, Allocation.compute_node_id == node_id)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+_RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
+
+
+def retry_on_conflict(db_url: str, work: Callable[[Session], T], attempts: int = 10) -> T:
+    """Run ``work`` in its own transaction, again after a generation conflict (or a
+    deadlock / serialization failure the database reports), with a little random backoff,
+    as Nova's report client retries placement's 409s."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with session_scope(db_url) as session:
+                return work(session)
+        except _RETRYABLE as exc:
+            if attempt == attempts:
+                raise
+            LOG.debug("claim conflict (attempt %d): %s", attempt, exc)
+            time.sleep(random.uniform(0, 0.05 * attempt))
+    raise AssertionError("unreachable")
+
+
+def claim(db_url: str, node_id: int, consumer_uuid: str, request: ResourceRequest) -> None:
+    """Claim ``request`` on ``node_id`` for ``consumer_uuid`` in its own transaction."""
+    retry_on_conflict(
+        db_url, lambda session: claim_in_session(session, node_id, consumer_uuid, request)
+    )
+
+
+def release(db_url: str, consumer_uuid: str, node_id: int | None = None) -> int:
+    """Release the consumer's allocations in their own transaction (idempotent)."""
+    return retry_on_conflict(
+        db_url, lambda session: release_in_session(session, consumer_uuid, node_id)
+    )

@@ -1,0 +1,87 @@
+"""Delete: the host-side terminate (Nova's ``terminate_instance``) and the local delete
+of an instance that never reached a host.
+
+Both end the same way: no guest, no allocation, the row soft-deleted (vm_state DELETED,
+``deleted_at`` set, ``deleted`` = id as Nova's soft delete does).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from compute import instance_actions as actions
+from compute.claims import release_in_session
+from compute.instance_state import get_instance
+from compute.states import TaskState, VmState
+from models import Instance, utcnow
+from models.db import session_scope
+from novaq.exceptions import InstanceNotFound
+from virt.driver import ComputeDriver
+
+LOG = logging.getLogger(__name__)
+
+TERMINATE_EVENT = "compute_terminate_instance"
+
+
+def mark_deleted(instance: Instance) -> None:
+    now = utcnow()
+    instance.vm_state = VmState.DELETED
+    instance.task_state = None
+    instance.power_state = 0
+    instance.terminated_at = instance.terminated_at or now
+    instance.deleted_at = now
+    instance.updated_at = now
+    instance.deleted = instance.id
+
+
+def local_delete(db_url: str, instance_uuid: str, request_id: str) -> None:
+    """Delete an instance with no host in one transaction (no guest to destroy)."""
+    with session_scope(db_url) as session:
+        instance = get_instance(session, instance_uuid)
+        if instance.deleted:
+            return
+        release_in_session(session, instance_uuid)
+        mark_deleted(instance)
+        actions.finish_action(session, instance_uuid, request_id)
+    LOG.info("Instance %s deleted locally (no host)", instance_uuid)
+
+
+def terminate_instance(
+    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
+) -> str:
+    """Destroy and undefine the guest, release the allocations, soft-delete the row.
+    Idempotent: a redelivered terminate finds the row deleted and returns ``skipped``."""
+    try:
+        with session_scope(db_url) as session:
+            instance = get_instance(session, instance_uuid)
+            if instance.deleted:
+                return "skipped"
+    except InstanceNotFound:
+        return "skipped"
+    with actions.event_reporter(
+        db_url, instance_uuid, request_id, TERMINATE_EVENT, host, finish_action=True
+    ):
+        try:
+            driver.destroy(instance_uuid)
+            with session_scope(db_url) as session:
+                instance = get_instance(session, instance_uuid)
+                release_in_session(session, instance_uuid)
+                if not instance.deleted:
+                    mark_deleted(instance)
+        except Exception as exc:
+            _error_out(db_url, instance_uuid, exc, host)
+            raise
+    LOG.info("Instance %s deleted on %s", instance_uuid, host)
+    return "deleted"
+
+
+def _error_out(db_url: str, instance_uuid: str, exc: BaseException, host: str) -> None:
+    """Nova: a failed terminate leaves the instance in ERROR (task cleared) with a fault."""
+    with session_scope(db_url) as session:
+        instance = get_instance(session, instance_uuid)
+        if instance.deleted:
+            return
+        instance.vm_state = VmState.ERROR
+        if instance.task_state == TaskState.DELETING:
+            instance.task_state = None
+        actions.add_fault(session, instance_uuid, exc, host)

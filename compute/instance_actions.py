@@ -1,0 +1,150 @@
+"""Instance actions, their events and instance faults: the record an operator reads to
+learn what happened to a server (Nova's ``instance_actions`` and ``instance_faults``)."""
+
+from __future__ import annotations
+
+import contextlib
+import traceback as tb_module
+from collections.abc import Iterator
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
+from models.db import session_scope
+from novaq.exceptions import NovaqError
+
+SUCCESS = "Success"
+ERROR = "Error"
+
+
+def start_action(session: Session, instance_uuid: str, action: str, request_id: str) -> None:
+    session.add(InstanceAction(instance_uuid=instance_uuid, action=action, request_id=request_id))
+
+
+def _action(session: Session, instance_uuid: str, request_id: str) -> InstanceAction | None:
+    return session.scalars(
+        select(InstanceAction)
+        .where(
+            InstanceAction.instance_uuid == instance_uuid,
+            InstanceAction.request_id == request_id,
+        )
+        .order_by(InstanceAction.id.desc())
+    ).first()
+
+
+def start_event(
+    session: Session, instance_uuid: str, request_id: str, event: str, host: str | None
+) -> int | None:
+    action = _action(session, instance_uuid, request_id)
+    if action is None:
+        return None
+    row = InstanceActionEvent(action_id=action.id, event=event, host=host)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def finish_event(
+    session: Session,
+    event_id: int,
+    result: str,
+    traceback: str | None = None,
+    details: str | None = None,
+    finish_action: bool = False,
+) -> None:
+    row = session.get(InstanceActionEvent, event_id)
+    if row is None:
+        return
+    now = utcnow()
+    row.finish_time, row.result, row.traceback, row.details = now, result, traceback, details
+    action = session.get(InstanceAction, row.action_id)
+    if action is not None:
+        if result == ERROR:
+            action.message = ERROR
+        if finish_action:
+            action.finish_time = now
+
+
+def record_event(
+    session: Session,
+    instance_uuid: str,
+    request_id: str,
+    event: str,
+    host: str | None,
+    exc: BaseException | None = None,
+    finish_action: bool = True,
+) -> None:
+    """Record an event that has already happened (start and finish at once)."""
+    event_id = start_event(session, instance_uuid, request_id, event, host)
+    if event_id is not None:
+        result, tb, details = _outcome(exc)
+        finish_event(session, event_id, result, tb, details, finish_action=finish_action)
+
+
+def finish_action(
+    session: Session, instance_uuid: str, request_id: str, result: str = SUCCESS
+) -> None:
+    action = _action(session, instance_uuid, request_id)
+    if action is not None:
+        action.finish_time = utcnow()
+        if result == ERROR:
+            action.message = ERROR
+
+
+def _outcome(exc: BaseException | None) -> tuple[str, str | None, str | None]:
+    if exc is None:
+        return SUCCESS, None, None
+    tb = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
+    return ERROR, tb, str(exc)
+
+
+@contextlib.contextmanager
+def event_reporter(
+    db_url: str,
+    instance_uuid: str,
+    request_id: str,
+    event: str,
+    host: str | None,
+    finish_action: bool = False,
+) -> Iterator[None]:
+    """Wrap one workflow step: an event row opens in its own short transaction, and is
+    closed with the step's result (and traceback) whatever happens inside."""
+    with session_scope(db_url) as session:
+        event_id = start_event(session, instance_uuid, request_id, event, host)
+    try:
+        yield
+    except BaseException as exc:
+        if event_id is not None:
+            result, tb, details = _outcome(exc)
+            with session_scope(db_url) as session:
+                finish_event(session, event_id, result, tb, details, finish_action=True)
+        raise
+    if event_id is not None:
+        with session_scope(db_url) as session:
+            finish_event(session, event_id, SUCCESS, finish_action=finish_action)
+
+
+def add_fault(
+    session: Session, instance_uuid: str, exc: BaseException, host: str | None
+) -> InstanceFault:
+    """Nova's ``add_instance_fault_from_exc``: code from the exception (500 by default),
+    message truncated to 255, the traceback only for 500s."""
+    code = exc.code if isinstance(exc, NovaqError) else 500
+    message = (str(exc) or type(exc).__name__)[:255]
+    details = None
+    if code == 500:
+        details = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
+    fault = InstanceFault(
+        instance_uuid=instance_uuid, code=code, message=message, details=details, host=host
+    )
+    session.add(fault)
+    return fault
+
+
+def latest_fault(session: Session, instance_uuid: str) -> InstanceFault | None:
+    return session.scalars(
+        select(InstanceFault)
+        .where(InstanceFault.instance_uuid == instance_uuid)
+        .order_by(InstanceFault.id.desc())
+    ).first()

@@ -1,0 +1,75 @@
+"""Compare-and-swap updates of an instance's state (Nova's ``expected_task_state``).
+
+An UPDATE filtered on the expected task_state (and optionally vm_state) is the
+per-instance lock across processes: a redelivered or racing step finds the state moved
+and gets ``UnexpectedTaskStateError`` instead of doing harm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from models import Instance, utcnow
+from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
+
+_ANY = object()
+
+
+def get_instance(session: Session, uuid: str, *, with_deleted: bool = True) -> Instance:
+    query = select(Instance).where(Instance.uuid == uuid)
+    if not with_deleted:
+        query = query.where(Instance.deleted == 0)
+    instance = session.scalars(query.execution_options(populate_existing=True)).first()
+    if instance is None:
+        raise InstanceNotFound(uuid=uuid)
+    return instance
+
+
+def cas_update(
+    session: Session,
+    uuid: str,
+    *,
+    expected_task_state: Iterable[str | None] | object = _ANY,
+    expected_vm_state: Iterable[str] | object = _ANY,
+    **values: Any,
+) -> None:
+    """Update the instance only if its task_state / vm_state are among the expected ones."""
+    query = update(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)
+    if expected_task_state is not _ANY:
+        expected = list(expected_task_state)  # type: ignore[call-overload]
+        named = [s for s in expected if s is not None]
+        clause = Instance.task_state.in_(named)
+        if None in expected:
+            clause = clause | Instance.task_state.is_(None)
+        query = query.where(clause)
+    if expected_vm_state is not _ANY:
+        query = query.where(Instance.vm_state.in_(list(expected_vm_state)))  # type: ignore[call-overload]
+    values.setdefault("updated_at", utcnow())
+    result = session.execute(query.values(**values).execution_options(synchronize_session=False))
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        actual = session.execute(
+            select(Instance.vm_state, Instance.task_state, Instance.deleted).where(
+                Instance.uuid == uuid
+            )
+        ).first()
+        if actual is None:
+            raise InstanceNotFound(uuid=uuid)
+        raise UnexpectedTaskStateError(
+            uuid=uuid,
+            expected=_describe(expected_task_state, expected_vm_state),
+            actual=f"{actual.vm_state}/{actual.task_state}"
+            + (" (deleted)" if actual.deleted else ""),
+        )
+
+
+def _describe(task: object, vm: object) -> str:
+    parts = []
+    if vm is not _ANY:
+        parts.append(f"vm_state in {list(vm)}")  # type: ignore[call-overload]
+    if task is not _ANY:
+        parts.append(f"task_state in {list(task)}")  # type: ignore[call-overload]
+    return " and ".join(parts) or "any state"

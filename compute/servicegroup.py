@@ -1,0 +1,76 @@
+"""Services and their liveness (Nova's servicegroup ``db`` driver).
+
+A service is up while its last heartbeat is younger than ``service_down_time`` (the
+absolute difference, so clock skew either way is tolerated) and it is not forced down.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from models import Service, utcnow
+from novaq.settings import Settings
+
+COMPUTE = "novaq-compute"
+SCHEDULER = "novaq-scheduler"
+
+
+def register_service(
+    session: Session, host: str, binary: str, topic: str, settings: Settings
+) -> Service:
+    """Create the service row, or revive the existing one (same host and binary)."""
+    service = session.scalars(
+        select(Service).where(Service.host == host, Service.binary == binary, Service.deleted == 0)
+    ).first()
+    now = utcnow()
+    if service is None:
+        service = Service(
+            host=host,
+            binary=binary,
+            topic=topic,
+            disabled=not settings.enable_new_services,
+            disabled_reason=None if settings.enable_new_services else "New service disabled",
+        )
+        session.add(service)
+    service.topic = topic
+    service.report_count = (service.report_count or 0) + 1
+    service.last_seen_up = now
+    service.updated_at = now
+    session.flush()
+    return service
+
+
+def heartbeat(session: Session, service_id: int) -> None:
+    """One report: bump ``report_count`` and stamp ``last_seen_up``."""
+    now = utcnow()
+    session.execute(
+        update(Service)
+        .where(Service.id == service_id)
+        .values(report_count=Service.report_count + 1, last_seen_up=now, updated_at=now)
+    )
+
+
+def is_up(service: Service, settings: Settings, now: dt.datetime | None = None) -> bool:
+    if service.forced_down:
+        return False
+    last = service.last_seen_up or service.created_at
+    elapsed = abs(((now or utcnow()) - last).total_seconds())
+    return elapsed <= settings.effective_service_down_time
+
+
+def service_dict(service: Service, settings: Settings) -> dict[str, object]:
+    return {
+        "id": service.id,
+        "host": service.host,
+        "binary": service.binary,
+        "status": "disabled" if service.disabled else "enabled",
+        "disabled_reason": service.disabled_reason,
+        "state": "up" if is_up(service, settings) else "down",
+        "up": is_up(service, settings),
+        "forced_down": service.forced_down,
+        "report_count": service.report_count,
+        "last_seen_up": service.last_seen_up.isoformat() if service.last_seen_up else None,
+    }

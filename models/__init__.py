@@ -1,0 +1,23 @@
+"""SQLAlchemy 2.x typed models, engine/session handling and Alembic migrations."""
+
+from models.action import InstanceAction, InstanceActionEvent, InstanceFault
+from models.allocation import Allocation
+from models.base import Base, utcnow
+from models.compute_node import ComputeNode
+from models.flavor import Flavor, FlavorExtraSpec
+from models.instance import Instance
+from models.service import Service
+
+__all__ = [
+    "Allocation",
+    "Base",
+    "ComputeNode",
+    "Flavor",
+    "FlavorExtraSpec",
+    "Instance",
+    "InstanceAction",
+    "InstanceActionEvent",
+    "InstanceFault",
+    "Service",
+    "utcnow",
+]

@@ -1,0 +1,154 @@
+"""novaq's error tree: every error novaq raises on purpose is a ``NovaqError``.
+
+::
+
+    NovaqError
+    ├── ConfigError                  broken settings (names the option)
+    ├── ServiceUnavailable           broker or database down / unreachable
+    ├── InvalidInput                 bad arguments from a user (API, CLI)
+    │   ├── InvalidFlavor            zero or negative sizes, malformed extra specs
+    │   └── FlavorExists
+    ├── NotFound
+    │   ├── FlavorNotFound
+    │   ├── InstanceNotFound
+    │   ├── ComputeHostNotFound
+    │   └── DomainNotFound           the hypervisor has no such guest
+    ├── InstanceInvalidState         operation not allowed in the current state
+    ├── UnexpectedTaskStateError     a compare-and-swap on task_state lost (redelivery, race)
+    ├── ClaimError
+    │   ├── ResourcesUnavailable     the node has not enough free capacity
+    │   └── GenerationConflict       another claim moved the node's generation first
+    ├── NoValidHost                  the scheduler found no host
+    ├── BuildError
+    │   ├── RescheduleError          transient: try an alternate host
+    │   └── BuildAbortError          final: ERROR the instance
+    ├── HypervisorError              libvirt failed (translated in virt/libvirt/host.py)
+    ├── InstanceErrored              api.wait saw the instance go to ERROR
+    └── WaitTimeout                  api.wait gave up
+
+Messages come from class templates filled with keyword arguments, as Nova's do:
+``NoValidHost(reason="...")``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class NovaqError(Exception):
+    """Root of every error novaq raises on purpose."""
+
+    msg_fmt: ClassVar[str] = "An unknown error occurred."
+    code: ClassVar[int] = 500
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        if message is None:
+            try:
+                message = self.msg_fmt % kwargs
+            except (KeyError, TypeError):
+                message = self.msg_fmt
+        self.message = message
+        super().__init__(message)
+
+
+class ConfigError(NovaqError):
+    msg_fmt = "Invalid setting %(option)s: %(reason)s"
+
+
+class ServiceUnavailable(NovaqError):
+    msg_fmt = "%(service)s is unavailable: %(reason)s"
+    code = 503
+
+
+class InvalidInput(NovaqError):
+    msg_fmt = "Invalid input: %(reason)s"
+    code = 400
+
+
+class InvalidFlavor(InvalidInput):
+    msg_fmt = "Invalid flavor: %(reason)s"
+
+
+class FlavorExists(InvalidInput):
+    msg_fmt = "Flavor %(name)s already exists."
+    code = 409
+
+
+class NotFound(NovaqError):
+    msg_fmt = "Resource could not be found."
+    code = 404
+
+
+class FlavorNotFound(NotFound):
+    msg_fmt = "Flavor %(flavor)s could not be found."
+
+
+class InstanceNotFound(NotFound):
+    msg_fmt = "Instance %(uuid)s could not be found."
+
+
+class ComputeHostNotFound(NotFound):
+    msg_fmt = "Compute host %(host)s could not be found."
+
+
+class DomainNotFound(NotFound):
+    msg_fmt = "Domain %(name)s could not be found on the hypervisor."
+
+
+class InstanceInvalidState(NovaqError):
+    msg_fmt = (
+        "Cannot '%(action)s' instance %(uuid)s while it is in "
+        "vm_state %(vm_state)s, task_state %(task_state)s."
+    )
+    code = 409
+
+
+class UnexpectedTaskStateError(NovaqError):
+    msg_fmt = (
+        "Unexpected task state for instance %(uuid)s: expecting %(expected)s "
+        "but the instance is in %(actual)s."
+    )
+    code = 409
+
+
+class ClaimError(NovaqError):
+    msg_fmt = "Claim failed: %(reason)s"
+
+
+class ResourcesUnavailable(ClaimError):
+    msg_fmt = "Insufficient compute resources on %(node)s: %(reason)s"
+
+
+class GenerationConflict(ClaimError):
+    msg_fmt = "Compute node %(node)s changed while claiming (generation %(generation)s)."
+    code = 409
+
+
+class NoValidHost(NovaqError):
+    msg_fmt = "No valid host was found. %(reason)s"
+
+
+class BuildError(NovaqError):
+    msg_fmt = "Build of instance %(uuid)s failed: %(reason)s"
+
+
+class RescheduleError(BuildError):
+    msg_fmt = "Build of instance %(uuid)s was re-scheduled: %(reason)s"
+
+
+class BuildAbortError(BuildError):
+    msg_fmt = "Build of instance %(uuid)s aborted: %(reason)s"
+
+
+class HypervisorError(NovaqError):
+    msg_fmt = "Hypervisor error: %(reason)s"
+
+
+class InstanceErrored(NovaqError):
+    msg_fmt = "Instance %(uuid)s went to ERROR: %(fault)s"
+
+
+class WaitTimeout(NovaqError):
+    msg_fmt = "Instance %(uuid)s did not reach %(status)s within %(timeout)s s (now %(actual)s)."
+    code = 408

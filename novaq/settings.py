@@ -1,0 +1,232 @@
+"""novaq's settings: one typed object with Nova's option names, groups and defaults.
+
+Sources, highest priority first: keyword arguments (tests), ``NOVAQ_<OPTION>`` and
+``NOVAQ_<GROUP>__<OPTION>`` environment variables, the TOML file named by ``NOVAQ_CONFIG``,
+then the defaults below (Nova 34's, see ``shared/reference/NOVA_BEHAVIOUR.md``).
+
+This is the only module that reads the environment or the TOML file. Everything else gets
+a ``Settings`` passed in; the process entry points (``tasks/``, ``celeryconfig.py``, the
+``novaq`` command) call :func:`load_settings` once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from novaq.exceptions import ConfigError
+
+LOG = logging.getLogger(__name__)
+
+_HEX4 = r"^[0-9a-fA-F]{4}$"
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PciDeviceSpecEntry(_Group):
+    """One ``[[pci.device_spec]]`` matcher (Nova's ``[pci] device_spec``)."""
+
+    vendor_id: str | None = Field(default=None, pattern=_HEX4)
+    product_id: str | None = Field(default=None, pattern=_HEX4)
+    address: str | None = None
+
+
+class PciAliasEntry(_Group):
+    """One ``[[pci.alias]]`` entry (Nova's ``[pci] alias``)."""
+
+    name: str = Field(min_length=1)
+    vendor_id: str = Field(pattern=_HEX4)
+    product_id: str = Field(pattern=_HEX4)
+    device_type: str = Field(default="type-PCI", pattern=r"^(type-PCI|type-PF|type-VF)$")
+    numa_policy: str = Field(default="legacy", pattern=r"^(required|legacy|preferred|socket)$")
+
+
+class PciGroup(_Group):
+    alias: tuple[PciAliasEntry, ...] = ()
+    device_spec: tuple[PciDeviceSpecEntry, ...] = ()
+
+
+class SimulatedPciDevice(_Group):
+    address: str = Field(pattern=r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+    vendor_id: str = Field(pattern=_HEX4)
+    product_id: str = Field(pattern=_HEX4)
+    numa_node: int | None = None
+
+
+class SimulatedHost(_Group):
+    """One ``[[hosts]]`` table: a simulated hypervisor host for the ``test:///`` driver."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    vcpus: int = Field(default=16, gt=0)
+    memory_mb: int = Field(default=32768, gt=0)
+    local_gb: int = Field(default=500, gt=0)
+    pci_devices: tuple[SimulatedPciDevice, ...] = ()
+    fail_spawn: bool = False
+
+
+class LibvirtGroup(_Group):
+    """``[libvirt]``. An empty ``connection_uri`` means: the simulated host of this name."""
+
+    connection_uri: str = ""
+    instances_path: str | None = None
+
+
+class SchedulerGroup(_Group):
+    max_attempts: int = Field(default=3, ge=1)
+    discover_hosts_in_cells_interval: int = Field(default=-1, ge=-1)
+
+
+class FilterSchedulerGroup(_Group):
+    host_subset_size: int = Field(default=1, ge=1)
+    ram_weight_multiplier: float = 1.0
+
+
+class FlowerGroup(_Group):
+    address: str = "127.0.0.1"
+    port: int = Field(default=5555, ge=0, le=65535)
+    basic_auth: SecretStr | None = None
+
+
+class CeleryGroup(_Group):
+    """Worker tuning that Nova has no name for (see shared/reference/CELERY_RELIABILITY.md)."""
+
+    visibility_timeout: int = Field(default=3600, gt=0)
+    compute_concurrency: int = Field(default=4, gt=0)
+    scheduler_concurrency: int = Field(default=2, gt=0)
+    max_delivery_attempts: int = Field(default=5, gt=0)
+
+
+class Settings(BaseSettings):
+    """Every option novaq reads. Top-level fields are Nova's ``[DEFAULT]`` group."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="NOVAQ_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    # -- novaq's own plumbing ------------------------------------------------------------
+    state_dir: Path = Path(".novaq")
+    database_url: str | None = None
+    broker_url: str | None = None
+    result_backend: str | None = None
+    libvirt_uri: str | None = None
+    hosts: tuple[SimulatedHost, ...] = ()
+
+    # -- [DEFAULT] (Nova names and defaults) ---------------------------------------------
+    host: str = Field(default_factory=socket.gethostname, min_length=1)
+    report_interval: int = Field(default=10, gt=0)
+    service_down_time: int = Field(default=60, gt=0)
+    enable_new_services: bool = True
+    cpu_allocation_ratio: float | None = Field(default=None, gt=0)
+    ram_allocation_ratio: float | None = Field(default=None, gt=0)
+    disk_allocation_ratio: float | None = Field(default=None, gt=0)
+    initial_cpu_allocation_ratio: float = Field(default=4.0, gt=0)
+    initial_ram_allocation_ratio: float = Field(default=1.0, gt=0)
+    initial_disk_allocation_ratio: float = Field(default=1.0, gt=0)
+    reserved_host_memory_mb: int = Field(default=512, ge=0)
+    reserved_host_disk_mb: int = Field(default=0, ge=0)
+    reserved_host_cpus: int = Field(default=0, ge=0)
+    max_concurrent_builds: int = Field(default=10, ge=0)
+    instance_build_timeout: int = Field(default=0, ge=0)
+    update_resources_interval: int = 0
+
+    libvirt: LibvirtGroup = LibvirtGroup()
+    scheduler: SchedulerGroup = SchedulerGroup()
+    filter_scheduler: FilterSchedulerGroup = FilterSchedulerGroup()
+    pci: PciGroup = PciGroup()
+    flower: FlowerGroup = FlowerGroup()
+    celery: CeleryGroup = CeleryGroup()
+
+    @field_validator("database_url", "broker_url", "result_backend", "libvirt_uri")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value or None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get("NOVAQ_CONFIG")
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
+
+    # -- derived values ----------------------------------------------------------------
+    @property
+    def effective_service_down_time(self) -> int:
+        """Nova raises a too-small ``service_down_time`` to 2.5 report intervals."""
+        if self.service_down_time <= self.report_interval:
+            return int(self.report_interval * 2.5)
+        return self.service_down_time
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.state_dir / 'novaq.sqlite').resolve()}"
+
+    def simulated_host(self, name: str | None = None) -> SimulatedHost | None:
+        wanted = name or self.host
+        return next((h for h in self.hosts if h.name == wanted), None)
+
+
+def _option_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if not parts:
+        return "settings"
+    group = parts[0] if len(parts) > 1 else "DEFAULT"
+    option = parts[-1] if len(parts) > 1 else parts[0]
+    env = "NOVAQ_" + "__".join(p.upper() for p in parts[:2])
+    return f"[{group}] {option} ({env})"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings, turning a validation failure into one ``ConfigError`` that names
+    each wrong option, its group and its environment variable."""
+    config_file = os.environ.get("NOVAQ_CONFIG")
+    if config_file and not Path(config_file).is_file():
+        raise ConfigError(option="NOVAQ_CONFIG", reason=f"no such file: {config_file}")
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_option_name(err['loc'])}: {err['msg']}" for err in exc.errors())
+        raise ConfigError(f"Invalid settings: {problems}") from None
+    except ValueError as exc:  # a malformed TOML file
+        raise ConfigError(option="NOVAQ_CONFIG", reason=str(exc)) from None
+    if settings.service_down_time <= settings.report_interval:
+        LOG.warning(
+            "service_down_time (%s) <= report_interval (%s); using %s",
+            settings.service_down_time,
+            settings.report_interval,
+            settings.effective_service_down_time,
+        )
+    return settings
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, for entry points only (tasks, celeryconfig, the CLI)."""
+    return load_settings()

@@ -1,0 +1,1 @@
+"""Destination selection: host states, filters, weighers, and the claim of the winner."""

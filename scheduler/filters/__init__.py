@@ -1,0 +1,70 @@
+"""Host filters: one class per module, registered by class name as Nova's are, enabled
+and ordered by settings. A filter is pure: no database, broker or hypervisor."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import ClassVar
+
+from novaq.exceptions import ConfigError
+from novaq.settings import Settings
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+
+class BaseFilter:
+    name: ClassVar[str]
+    run_filter_once_per_request: ClassVar[bool] = False
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        raise NotImplementedError
+
+
+def _registry() -> dict[str, type[BaseFilter]]:
+    from scheduler.filters.compute_filter import ComputeFilter
+    from scheduler.filters.core_filter import CoreFilter
+    from scheduler.filters.disk_filter import DiskFilter
+    from scheduler.filters.ram_filter import RamFilter
+
+    return {cls.__name__: cls for cls in (ComputeFilter, CoreFilter, RamFilter, DiskFilter)}
+
+
+DEFAULT_FILTERS = ("ComputeFilter", "CoreFilter", "RamFilter", "DiskFilter")
+
+
+def load_filters(settings: Settings, names: Sequence[str] = DEFAULT_FILTERS) -> list[BaseFilter]:
+    registry = _registry()
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ConfigError(
+            option="[filter_scheduler] enabled_filters",
+            reason=f"unknown filter(s) {', '.join(unknown)}; known: {', '.join(sorted(registry))}",
+        )
+    return [registry[n](settings) for n in names]
+
+
+def run_filters(
+    filters: Sequence[BaseFilter], hosts: list[HostState], spec: RequestSpec
+) -> tuple[list[HostState], list[str]]:
+    """Run the filters in order; stop at the first that leaves no host (as Nova does).
+    Returns the passing hosts and, per filter, how many it removed (for NoValidHost)."""
+    report = []
+    for flt in filters:
+        before = len(hosts)
+        hosts = [h for h in hosts if flt.host_passes(h, spec)]
+        removed = before - len(hosts)
+        report.append(f"{type(flt).__name__}: {before} -> {len(hosts)}")
+        if removed:
+            LOG.debug("Filter %s removed %d host(s)", type(flt).__name__, removed)
+        if not hosts:
+            LOG.info(
+                "Filter %s returned 0 hosts for instance %s", type(flt).__name__, spec.instance_uuid
+            )
+            break
+    return hosts, report

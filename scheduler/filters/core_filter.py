@@ -1,0 +1,22 @@
+"""CoreFilter: the host must have the requested vCPUs free under its allocation ratio and
+reserved amount (placement's capacity, as Nova's CoreFilter had before placement)."""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.filters import BaseFilter
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+
+class CoreFilter(BaseFilter):
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        requested = spec.resources.vcpus
+        free = host.free_vcpus_capacity
+        if requested > free:
+            LOG.debug("%s: %s requested vCPUs, %s free", host.host, requested, free)
+            return False
+        return True

@@ -1,0 +1,22 @@
+"""DiskFilter: the host must have the requested GB of disk free under its allocation ratio and
+reserved amount (placement's capacity, as Nova's DiskFilter had before placement)."""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.filters import BaseFilter
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+
+class DiskFilter(BaseFilter):
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        requested = spec.resources.disk_gb
+        free = host.free_disk_capacity_gb
+        if requested > free:
+            LOG.debug("%s: %s requested GB of disk, %s free", host.host, requested, free)
+            return False
+        return True

@@ -1,0 +1,117 @@
+"""HostState: the scheduler's view of one compute node, built fresh for each request from
+the database in a constant number of queries (never one per host)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import and_, select
+from sqlalchemy.orm import Session
+
+from compute.claims import ResourceRequest
+from compute.servicegroup import COMPUTE, is_up
+from models import ComputeNode, Service
+from novaq.settings import Settings
+
+
+@dataclass(slots=True)
+class HostState:
+    host: str
+    nodename: str
+    compute_node_id: int
+    vcpus_total: int
+    vcpus_used: int
+    memory_mb: int
+    memory_mb_used: int
+    local_gb: int
+    local_gb_used: int
+    reserved_vcpus: int
+    reserved_memory_mb: int
+    reserved_disk_gb: int
+    cpu_allocation_ratio: float
+    ram_allocation_ratio: float
+    disk_allocation_ratio: float
+    service_up: bool = True
+    service_disabled: bool = False
+    num_instances: int = 0
+    instances: set[str] = field(default_factory=set)
+
+    @property
+    def free_ram_mb(self) -> int:
+        return self.memory_mb - self.memory_mb_used
+
+    @property
+    def free_disk_mb(self) -> int:
+        return (self.local_gb - self.local_gb_used) * 1024
+
+    def _free(self, total: int, reserved: int, used: int, ratio: float) -> float:
+        # Placement's capacity minus what allocations hold (``used`` includes reserved).
+        return (total - reserved) * ratio - (used - reserved)
+
+    @property
+    def free_vcpus_capacity(self) -> float:
+        return self._free(
+            self.vcpus_total, self.reserved_vcpus, self.vcpus_used, self.cpu_allocation_ratio
+        )
+
+    @property
+    def free_ram_capacity_mb(self) -> float:
+        return self._free(
+            self.memory_mb, self.reserved_memory_mb, self.memory_mb_used, self.ram_allocation_ratio
+        )
+
+    @property
+    def free_disk_capacity_gb(self) -> float:
+        return self._free(
+            self.local_gb, self.reserved_disk_gb, self.local_gb_used, self.disk_allocation_ratio
+        )
+
+    def consume(self, request: ResourceRequest, instance_uuid: str | None = None) -> None:
+        """Debit a pick from this state, so the next pick of the same request sees it."""
+        self.vcpus_used += request.vcpus
+        self.memory_mb_used += request.memory_mb
+        self.local_gb_used += request.disk_gb
+        self.num_instances += 1
+        if instance_uuid:
+            self.instances.add(instance_uuid)
+
+
+def load_host_states(session: Session, settings: Settings) -> list[HostState]:
+    """Every live compute node with its service, in one query."""
+    rows = session.execute(
+        select(ComputeNode, Service)
+        .outerjoin(
+            Service,
+            and_(
+                Service.host == ComputeNode.host,
+                Service.binary == COMPUTE,
+                Service.deleted == 0,
+            ),
+        )
+        .where(ComputeNode.deleted == 0)
+        .order_by(ComputeNode.host, ComputeNode.hypervisor_hostname)
+    ).all()
+    return [_host_state(node, service, settings) for node, service in rows]
+
+
+def _host_state(node: ComputeNode, service: Service | None, settings: Settings) -> HostState:
+    return HostState(
+        host=node.host,
+        nodename=node.hypervisor_hostname,
+        compute_node_id=node.id,
+        vcpus_total=node.vcpus,
+        vcpus_used=node.vcpus_used,
+        memory_mb=node.memory_mb,
+        memory_mb_used=node.memory_mb_used,
+        local_gb=node.local_gb,
+        local_gb_used=node.local_gb_used,
+        reserved_vcpus=node.reserved_vcpus,
+        reserved_memory_mb=node.reserved_memory_mb,
+        reserved_disk_gb=node.reserved_disk_gb,
+        cpu_allocation_ratio=node.cpu_allocation_ratio,
+        ram_allocation_ratio=node.ram_allocation_ratio,
+        disk_allocation_ratio=node.disk_allocation_ratio,
+        service_up=service is not None and is_up(service, settings),
+        service_disabled=service is None or service.disabled,
+        num_instances=node.running_vms,
+    )

@@ -1,0 +1,54 @@
+"""RequestSpec and Selection: pure data handed between the API, the scheduler and the
+compute hosts (JSON-friendly, never ORM objects)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from compute.claims import ResourceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    instance_uuid: str
+    flavor: dict[str, Any]
+    image: str = ""
+    availability_zone: str | None = None
+    hints: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None
+    num_instances: int = 1
+    ignore_hosts: tuple[str, ...] = ()
+
+    @property
+    def resources(self) -> ResourceRequest:
+        return ResourceRequest.from_flavor(self.flavor)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ignore_hosts"] = list(self.ignore_hosts)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestSpec:
+        data = dict(data)
+        data["ignore_hosts"] = tuple(data.get("ignore_hosts", ()))
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """A chosen, already claimed destination, plus the alternates for a reschedule."""
+
+    host: str
+    nodename: str
+    compute_node_id: int
+    alternates: tuple[tuple[str, str, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "nodename": self.nodename,
+            "compute_node_id": self.compute_node_id,
+            "alternates": [list(a) for a in self.alternates],
+        }

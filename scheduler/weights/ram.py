@@ -1,0 +1,20 @@
+"""RAMWeigher: more free RAM weighs more (spreads with a positive multiplier, stacks with
+a negative one). Negative free RAM (overcommit) is clamped at 0, as Nova's minval."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+from scheduler.weights import BaseWeigher
+
+
+class RAMWeigher(BaseWeigher):
+    minval: ClassVar[float | None] = 0
+
+    def multiplier(self, host: HostState) -> float:
+        return self.settings.filter_scheduler.ram_weight_multiplier
+
+    def weigh(self, host: HostState, spec: RequestSpec) -> float:
+        return float(host.free_ram_mb)

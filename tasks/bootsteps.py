@@ -1,0 +1,105 @@
+"""The worker bootstep that makes a Celery worker a novaq service.
+
+At start, a compute worker (one consuming ``compute.<NOVAQ_HOST>``) opens its hypervisor,
+registers or revives its ``services`` row and records its compute node; a scheduler
+worker registers its row. Then each heartbeats every ``report_interval`` from a thread the
+step owns, so a host is up only while it says so itself (not beat, not the scheduler).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import bootsteps
+
+from compute import resource_tracker, servicegroup
+from models.db import session_scope
+from novaq.exceptions import ConfigError
+from tasks import context
+
+LOG = logging.getLogger(__name__)
+
+
+class Heartbeat(threading.Thread):
+    """Reports a service every ``interval_s`` until stopped; a failed report is logged and
+    retried next time (Nova's ``model_disconnected``)."""
+
+    def __init__(self, db_url: str, service_id: int, interval_s: float, name: str) -> None:
+        super().__init__(name=f"heartbeat-{name}", daemon=True)
+        self.db_url, self.service_id, self.interval_s = db_url, service_id, interval_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            try:
+                with session_scope(self.db_url) as session:
+                    servicegroup.heartbeat(session, self.service_id)
+            except Exception:  # noqa: BLE001 - keep reporting whatever one report hit
+                LOG.exception("Heartbeat of service %s failed", self.service_id)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+
+def consumed_queues(worker: Any) -> set[str]:
+    consume_from = worker.app.amqp.queues.consume_from
+    if consume_from is None:
+        return set(worker.app.amqp.queues)
+    return set(consume_from)
+
+
+def start_compute_service(host: str) -> int:
+    s = context.settings()
+    driver = context.driver()
+    driver.init_host(host)
+    resources = driver.get_available_resource()
+    with session_scope(context.db_url()) as session:
+        service = servicegroup.register_service(
+            session, host, servicegroup.COMPUTE, f"compute.{host}", s
+        )
+        resource_tracker.record_compute_node(session, host, resources, s)
+        return service.id
+
+
+def start_scheduler_service(host: str) -> int:
+    with session_scope(context.db_url()) as session:
+        service = servicegroup.register_service(
+            session, host, servicegroup.SCHEDULER, "scheduler", context.settings()
+        )
+        return service.id
+
+
+class NovaqServiceStep(bootsteps.StartStopStep):
+    requires = {"celery.worker.components:Pool"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.heartbeats: list[Heartbeat] = []
+
+    def start(self, worker: Any) -> None:
+        s = context.settings()
+        queues = consumed_queues(worker)
+        computes = {q for q in queues if q.startswith("compute.")}
+        services = []
+        if computes:
+            if computes != {f"compute.{s.host}"}:
+                raise ConfigError(
+                    option="NOVAQ_HOST",
+                    reason=f"a compute worker consumes compute.<its host> only; host is "
+                    f"{s.host!r} but the queues are {sorted(computes)}",
+                )
+            services.append((start_compute_service(s.host), f"compute@{s.host}"))
+            LOG.info("Compute service on %s started", s.host)
+        if "scheduler" in queues:
+            services.append((start_scheduler_service(s.host), f"scheduler@{s.host}"))
+        for service_id, name in services:
+            beat = Heartbeat(context.db_url(), service_id, s.report_interval, name)
+            beat.start()
+            self.heartbeats.append(beat)
+
+    def stop(self, worker: Any) -> None:
+        for beat in self.heartbeats:
+            beat.stop()
+        self.heartbeats.clear()

@@ -1,0 +1,57 @@
+"""Compute-queue tasks (``compute.<host>``): each unpacks ids, checks it runs on the host
+it was routed to, and calls one function of ``compute/``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compute import build, delete, resource_tracker
+from models.db import session_scope
+from novaq.exceptions import ConfigError
+from tasks import context
+from tasks.celery import app
+
+
+def _check_host(host: str) -> None:
+    # A message on the wrong host's queue would act on the wrong hypervisor.
+    if host != context.settings().host:
+        raise ConfigError(
+            option="NOVAQ_HOST",
+            reason=f"this worker is {context.settings().host!r} but got a step for {host!r}",
+        )
+
+
+@app.task(name="compute.build_and_run_instance")
+def build_and_run_instance(
+    instance_uuid: str, request_id: str, host: str, node: str
+) -> dict[str, Any]:
+    _check_host(host)
+    result = build.build_and_run_instance(
+        context.db_url(), context.driver(), instance_uuid, request_id, host
+    )
+    return result.to_dict()
+
+
+@app.task(name="compute.terminate_instance")
+def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    _check_host(host)
+    outcome = delete.terminate_instance(
+        context.db_url(), context.driver(), instance_uuid, request_id, host
+    )
+    return {"instance_uuid": instance_uuid, "outcome": outcome}
+
+
+@app.task(name="compute.get_diagnostics", acks_late=False)
+def get_diagnostics(instance_uuid: str, host: str) -> dict[str, Any]:
+    """The hypervisor's live view of one guest (a query: early ack, nothing to redo)."""
+    _check_host(host)
+    return context.driver().get_info(instance_uuid).to_dict()
+
+
+@app.task(name="compute.update_available_resource")
+def update_available_resource(host: str) -> dict[str, Any]:
+    _check_host(host)
+    resources = context.driver().get_available_resource()
+    with session_scope(context.db_url()) as session:
+        node = resource_tracker.record_compute_node(session, host, resources, context.settings())
+        return {"host": host, "node": node.hypervisor_hostname}

@@ -1,0 +1,29 @@
+"""Error callbacks linked to workflows: the fast path of compensation.
+
+New-style errbacks (``request, exc, traceback``) run in the worker process where the step
+failed. They are not the only undo: expired or revoked steps never call them, so the same
+idempotent undo also runs from worker start-up recovery and periodic reapers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.utils.log import get_task_logger
+
+from compute.build import fail_build
+from tasks import context
+from tasks.celery import app
+
+LOG = get_task_logger(__name__)
+
+
+@app.task(name="scheduler.on_build_error")
+def on_build_error(request: Any, exc: BaseException, traceback: Any) -> None:
+    kwargs = request.kwargs or {}
+    instance_uuid = kwargs.get("instance_uuid")
+    if not instance_uuid:
+        return
+    host = kwargs.get("host")
+    LOG.warning("Build of %s failed in %s: %r", instance_uuid, request.task, exc)
+    fail_build(context.db_url(), instance_uuid, kwargs.get("request_id", ""), exc, host=host)

@@ -1,0 +1,1 @@
+"""Canvas builders, one module per operation, and the public Python API (``api``)."""

@@ -1,0 +1,44 @@
+"""Publishing workflows: check the broker before anything is written, translate broker
+errors into ``ServiceUnavailable``, enqueue only after the database has committed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.canvas import Signature
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from novaq.exceptions import ServiceUnavailable
+
+_BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
+
+
+def app() -> Any:
+    from tasks import app as celery_app
+
+    return celery_app
+
+
+def check_broker() -> None:
+    """Fail fast, before any write, when the broker cannot be reached."""
+    try:
+        with app().connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=3)
+    except _BROKER_ERRORS as exc:
+        raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+
+
+def send(signature: Signature) -> Any:
+    try:
+        return signature.apply_async()
+    except _BROKER_ERRORS as exc:
+        raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+
+
+def call(signature: Signature, timeout_s: float) -> Any:
+    """Send a query to a host and wait for its answer (from the API, never from a task)."""
+    result = send(signature)
+    try:
+        return result.get(timeout=timeout_s, propagate=True)
+    finally:
+        result.forget()

@@ -1,0 +1,99 @@
+"""Flavors: validation, creation and lookup (API side)."""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from models import Flavor, FlavorExtraSpec
+from novaq.exceptions import FlavorExists, FlavorNotFound, InvalidFlavor, InvalidInput
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidFlavor(reason=f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidFlavor(reason=f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_name(value: Any, what: str = "name") -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(reason=f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > 255:
+        raise InvalidInput(reason=f"{what} must be at most 255 characters")
+    return value
+
+
+def validate_extra_specs(extra_specs: Any) -> dict[str, str]:
+    if extra_specs is None:
+        return {}
+    if not isinstance(extra_specs, dict):
+        raise InvalidFlavor(
+            reason=f"extra_specs must be a mapping, got {type(extra_specs).__name__}"
+        )
+    specs = {}
+    for key, value in extra_specs.items():
+        if not isinstance(key, str) or not key or len(key) > 255:
+            raise InvalidFlavor(reason=f"extra spec key {key!r} must be a string of 1-255 chars")
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise InvalidFlavor(reason=f"extra spec {key} must be a string, got {value!r}")
+        specs[key] = str(value)
+    return specs
+
+
+def create_flavor(
+    session: Session,
+    name: Any,
+    vcpus: Any,
+    memory_mb: Any,
+    root_gb: Any,
+    ephemeral_gb: Any = 0,
+    swap: Any = 0,
+    extra_specs: Any = None,
+) -> Flavor:
+    name = check_name(name, "flavor name")
+    flavor = Flavor(
+        flavorid=str(uuid_module.uuid4()),
+        name=name,
+        vcpus=_check_int("vcpus", vcpus, 1),
+        memory_mb=_check_int("memory_mb", memory_mb, 1),
+        root_gb=_check_int("root_gb", root_gb, 0),
+        ephemeral_gb=_check_int("ephemeral_gb", ephemeral_gb, 0),
+        swap=_check_int("swap", swap, 0),
+    )
+    specs = validate_extra_specs(extra_specs)
+    if session.scalars(select(Flavor.id).where(Flavor.name == name)).first() is not None:
+        raise FlavorExists(name=name)
+    flavor.extra_specs = [FlavorExtraSpec(key=k, value=v) for k, v in specs.items()]
+    session.add(flavor)
+    session.flush()
+    return flavor
+
+
+def get_flavor(session: Session, ref: Any) -> Flavor:
+    """A flavor by name or flavor id."""
+    if not isinstance(ref, str) or not ref:
+        raise InvalidInput(reason=f"flavor must be a flavor name or id, got {ref!r}")
+    flavor = session.scalars(
+        select(Flavor).where(or_(Flavor.name == ref, Flavor.flavorid == ref))
+    ).first()
+    if flavor is None or flavor.disabled:
+        raise FlavorNotFound(flavor=ref)
+    return flavor
+
+
+def flavor_dict(flavor: Flavor) -> dict[str, Any]:
+    return {
+        "id": flavor.flavorid,
+        "name": flavor.name,
+        "vcpus": flavor.vcpus,
+        "memory_mb": flavor.memory_mb,
+        "root_gb": flavor.root_gb,
+        "ephemeral_gb": flavor.ephemeral_gb,
+        "swap": flavor.swap,
+        "extra_specs": flavor.extra_specs_dict,
+    }

@@ -1,0 +1,95 @@
+"""Dict views of rows, as the API returns them (JSON types only)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from compute.instance_actions import latest_fault
+from compute.states import api_status
+from models import ComputeNode, Instance, InstanceAction
+from virt.power_state import NAMES as POWER_STATE_NAMES
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def instance_dict(session: Session, instance: Instance) -> dict[str, Any]:
+    fault = latest_fault(session, instance.uuid)
+    return {
+        "uuid": instance.uuid,
+        "name": instance.display_name,
+        "status": api_status(instance.vm_state, instance.task_state),
+        "vm_state": instance.vm_state,
+        "task_state": instance.task_state,
+        "power_state": instance.power_state,
+        "power_state_name": POWER_STATE_NAMES.get(instance.power_state, "unknown"),
+        "host": instance.host,
+        "node": instance.node,
+        "image": instance.image_ref,
+        "flavor": dict(instance.flavor),
+        "pci_devices": list(instance.system_metadata.get("pci_devices", [])),
+        "availability_zone": instance.availability_zone,
+        "created_at": _iso(instance.created_at),
+        "launched_at": _iso(instance.launched_at),
+        "terminated_at": _iso(instance.terminated_at),
+        "deleted_at": _iso(instance.deleted_at),
+        "fault": None
+        if fault is None
+        else {
+            "code": fault.code,
+            "message": fault.message,
+            "details": fault.details,
+            "host": fault.host,
+            "created": _iso(fault.created_at),
+        },
+    }
+
+
+def host_dict(node: ComputeNode, service: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "host": node.host,
+        "node": node.hypervisor_hostname,
+        "uuid": node.uuid,
+        "hypervisor_type": node.hypervisor_type,
+        "vcpus": node.vcpus,
+        "vcpus_used": node.vcpus_used,
+        "memory_mb": node.memory_mb,
+        "memory_mb_used": node.memory_mb_used,
+        "local_gb": node.local_gb,
+        "local_gb_used": node.local_gb_used,
+        "free_ram_mb": node.free_ram_mb,
+        "free_disk_gb": node.free_disk_gb,
+        "running_vms": node.running_vms,
+        "cpu_allocation_ratio": node.cpu_allocation_ratio,
+        "ram_allocation_ratio": node.ram_allocation_ratio,
+        "disk_allocation_ratio": node.disk_allocation_ratio,
+        "generation": node.generation,
+        "status": None if service is None else service["status"],
+        "state": "down" if service is None else service["state"],
+    }
+
+
+def action_dict(action: InstanceAction) -> dict[str, Any]:
+    return {
+        "action": action.action,
+        "request_id": action.request_id,
+        "instance_uuid": action.instance_uuid,
+        "start_time": _iso(action.start_time),
+        "finish_time": _iso(action.finish_time),
+        "message": action.message,
+        "events": [
+            {
+                "event": e.event,
+                "start_time": _iso(e.start_time),
+                "finish_time": _iso(e.finish_time),
+                "result": e.result,
+                "host": e.host,
+                "traceback": e.traceback,
+            }
+            for e in action.events
+        ],
+    }
