@@ -59,8 +59,12 @@ def driver() -> ComputeDriver:
     s = get_settings()
     profile = host_profile(s)
     instances_path = Path(s.libvirt.instances_path or Path(s.state_dir).resolve() / "instances")
+    simulated = not (s.libvirt_uri or s.libvirt.connection_uri)
     return get_driver(
-        libvirt_uri(s), fail_spawn=profile.fail_spawn, instances_path=instances_path / s.host
+        libvirt_uri(s),
+        fail_spawn=profile.fail_spawn,
+        instances_path=instances_path / s.host,
+        nodename=s.host if simulated else None,
     )
 
 

@@ -1,0 +1,367 @@
+"""The ``novaq`` command: the nova client's verbs plus ``up``, ``demo`` and ``db``.
+
+Each command parses its arguments, calls one function of ``workflows.api`` (or the cluster
+launcher) and renders the result; a ``novaq`` error becomes one red line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from novaq.exceptions import NovaqError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+err_console = Console(stderr=True)
+
+
+def handle_errors(func: F) -> F:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except NovaqError as exc:
+            err_console.print(f"[bold red]ERROR ({type(exc).__name__}):[/] {exc}", markup=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def api() -> Any:
+    # Imported late: the API binds to the settings of the environment at first use.
+    from workflows import api as public_api
+
+    return public_api
+
+
+def render(
+    rows: Sequence[dict[str, Any]] | dict[str, Any],
+    columns: Iterable[str],
+    as_json: bool,
+    title: str | None = None,
+) -> None:
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    if isinstance(rows, dict):
+        table = Table("Property", "Value", title=title)
+        for key in columns:
+            table.add_row(key, _cell(rows.get(key)))
+    else:
+        cols = list(columns)
+        table = Table(*cols, title=title)
+        for row in rows:
+            table.add_row(*(_cell(row.get(c)) for c in cols))
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.group()
+def main() -> None:
+    """novaq: the compute side of a Nova-style cloud, on Celery."""
+
+
+# -- database ------------------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Database schema (Alembic)."""
+
+
+@db.command("upgrade")
+@click.option("--url", help="Database URL (default: NOVAQ_DATABASE_URL or the state dir's SQLite).")
+@handle_errors
+def db_upgrade(url: str | None) -> None:
+    """Apply every migration to SQLite, PostgreSQL or MariaDB."""
+    from models.migrate import current, upgrade
+    from novaq.settings import load_settings
+
+    target = url or load_settings().sqlalchemy_url
+    upgrade(target)
+    click.echo(f"database at revision {current(target)}")
+
+
+# -- flavors -------------------------------------------------------------------------------
+
+FLAVOR_COLUMNS = (
+    "id",
+    "name",
+    "vcpus",
+    "memory_mb",
+    "root_gb",
+    "ephemeral_gb",
+    "swap",
+    "extra_specs",
+)
+
+
+@main.command("flavor-create")
+@click.argument("name")
+@click.option("--vcpus", type=int, required=True)
+@click.option("--ram", "memory_mb", type=int, required=True, help="Memory in MB.")
+@click.option("--disk", "root_gb", type=int, required=True, help="Root disk in GB.")
+@click.option("--ephemeral", "ephemeral_gb", type=int, default=0, show_default=True)
+@click.option("--swap", type=int, default=0, show_default=True, help="Swap in MB.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra spec, e.g. pci_passthrough:alias=QuadroM4000-video:1 (repeatable).",
+)
+@json_option
+@handle_errors
+def flavor_create(
+    name: str,
+    vcpus: int,
+    memory_mb: int,
+    root_gb: int,
+    ephemeral_gb: int,
+    swap: int,
+    properties: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Create a flavor."""
+    extra_specs = {}
+    for prop in properties:
+        key, sep, value = prop.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{prop!r} is not KEY=VALUE", param_hint="--property")
+        extra_specs[key] = value
+    flavor = api().create_flavor(name, vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs)
+    render(flavor, FLAVOR_COLUMNS, as_json)
+
+
+@main.command("flavor-list")
+@json_option
+@handle_errors
+def flavor_list(as_json: bool) -> None:
+    """List flavors."""
+    render(api().list_flavors(), FLAVOR_COLUMNS, as_json)
+
+
+# -- servers -------------------------------------------------------------------------------
+
+LIST_COLUMNS = ("uuid", "name", "status", "task_state", "power_state_name", "host")
+SHOW_COLUMNS = (
+    "uuid",
+    "name",
+    "status",
+    "vm_state",
+    "task_state",
+    "power_state",
+    "host",
+    "node",
+    "image",
+    "flavor",
+    "pci_devices",
+    "created_at",
+    "launched_at",
+    "deleted_at",
+    "fault",
+)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--flavor", required=True)
+@click.option("--image", default="cirros", show_default=True)
+@click.option("--min-count", "count", type=int, default=1, show_default=True)
+@click.option("--availability-zone")
+@click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N s for ACTIVE.")
+@json_option
+@handle_errors
+def boot(
+    name: str,
+    flavor: str,
+    image: str,
+    count: int,
+    availability_zone: str | None,
+    wait_s: float | None,
+    as_json: bool,
+) -> None:
+    """Boot servers."""
+    uuids = api().boot(name, flavor, image, count=count, availability_zone=availability_zone)
+    if wait_s is not None:
+        rows = [api().wait(u, "ACTIVE", timeout=wait_s) for u in uuids]
+    else:
+        rows = [api().show(u) for u in uuids]
+    render(rows, LIST_COLUMNS, as_json)
+
+
+@main.command("list")
+@click.option("--host")
+@click.option("--status")
+@click.option("--deleted", is_flag=True, help="Include deleted servers.")
+@json_option
+@handle_errors
+def list_servers(host: str | None, status: str | None, deleted: bool, as_json: bool) -> None:
+    """List servers."""
+    filters: dict[str, Any] = {}
+    if host:
+        filters["host"] = host
+    if status:
+        filters["status"] = status
+    if deleted:
+        filters["deleted"] = True
+    render(api().list_instances(**filters), LIST_COLUMNS, as_json)
+
+
+@main.command()
+@click.argument("uuid")
+@json_option
+@handle_errors
+def show(uuid: str, as_json: bool) -> None:
+    """Show a server."""
+    render(api().show(uuid), SHOW_COLUMNS, as_json)
+
+
+@main.command()
+@click.argument("uuids", nargs=-1, required=True)
+@click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N s for DELETED.")
+@handle_errors
+def delete(uuids: tuple[str, ...], wait_s: float | None) -> None:
+    """Delete servers."""
+    for uuid in uuids:
+        request_id = api().delete(uuid)
+        click.echo(f"Request to delete server {uuid} has been accepted ({request_id}).")
+    if wait_s is not None:
+        for uuid in uuids:
+            api().wait(uuid, "DELETED", timeout=wait_s)
+
+
+@main.command()
+@click.argument("uuid")
+@json_option
+@handle_errors
+def diagnostics(uuid: str, as_json: bool) -> None:
+    """The host's live view of a server's guest."""
+    render(
+        api().diagnostics(uuid),
+        ("uuid", "name", "power_state", "vcpus", "memory_mb", "pci_addresses", "xml"),
+        as_json,
+    )
+
+
+@main.command("instance-action-list")
+@click.argument("uuid")
+@json_option
+@handle_errors
+def instance_action_list(uuid: str, as_json: bool) -> None:
+    """List a server's actions and their events."""
+    actions = api().list_actions(uuid)
+    if as_json:
+        render(actions, (), True)
+        return
+    rows = [
+        {**a, "events": ", ".join(f"{e['event']}={e['result']}" for e in a["events"])}
+        for a in actions
+    ]
+    render(rows, ("action", "request_id", "start_time", "finish_time", "message", "events"), False)
+
+
+# -- hosts and services --------------------------------------------------------------------
+
+
+@main.command("service-list")
+@json_option
+@handle_errors
+def service_list(as_json: bool) -> None:
+    """List services with their state (up/down) and status (enabled/disabled)."""
+    render(
+        api().list_services(),
+        (
+            "id",
+            "binary",
+            "host",
+            "status",
+            "state",
+            "forced_down",
+            "report_count",
+            "last_seen_up",
+            "disabled_reason",
+        ),
+        as_json,
+    )
+
+
+@main.command("hypervisor-list")
+@json_option
+@handle_errors
+def hypervisor_list(as_json: bool) -> None:
+    """List compute nodes and their usage."""
+    render(
+        api().list_hosts(),
+        (
+            "host",
+            "node",
+            "state",
+            "status",
+            "vcpus",
+            "vcpus_used",
+            "memory_mb",
+            "memory_mb_used",
+            "local_gb",
+            "local_gb_used",
+            "running_vms",
+        ),
+        as_json,
+    )
+
+
+# -- local cluster -------------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--hosts",
+    "n_hosts",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="Simulated compute hosts, when the settings declare none.",
+)
+@handle_errors
+def up(n_hosts: int) -> None:
+    """Run a whole cluster in the foreground: broker (embedded unless NOVAQ_BROKER_URL),
+    scheduler, one compute worker per host, beat and Flower. Ctrl-C stops it cleanly."""
+    from novaq.cluster import Cluster
+    from novaq.settings import load_settings
+
+    cluster = Cluster(load_settings(), n_hosts=n_hosts)
+    sys.exit(cluster.run_forever())
+
+
+@main.command()
+@click.option("--hosts", "n_hosts", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option("--servers", "n_servers", type=click.IntRange(1, 100), default=6, show_default=True)
+@click.option("--keep/--no-keep", default=False, help="Keep the cluster running afterwards.")
+@handle_errors
+def demo(n_hosts: int, n_servers: int, keep: bool) -> None:
+    """Start a local cluster and boot servers across its hosts, with progress."""
+    from novaq.demo import run_demo
+
+    sys.exit(run_demo(n_hosts=n_hosts, n_servers=n_servers, keep=keep, console=console))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""``novaq demo``: a local cluster running a real scenario, with progress on the console.
+
+Starts the cluster (embedded broker, SQLite, simulated libvirt hosts, scheduler, compute
+workers, beat, Flower), creates flavors, boots servers across the hosts, shows where each
+landed and what each host accounts, then deletes them and shows the hosts back at their
+reserved amounts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from novaq.cluster import Cluster, cluster_config_path
+from novaq.exceptions import FlavorExists
+from novaq.settings import get_settings, load_settings
+
+DEMO_FLAVORS = (
+    ("m1.small", 1, 2048, 20),
+    ("m1.medium", 2, 4096, 40),
+)
+FINAL = {"ACTIVE", "ERROR"}
+
+
+def point_api_at(cluster: Cluster) -> None:
+    """Make this process's API talk to the cluster it just started."""
+    os.environ["NOVAQ_BROKER_URL"] = cluster.broker_url
+    os.environ["NOVAQ_DATABASE_URL"] = cluster.settings.sqlalchemy_url
+    os.environ["NOVAQ_STATE_DIR"] = str(cluster.state_dir)
+    os.environ["NOVAQ_CONFIG"] = str(cluster_config_path(cluster.settings))
+    get_settings.cache_clear()
+
+
+def run_demo(n_hosts: int, n_servers: int, keep: bool, console: Console) -> int:
+    cluster = Cluster(load_settings(), n_hosts=n_hosts, quiet=True)
+    with console.status("Starting the cluster: broker, scheduler, compute workers, beat, Flower"):
+        cluster.start()
+        cluster.wait_ready()
+    console.print(
+        f"[green]Cluster up[/]: hosts {', '.join(cluster.hosts)}; logs in {cluster.log_dir}"
+    )
+    try:
+        point_api_at(cluster)
+        from workflows import api
+
+        _create_flavors(api, console)
+        uuids = _boot_with_progress(api, n_servers, console)
+        console.print(_servers_table(api, uuids))
+        console.print(_hosts_table(api, "Hosts after boot"))
+        console.print(f"Flower: [link={cluster.flower_url}]{cluster.flower_url}[/link]")
+        if keep:
+            console.print("Cluster kept running; Ctrl-C stops it.")
+            return cluster.run_forever()
+        _delete_with_progress(api, uuids, console)
+        console.print(_hosts_table(api, "Hosts after delete (back to reserved)"))
+        return 0 if all(api.show(u)["status"] == "DELETED" for u in uuids) else 1
+    finally:
+        if not keep:
+            with console.status("Stopping the cluster"):
+                cluster.stop()
+
+
+def _create_flavors(api: Any, console: Console) -> None:
+    for name, vcpus, memory_mb, root_gb in DEMO_FLAVORS:
+        try:
+            api.create_flavor(name, vcpus, memory_mb, root_gb)
+            console.print(f"flavor {name}: {vcpus} vCPU, {memory_mb} MB, {root_gb} GB")
+        except FlavorExists:
+            console.print(f"flavor {name}: exists")
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def _boot_with_progress(api: Any, n_servers: int, console: Console) -> list[str]:
+    uuids = []
+    for index in range(n_servers):
+        flavor = DEMO_FLAVORS[index % len(DEMO_FLAVORS)][0]
+        uuids.extend(api.boot(f"demo-{index + 1}", flavor, "cirros"))
+    _watch(api, uuids, FINAL, "Booting servers", console)
+    return uuids
+
+
+def _delete_with_progress(api: Any, uuids: list[str], console: Console) -> None:
+    for uuid in uuids:
+        api.delete(uuid)
+    _watch(api, uuids, {"DELETED"}, "Deleting servers", console)
+
+
+def _watch(
+    api: Any,
+    uuids: list[str],
+    done: set[str],
+    what: str,
+    console: Console,
+    timeout_s: float = 120.0,
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    with _progress(console) as progress:
+        task = progress.add_task(what, total=len(uuids))
+        while time.monotonic() < deadline:
+            statuses = [api.show(u)["status"] for u in uuids]
+            finished = sum(s in done for s in statuses)
+            summary = ", ".join(f"{s}={statuses.count(s)}" for s in sorted(set(statuses)))
+            progress.update(task, completed=finished, description=f"{what} ({summary})")
+            if finished == len(uuids):
+                return
+            time.sleep(0.25)
+
+
+def _servers_table(api: Any, uuids: list[str]) -> Table:
+    table = Table("name", "uuid", "status", "host", "flavor", "power", "fault", title="Servers")
+    for uuid in uuids:
+        s = api.show(uuid)
+        fault = s["fault"]["message"] if s["fault"] else ""
+        table.add_row(
+            s["name"],
+            s["uuid"],
+            s["status"],
+            s["host"] or "-",
+            s["flavor"]["name"],
+            s["power_state_name"],
+            fault,
+        )
+    return table
+
+
+def _hosts_table(api: Any, title: str) -> Table:
+    table = Table(
+        "host", "state", "vCPUs used", "RAM used (MB)", "disk used (GB)", "servers", title=title
+    )
+    for h in api.list_hosts():
+        table.add_row(
+            h["host"],
+            h["state"],
+            f"{h['vcpus_used']}/{h['vcpus']}",
+            f"{h['memory_mb_used']}/{h['memory_mb']}",
+            f"{h['local_gb_used']}/{h['local_gb']}",
+            str(h["running_vms"]),
+        )
+    return table

@@ -1,0 +1,125 @@
+"""Plain builders of rows and value objects for tests (no mocks)."""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from typing import Any
+
+from sqlalchemy import delete
+
+from compute.resource_tracker import record_compute_node
+from compute.servicegroup import COMPUTE, register_service
+from compute.states import TaskState, VmState
+from models import Base, ComputeNode, Instance
+from models.db import session_scope
+from novaq.settings import Settings
+from scheduler.request_spec import RequestSpec
+from virt.driver import HostResources
+
+
+def reset_database(db_url: str) -> None:
+    with session_scope(db_url) as session:
+        for table in reversed(Base.metadata.sorted_tables):
+            session.execute(delete(table))
+
+
+def make_settings(**overrides: Any) -> Settings:
+    return Settings(**overrides)
+
+
+def host_resources(
+    name: str = "node1", vcpus: int = 16, memory_mb: int = 32768, local_gb: int = 500
+) -> HostResources:
+    return HostResources(
+        hypervisor_hostname=name,
+        vcpus=vcpus,
+        memory_mb=memory_mb,
+        local_gb=local_gb,
+        hypervisor_type="TEST",
+        hypervisor_version=1,
+        cpu_info={"arch": "x86_64"},
+        pci_devices=(),
+    )
+
+
+def make_compute_node(
+    db_url: str,
+    host: str = "host1",
+    settings: Settings | None = None,
+    service: bool = True,
+    **sizes: int,
+) -> int:
+    """A compute node (and its up compute service) as a worker would record it."""
+    settings = settings or make_settings()
+    with session_scope(db_url) as session:
+        if service:
+            register_service(session, host, COMPUTE, f"compute.{host}", settings)
+        node = record_compute_node(session, host, host_resources(name=host, **sizes), settings)
+        return node.id
+
+
+def flavor_dict(
+    vcpus: int = 1, memory_mb: int = 512, root_gb: int = 1, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": "f-" + str(vcpus),
+        "name": f"test.{vcpus}",
+        "vcpus": vcpus,
+        "memory_mb": memory_mb,
+        "root_gb": root_gb,
+        "ephemeral_gb": extra.get("ephemeral_gb", 0),
+        "swap": extra.get("swap", 0),
+        "extra_specs": extra.get("extra_specs", {}),
+    }
+
+
+def make_instance(db_url: str, flavor: dict[str, Any] | None = None, **overrides: Any) -> str:
+    """A BUILDING/scheduling instance, with its create action, as api.boot writes it."""
+    from compute.instance_actions import start_action
+    from models import Flavor
+
+    flavor = flavor or flavor_dict()
+    uuid = overrides.pop("uuid", str(uuid_module.uuid4()))
+    request_id = overrides.pop("request_id", "req-test")
+    with session_scope(db_url) as session:
+        flavor_row = session.query(Flavor).filter_by(name=flavor["name"]).first()
+        if flavor_row is None:
+            flavor_row = Flavor(
+                flavorid=flavor["id"],
+                name=flavor["name"],
+                vcpus=flavor["vcpus"],
+                memory_mb=flavor["memory_mb"],
+                root_gb=flavor["root_gb"],
+            )
+            session.add(flavor_row)
+            session.flush()
+        values: dict[str, Any] = dict(
+            uuid=uuid,
+            display_name="test",
+            flavor_id=flavor_row.id,
+            flavor=flavor,
+            image_ref="cirros",
+            vcpus=flavor["vcpus"],
+            memory_mb=flavor["memory_mb"],
+            root_gb=flavor["root_gb"],
+            vm_state=VmState.BUILDING,
+            task_state=TaskState.SCHEDULING,
+            request_spec={},
+            system_metadata={},
+        )
+        values.update(overrides)
+        session.add(Instance(**values))
+        start_action(session, uuid, "create", request_id)
+    return uuid
+
+
+def spec_for(uuid: str, flavor: dict[str, Any] | None = None, **kw: Any) -> RequestSpec:
+    return RequestSpec(instance_uuid=uuid, flavor=flavor or flavor_dict(), **kw)
+
+
+def node_row(db_url: str, node_id: int) -> ComputeNode:
+    with session_scope(db_url) as session:
+        node = session.get(ComputeNode, node_id)
+        assert node is not None
+        session.expunge(node)
+        return node

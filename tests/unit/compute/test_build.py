@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from compute.build import build_and_run_instance, fail_build
+from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.delete import local_delete, terminate_instance
+from compute.instance_actions import latest_fault
+from compute.instance_state import get_instance
+from models import InstanceAction
+from models.db import session_scope
+from novaq.exceptions import HypervisorError, NoValidHost
+from tests.factories import host_resources, make_compute_node, make_instance, node_row
+from virt.fake import FakeDriver, SpawnFailingDriver
+
+
+def _placed_instance(db_url: str) -> tuple[str, int]:
+    """An instance the scheduler has claimed on host1 (host and node set, allocations held)."""
+    node_id = make_compute_node(db_url, "host1")
+    uuid = make_instance(db_url, host="host1", node="host1")
+    claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
+    return uuid, node_id
+
+
+def _events(db_url: str, uuid: str) -> list[tuple[str, str | None]]:
+    with session_scope(db_url) as session:
+        action = session.scalars(
+            select(InstanceAction).where(InstanceAction.instance_uuid == uuid)
+        ).one()
+        return [(e.event, e.result) for e in action.events]
+
+
+def test_build_spawns_the_guest_and_makes_the_instance_active(db_url: str) -> None:
+    uuid, _ = _placed_instance(db_url)
+    driver = FakeDriver(host_resources("host1"))
+    result = build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    assert result.outcome == "active"
+    assert driver.get_info(uuid).power_state == 1
+    with session_scope(db_url) as session:
+        instance = get_instance(session, uuid)
+        assert (instance.vm_state, instance.task_state, instance.power_state) == ("active", None, 1)
+        assert instance.launched_at is not None
+        action = session.scalars(select(InstanceAction)).one()
+        assert action.finish_time is not None and action.message is None
+    assert _events(db_url, uuid) == [("compute__do_build_and_run_instance", "Success")]
+
+
+def test_redelivered_build_does_nothing_the_second_time(db_url: str) -> None:
+    uuid, _ = _placed_instance(db_url)
+    driver = FakeDriver(host_resources("host1"))
+    build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    again = build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    assert again.outcome == "skipped"
+    assert driver.spawn_count == 1
+
+
+def test_spawn_failure_errors_the_instance_with_a_fault_and_releases_the_claim(db_url: str) -> None:
+    uuid, node_id = _placed_instance(db_url)
+    driver = SpawnFailingDriver(host_resources("host1"))
+    with pytest.raises(HypervisorError):
+        build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    with session_scope(db_url) as session:
+        instance = get_instance(session, uuid)
+        assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
+        fault = latest_fault(session, uuid)
+        assert fault is not None and fault.code == 500 and "Hypervisor error" in fault.message
+        assert fault.details and "Traceback" in fault.details
+        assert consumer_allocations(session, uuid) == {}
+    assert node_row(db_url, node_id).memory_mb_used == 512
+    assert _events(db_url, uuid) == [("compute__do_build_and_run_instance", "Error")]
+    assert driver.list_instance_uuids() == []
+
+
+def test_fail_build_is_idempotent(db_url: str) -> None:
+    uuid, _ = _placed_instance(db_url)
+    assert fail_build(db_url, uuid, "req-test", NoValidHost(reason="x"), host=None)
+    assert not fail_build(db_url, uuid, "req-test", NoValidHost(reason="x"), host=None)
+    with session_scope(db_url) as session:
+        fault = latest_fault(session, uuid)
+        assert fault is not None and fault.code == 500
+        assert fault.message.startswith("No valid host was found.")
+
+
+def test_instance_deleted_while_spawning_loses_its_guest(db_url: str) -> None:
+    uuid, _ = _placed_instance(db_url)
+
+    class DeletingDriver(FakeDriver):
+        def spawn(self, spec):  # type: ignore[no-untyped-def]
+            info = super().spawn(spec)
+            local_delete(db_url, uuid, "req-delete")  # the user deletes mid-spawn
+            return info
+
+    driver = DeletingDriver(host_resources("host1"))
+    result = build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    assert result.outcome == "skipped"
+    assert driver.list_instance_uuids() == []
+    with session_scope(db_url) as session:
+        assert get_instance(session, uuid).vm_state == "deleted"
+        assert consumer_allocations(session, uuid) == {}
+
+
+def test_terminate_destroys_the_guest_releases_and_soft_deletes(db_url: str) -> None:
+    uuid, node_id = _placed_instance(db_url)
+    driver = FakeDriver(host_resources("host1"))
+    build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    with session_scope(db_url) as session:
+        from compute.instance_actions import start_action
+
+        start_action(session, uuid, "delete", "req-delete")
+    assert terminate_instance(db_url, driver, uuid, "req-delete", "host1") == "deleted"
+    assert terminate_instance(db_url, driver, uuid, "req-delete", "host1") == "skipped"
+    assert driver.list_instance_uuids() == []
+    with session_scope(db_url) as session:
+        instance = get_instance(session, uuid)
+        assert instance.vm_state == "deleted" and instance.deleted == instance.id
+        assert instance.deleted_at is not None and instance.terminated_at is not None
+        assert consumer_allocations(session, uuid) == {}
+    assert node_row(db_url, node_id).vcpus_used == 0
+
+
+def test_local_delete_of_an_instance_that_never_reached_a_host(db_url: str) -> None:
+    uuid = make_instance(db_url, vm_state="error", task_state=None)
+    local_delete(db_url, uuid, "req-test")
+    with session_scope(db_url) as session:
+        assert get_instance(session, uuid).vm_state == "deleted"

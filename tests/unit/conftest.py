@@ -1,0 +1,50 @@
+"""Unit tier: SQLite, libvirt's test:/// driver, an in-memory broker. No servers needed.
+
+The environment is fixed here, before any novaq module reads its settings, so the API,
+the Celery app and the domain code all agree on one throwaway state directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_STATE = Path(tempfile.mkdtemp(prefix="novaq-unit-"))
+# NOTE: the developer's own NOVAQ_* settings must not leak into the tests; the golden-file
+# switch is the one test option kept.
+for _name in [n for n in os.environ if n.startswith("NOVAQ_") and n != "NOVAQ_REGENERATE_GOLDEN"]:
+    del os.environ[_name]
+os.environ.update(
+    NOVAQ_STATE_DIR=str(_STATE),
+    NOVAQ_DATABASE_URL=f"sqlite:///{_STATE}/unit.sqlite",
+    NOVAQ_BROKER_URL="memory://",
+    NOVAQ_RESULT_BACKEND="cache+memory://",
+    NOVAQ_HOST="host1",
+)
+
+from tests.factories import reset_database  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def state_dir() -> Path:
+    return _STATE
+
+
+@pytest.fixture(scope="session")
+def migrated_url() -> str:
+    from models.migrate import upgrade
+
+    url = os.environ["NOVAQ_DATABASE_URL"]
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def db_url(migrated_url: str) -> Iterator[str]:
+    """The unit database, emptied after each test."""
+    yield migrated_url
+    reset_database(migrated_url)

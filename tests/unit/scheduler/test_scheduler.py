@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import datetime as dt
+import uuid as uuid_module
+
+import pytest
+from sqlalchemy import update
+
+from compute.claims import consumer_allocations
+from compute.instance_state import get_instance
+from models import Service
+from models.db import session_scope
+from novaq.exceptions import ConfigError, NoValidHost, UnexpectedTaskStateError
+from scheduler.filters import load_filters
+from scheduler.host_state import HostState
+from scheduler.manager import Scheduler
+from scheduler.weights import normalize
+from tests.factories import flavor_dict, make_compute_node, make_instance, make_settings, spec_for
+
+
+def _host(name: str, **kw: object) -> HostState:
+    values: dict[str, object] = dict(
+        host=name,
+        nodename=name,
+        compute_node_id=1,
+        vcpus_total=8,
+        vcpus_used=0,
+        memory_mb=8192,
+        memory_mb_used=512,
+        local_gb=100,
+        local_gb_used=0,
+        reserved_vcpus=0,
+        reserved_memory_mb=512,
+        reserved_disk_gb=0,
+        cpu_allocation_ratio=4.0,
+        ram_allocation_ratio=1.0,
+        disk_allocation_ratio=1.0,
+    )
+    values.update(kw)
+    return HostState(**values)  # type: ignore[arg-type]
+
+
+def test_unknown_filter_name_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match="unknown filter.*NoSuchFilter"):
+        load_filters(make_settings(), ["ComputeFilter", "NoSuchFilter"])
+
+
+def test_ram_filter_rejects_host_below_requested_memory() -> None:
+    (ram,) = load_filters(make_settings(), ["RamFilter"])
+    spec = spec_for(str(uuid_module.uuid4()), flavor_dict(memory_mb=4096))
+    assert ram.host_passes(_host("a", memory_mb=8192, memory_mb_used=512 + 4000), spec) is False
+    assert ram.host_passes(_host("b"), spec) is True
+
+
+def test_core_filter_honours_the_cpu_allocation_ratio() -> None:
+    (core,) = load_filters(make_settings(), ["CoreFilter"])
+    spec = spec_for(str(uuid_module.uuid4()), flavor_dict(vcpus=4))
+    assert core.host_passes(_host("a", vcpus_total=8, vcpus_used=28), spec) is True
+    assert core.host_passes(_host("b", vcpus_total=8, vcpus_used=29), spec) is False
+
+
+def test_compute_filter_rejects_disabled_and_down_hosts() -> None:
+    (compute,) = load_filters(make_settings(), ["ComputeFilter"])
+    spec = spec_for(str(uuid_module.uuid4()))
+    assert compute.host_passes(_host("up"), spec)
+    assert not compute.host_passes(_host("disabled", service_disabled=True), spec)
+    assert not compute.host_passes(_host("down", service_up=False), spec)
+
+
+def test_normalize_maps_to_unit_range_and_equal_values_to_zero() -> None:
+    assert normalize([0, 5, 10], None, None) == [0.0, 0.5, 1.0]
+    assert normalize([3, 3], None, None) == [0.0, 0.0]
+    assert normalize([-10, 10], 0, None) == [0.0, 1.0]
+
+
+def test_ram_weigher_spreads_to_the_host_with_most_free_ram(db_url: str) -> None:
+    scheduler = Scheduler(make_settings())
+    ranked = scheduler.rank(
+        [_host("small", memory_mb=4096), _host("big", memory_mb=16384)], spec_for("x")
+    )
+    assert [h.host for h in ranked] == ["big", "small"]
+
+
+def test_select_and_claim_places_the_instance_and_claims_it(db_url: str) -> None:
+    make_compute_node(db_url, "host1")
+    uuid = make_instance(db_url)
+    selection = Scheduler(make_settings()).select_and_claim(db_url, spec_for(uuid))
+    assert selection.host == "host1"
+    with session_scope(db_url) as session:
+        instance = get_instance(session, uuid)
+        assert (instance.host, instance.node) == ("host1", "host1")
+        assert consumer_allocations(session, uuid) == {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}
+
+
+def test_redelivered_selection_returns_the_existing_placement(db_url: str) -> None:
+    make_compute_node(db_url, "host1")
+    make_compute_node(db_url, "host2")
+    uuid = make_instance(db_url)
+    scheduler = Scheduler(make_settings())
+    first = scheduler.select_and_claim(db_url, spec_for(uuid))
+    second = scheduler.select_and_claim(db_url, spec_for(uuid))
+    assert (second.host, second.compute_node_id) == (first.host, first.compute_node_id)
+    with session_scope(db_url) as session:
+        assert consumer_allocations(session, uuid)["VCPU"] == 1
+
+
+def test_no_valid_host_names_the_filter_that_removed_the_hosts(db_url: str) -> None:
+    make_compute_node(db_url, "host1", memory_mb=2048)
+    uuid = make_instance(db_url, flavor=flavor_dict(memory_mb=4096))
+    with pytest.raises(NoValidHost, match=r"RamFilter: 1 -> 0"):
+        Scheduler(make_settings()).select_and_claim(
+            db_url, spec_for(uuid, flavor_dict(memory_mb=4096))
+        )
+
+
+def test_down_host_is_never_picked(db_url: str) -> None:
+    make_compute_node(db_url, "host1")
+    with session_scope(db_url) as session:
+        session.execute(update(Service).values(last_seen_up=dt.datetime(2000, 1, 1)))
+    uuid = make_instance(db_url)
+    with pytest.raises(NoValidHost, match=r"ComputeFilter: 1 -> 0"):
+        Scheduler(make_settings()).select_and_claim(db_url, spec_for(uuid))
+
+
+def test_instance_deleted_while_scheduling_is_not_placed(db_url: str) -> None:
+    node_id = make_compute_node(db_url, "host1")
+    uuid = make_instance(db_url, task_state="deleting")
+    with pytest.raises(UnexpectedTaskStateError):
+        Scheduler(make_settings()).select_and_claim(db_url, spec_for(uuid))
+    with session_scope(db_url) as session:
+        assert consumer_allocations(session, uuid) == {}
+    assert node_id

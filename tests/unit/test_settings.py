@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from novaq.exceptions import ConfigError
+from novaq.settings import load_settings
+
+
+def test_defaults_are_novas() -> None:
+    s = load_settings()
+    assert (s.report_interval, s.service_down_time) == (10, 60)
+    assert (s.initial_cpu_allocation_ratio, s.initial_ram_allocation_ratio) == (4.0, 1.0)
+    assert s.cpu_allocation_ratio is None
+    assert (s.reserved_host_memory_mb, s.reserved_host_disk_mb, s.reserved_host_cpus) == (512, 0, 0)
+    assert s.scheduler.max_attempts == 3
+    assert s.filter_scheduler.host_subset_size == 1
+
+
+def test_environment_sets_grouped_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOVAQ_SCHEDULER__MAX_ATTEMPTS", "5")
+    monkeypatch.setenv("NOVAQ_RESERVED_HOST_MEMORY_MB", "1024")
+    s = load_settings()
+    assert s.scheduler.max_attempts == 5 and s.reserved_host_memory_mb == 1024
+
+
+def test_toml_file_named_by_novaq_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "novaq.toml"
+    config.write_text(
+        "ram_allocation_ratio = 1.5\n[filter_scheduler]\nhost_subset_size = 2\n"
+        '[[hosts]]\nname = "gpu1"\nvcpus = 8\n'
+        '[[hosts.pci_devices]]\naddress = "0000:08:00.0"\nvendor_id = "10de"\nproduct_id = "13f1"\n'
+        '[[pci.alias]]\nname = "QuadroM4000-video"\nvendor_id = "10de"\nproduct_id = "13f1"\n'
+    )
+    monkeypatch.setenv("NOVAQ_CONFIG", str(config))
+    s = load_settings()
+    assert s.ram_allocation_ratio == 1.5 and s.filter_scheduler.host_subset_size == 2
+    host = s.simulated_host("gpu1")
+    assert host is not None and host.vcpus == 8 and host.pci_devices[0].vendor_id == "10de"
+    assert s.pci.alias[0].name == "QuadroM4000-video"
+
+
+def test_environment_wins_over_the_toml_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "novaq.toml"
+    config.write_text("report_interval = 5\n")
+    monkeypatch.setenv("NOVAQ_CONFIG", str(config))
+    monkeypatch.setenv("NOVAQ_REPORT_INTERVAL", "7")
+    assert load_settings().report_interval == 7
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "named"),
+    [
+        ("NOVAQ_REPORT_INTERVAL", "often", "[DEFAULT] report_interval (NOVAQ_REPORT_INTERVAL)"),
+        ("NOVAQ_RESERVED_HOST_CPUS", "-1", "[DEFAULT] reserved_host_cpus"),
+        ("NOVAQ_CPU_ALLOCATION_RATIO", "0", "[DEFAULT] cpu_allocation_ratio"),
+        (
+            "NOVAQ_SCHEDULER__MAX_ATTEMPTS",
+            "0",
+            "[scheduler] max_attempts (NOVAQ_SCHEDULER__MAX_ATTEMPTS)",
+        ),
+    ],
+)
+def test_a_wrong_value_fails_naming_the_option(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, named: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert named in str(info.value)
+
+
+def test_an_unknown_option_in_the_toml_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "novaq.toml"
+    config.write_text("report_intervall = 5\n")
+    monkeypatch.setenv("NOVAQ_CONFIG", str(config))
+    with pytest.raises(ConfigError, match="report_intervall"):
+        load_settings()
+
+
+def test_a_missing_config_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOVAQ_CONFIG", "/nonexistent/novaq.toml")
+    with pytest.raises(ConfigError, match="NOVAQ_CONFIG"):
+        load_settings()
+
+
+def test_service_down_time_below_report_interval_is_raised_as_nova_does() -> None:
+    s = load_settings(report_interval=10, service_down_time=5)
+    assert s.effective_service_down_time == 25

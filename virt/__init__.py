@@ -1,0 +1,63 @@
+"""The hypervisor layer: the ``ComputeDriver`` contract, its libvirt and fake
+implementations, host profiles and the node XML of simulated hosts.
+
+Owns ``get_driver``, the per-process cache of drivers: libvirt's test driver
+keeps its guests in the memory of the process that opened ``test:///<file>``,
+so every caller in one worker process must share one connection. Refuses to
+know about the database, Celery or scheduling.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from novaq.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from virt.driver import ComputeDriver
+    from virt.libvirt.driver import LibvirtDriver
+
+_drivers: dict[tuple[int, str], LibvirtDriver] = {}
+_drivers_lock = threading.Lock()
+
+
+def get_driver(
+    uri: str,
+    *,
+    fail_spawn: bool = False,
+    instances_path: Path | None = None,
+    nodename: str | None = None,
+) -> ComputeDriver:
+    """The process's one ``LibvirtDriver`` for ``uri`` (a forked child gets its own)."""
+    from virt.libvirt.driver import LibvirtDriver
+
+    key = (os.getpid(), uri)
+    with _drivers_lock:
+        driver = _drivers.get(key)
+        if driver is None:
+            driver = LibvirtDriver(
+                uri, fail_spawn=fail_spawn, instances_path=instances_path, nodename=nodename
+            )
+            _drivers[key] = driver
+    _check_same_options(driver, fail_spawn, instances_path)
+    return driver
+
+
+def _check_same_options(driver: LibvirtDriver, fail_spawn: bool, path: Path | None) -> None:
+    if driver.fail_spawn != fail_spawn or (path is not None and driver.instances_path != path):
+        raise ConfigError(
+            option="libvirt_uri",
+            reason=f"a driver for {driver.uri} already exists with other options in this process",
+        )
+
+
+def clear_drivers() -> None:
+    """Close and forget every cached driver of this process (tests, shutdown)."""
+    with _drivers_lock:
+        drivers = [d for (pid, _uri), d in _drivers.items() if pid == os.getpid()]
+        _drivers.clear()
+    for driver in drivers:
+        driver.close()

@@ -1,0 +1,163 @@
+"""The compute driver contract: value objects and the ``ComputeDriver`` Protocol.
+
+Owns what compute logic may ask of a hypervisor and the plain, JSON-friendly
+values that cross that line. Refuses to implement anything: the libvirt driver
+lives in ``virt.libvirt.driver``, the in-memory one in ``virt.fake``.
+
+Semantics every driver keeps (tests in ``tests/unit/virt`` check both drivers):
+
+* ``spawn`` is idempotent: a guest with that uuid that already runs is returned
+  as is (a redelivered build must not fail or start a second guest).
+* ``destroy`` of a missing guest does nothing.
+* power operations on a guest already in the target state do nothing;
+  ``get_info`` and every power operation raise ``DomainNotFound`` for an
+  unknown uuid, and ``HypervisorError`` when the guest's state forbids them.
+* a suspended guest is shut off with its memory saved, and reports power state
+  SHUTDOWN, as Nova's libvirt driver does.
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from novaq.exceptions import InvalidInput
+from virt.host_profile import validate_pci_address
+
+
+def _require_int(spec: GuestSpec, field: str, minimum: int) -> None:
+    value = getattr(spec, field)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(
+            reason=f"guest {spec.uuid}: {field} must be an integer >= {minimum}, not {value!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GuestSpec:
+    """What to start: sizes in MiB (memory, swap) and GiB (disks)."""
+
+    uuid: str
+    name: str
+    vcpus: int
+    memory_mb: int
+    root_gb: int
+    ephemeral_gb: int = 0
+    swap_mb: int = 0
+    image: str = "cirros"
+    pci_addresses: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        try:
+            uuid_module.UUID(self.uuid)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InvalidInput(reason=f"guest uuid {self.uuid!r} is not a UUID") from exc
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidInput(reason=f"guest {self.uuid}: name must be a non-empty string")
+        for field in ("vcpus", "memory_mb"):
+            _require_int(self, field, minimum=1)
+        for field in ("root_gb", "ephemeral_gb", "swap_mb"):
+            _require_int(self, field, minimum=0)
+        if not isinstance(self.pci_addresses, tuple):
+            raise InvalidInput(reason=f"guest {self.uuid}: pci_addresses must be a tuple")
+        for address in self.pci_addresses:
+            validate_pci_address(address)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pci_addresses"] = list(self.pci_addresses)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GuestSpec:
+        fields = dict(data)
+        fields["pci_addresses"] = tuple(fields.get("pci_addresses", ()))
+        return cls(**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class PciDevice:
+    """A PCI device the hypervisor reports; ids are 4 lower-case hex digits, no ``0x``."""
+
+    address: str
+    vendor_id: str
+    product_id: str
+    numa_node: int | None
+    dev_type: str = "type-PCI"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class HostResources:
+    """A node's totals as the hypervisor sees them: MiB of memory, GiB of local disk."""
+
+    hypervisor_hostname: str
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    hypervisor_type: str
+    hypervisor_version: int
+    cpu_info: dict[str, Any]
+    pci_devices: tuple[PciDevice, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pci_devices"] = [device.to_dict() for device in self.pci_devices]
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class GuestInfo:
+    """The hypervisor's live view of one guest (``power_state`` from ``virt.power_state``)."""
+
+    uuid: str
+    name: str
+    power_state: int
+    vcpus: int
+    memory_mb: int
+    pci_addresses: tuple[str, ...]
+    xml: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pci_addresses"] = list(self.pci_addresses)
+        return data
+
+
+class ComputeDriver(Protocol):
+    """What compute logic needs from a hypervisor; one instance per (process, URI)."""
+
+    def init_host(self, host: str) -> None: ...
+
+    def get_available_resource(self) -> HostResources: ...
+
+    def get_available_nodes(self) -> list[str]: ...
+
+    def list_instance_uuids(self) -> list[str]: ...
+
+    def instance_exists(self, uuid: str) -> bool: ...
+
+    def spawn(self, spec: GuestSpec) -> GuestInfo: ...
+
+    def destroy(self, uuid: str) -> None: ...
+
+    def get_info(self, uuid: str) -> GuestInfo: ...
+
+    def power_off(self, uuid: str) -> None: ...
+
+    def power_on(self, uuid: str) -> None: ...
+
+    def reboot(self, uuid: str, hard: bool) -> None: ...
+
+    def pause(self, uuid: str) -> None: ...
+
+    def unpause(self, uuid: str) -> None: ...
+
+    def suspend(self, uuid: str) -> None: ...
+
+    def resume(self, uuid: str) -> None: ...
+
+    def close(self) -> None: ...

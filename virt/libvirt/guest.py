@@ -1,0 +1,107 @@
+"""A libvirt domain with intention-revealing methods (Nova's ``Guest``).
+
+Owns the calls on one ``virDomain``: start, stop, pause, save, reboot, read
+state and XML, forget the definition. Every libvirt call goes through
+``host.translate_errors``, so callers only ever see ``novaq.exceptions``.
+Refuses policy: whether an operation is allowed in a state, and what to do
+when it is already done, is decided by ``virt.libvirt.driver``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from novaq.exceptions import HypervisorError
+from virt import power_state
+from virt.libvirt.config import LibvirtConfigGuest
+from virt.libvirt.host import UNDEFINE_FLAGS, UNSUPPORTED_CODES, error_code, translate_errors
+
+LOG = logging.getLogger(__name__)
+
+
+class Guest:
+    """One domain; cheap to build, holds no state of its own besides the ``virDomain``."""
+
+    def __init__(self, domain: Any) -> None:
+        self._domain = domain
+
+    @property
+    def uuid(self) -> str:
+        return str(self._domain.UUIDString())
+
+    @property
+    def name(self) -> str:
+        return str(self._domain.name())
+
+    def _call(self, action: str, method: str, *args: int) -> Any:
+        with translate_errors(f"{action} of guest {self.uuid}", self.uuid):
+            return getattr(self._domain, method)(*args)
+
+    def launch(self) -> None:
+        """Start the defined domain (restoring its saved memory if it has some)."""
+        self._call("start", "create")
+
+    def poweroff(self) -> None:
+        """Pull the plug: stop the domain at once (``virDomainDestroy``)."""
+        self._call("power off", "destroy")
+
+    def shutdown(self) -> None:
+        """Ask the guest OS to shut down (ACPI); returns before it has."""
+        self._call("shutdown", "shutdown")
+
+    def reboot(self) -> None:
+        """Ask the guest OS to reboot."""
+        self._call("reboot", "reboot", 0)
+
+    def pause(self) -> None:
+        """Freeze the vCPUs; memory stays in the host."""
+        self._call("pause", "suspend")
+
+    def resume(self) -> None:
+        """Unfreeze the vCPUs of a paused guest."""
+        self._call("resume", "resume")
+
+    def save_memory_state(self) -> None:
+        """Save memory to disk and stop (managed save); ``launch`` restores it."""
+        self._call("managed save", "managedSave", 0)
+
+    def discard_saved_memory_state(self) -> None:
+        """Drop the managed save image: the next ``launch`` boots afresh."""
+        self._call("managed save removal", "managedSaveRemove", 0)
+
+    def has_saved_memory_state(self) -> bool:
+        return bool(self._call("managed save check", "hasManagedSaveImage", 0))
+
+    def is_active(self) -> bool:
+        return bool(self._call("activity check", "isActive"))
+
+    def get_power_state(self) -> int:
+        """Nova's power state (``virt.power_state``) of the domain now."""
+        state, _reason = self._call("state read", "state", 0)
+        return power_state.from_libvirt(state)
+
+    def get_resources(self) -> tuple[int, int]:
+        """(vcpus, memory in MiB) of the domain."""
+        _state, max_mem_kib, _mem_kib, vcpus, _cpu_time = self._call("info read", "info")
+        return int(vcpus), int(max_mem_kib) // 1024
+
+    def get_xml(self) -> str:
+        return str(self._call("XML read", "XMLDesc", 0))
+
+    def get_config(self) -> LibvirtConfigGuest:
+        return LibvirtConfigGuest.from_xml(self.get_xml())
+
+    def pci_addresses(self) -> tuple[str, ...]:
+        """Addresses (``0000:08:00.0``) of the host PCI devices passed to the guest."""
+        return tuple(hostdev.address for hostdev in self.get_config().hostdevs)
+
+    def delete_configuration(self) -> None:
+        """Undefine the domain with its managed save image and snapshot metadata."""
+        try:
+            self._call("undefine", "undefineFlags", UNDEFINE_FLAGS)
+        except HypervisorError as exc:
+            if error_code(exc) not in UNSUPPORTED_CODES:
+                raise
+            LOG.warning("guest %s: undefine flags unsupported, undefining plainly", self.uuid)
+            self._call("undefine", "undefine")
