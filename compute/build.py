@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from compute import instance_actions as actions
-from compute.claims import release_in_session
+from compute.claims import release_in_session, retry_on_conflict
 from compute.instance_state import cas_update, get_instance
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
@@ -128,7 +130,8 @@ def fail_build(
     """The one undo of a build: release every allocation of the instance, put it in ERROR
     (task cleared, host and node nulled as Nova's abort does) with a fault. Idempotent:
     returns False, doing nothing, once the instance has left BUILDING."""
-    with session_scope(db_url) as session:
+
+    def undo(session: Session) -> bool:
         try:
             instance = get_instance(session, instance_uuid)
         except InstanceNotFound:
@@ -150,5 +153,9 @@ def fail_build(
             actions.record_event(session, instance_uuid, request_id, event, host, exc)
         else:
             actions.finish_action(session, instance_uuid, request_id, actions.ERROR)
+        return True
+
+    if not retry_on_conflict(db_url, undo):
+        return False
     LOG.info("Instance %s: build failed, now ERROR: %s", instance_uuid, exc)
     return True

@@ -204,7 +204,7 @@ def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> i
 _RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
 
 
-def retry_on_conflict(db_url: str, work: Callable[[Session], T], attempts: int = 10) -> T:
+def retry_on_conflict(db_url: str, work: Callable[[Session], T], attempts: int = 25) -> T:
     """Run ``work`` in its own transaction, again after a generation conflict (or a
     deadlock / serialization failure the database reports), with a little random backoff,
     as Nova's report client retries placement's 409s."""
@@ -216,7 +216,7 @@ def retry_on_conflict(db_url: str, work: Callable[[Session], T], attempts: int =
             if attempt == attempts:
                 raise
             LOG.debug("claim conflict (attempt %d): %s", attempt, exc)
-            time.sleep(random.uniform(0, 0.05 * attempt))
+            time.sleep(random.uniform(0, 0.01 * min(attempt, 10)))
     raise AssertionError("unreachable")
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 
+from sqlalchemy.orm import Session
+
 from compute import instance_actions as actions
-from compute.claims import release_in_session
+from compute.claims import release_in_session, retry_on_conflict
 from compute.instance_state import get_instance
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
@@ -36,13 +38,16 @@ def mark_deleted(instance: Instance) -> None:
 
 def local_delete(db_url: str, instance_uuid: str, request_id: str) -> None:
     """Delete an instance with no host in one transaction (no guest to destroy)."""
-    with session_scope(db_url) as session:
+
+    def work(session: Session) -> None:
         instance = get_instance(session, instance_uuid)
         if instance.deleted:
             return
         release_in_session(session, instance_uuid)
         mark_deleted(instance)
         actions.finish_action(session, instance_uuid, request_id)
+
+    retry_on_conflict(db_url, work)
     LOG.info("Instance %s deleted locally (no host)", instance_uuid)
 
 
@@ -63,16 +68,19 @@ def terminate_instance(
     ):
         try:
             driver.destroy(instance_uuid)
-            with session_scope(db_url) as session:
-                instance = get_instance(session, instance_uuid)
-                release_in_session(session, instance_uuid)
-                if not instance.deleted:
-                    mark_deleted(instance)
+            retry_on_conflict(db_url, lambda session: _release_and_mark(session, instance_uuid))
         except Exception as exc:
             _error_out(db_url, instance_uuid, exc, host)
             raise
     LOG.info("Instance %s deleted on %s", instance_uuid, host)
     return "deleted"
+
+
+def _release_and_mark(session: Session, instance_uuid: str) -> None:
+    instance = get_instance(session, instance_uuid)
+    release_in_session(session, instance_uuid)
+    if not instance.deleted:
+        mark_deleted(instance)
 
 
 def _error_out(db_url: str, instance_uuid: str, exc: BaseException, host: str) -> None:

@@ -1,0 +1,515 @@
+"""The local cluster behind ``novaq up`` and ``novaq demo``.
+
+It owns: the process plan (one scheduler worker, one compute worker per simulated host,
+beat, Flower; as in the ``Procfile``), the cluster's TOML file, the embedded broker when no
+``NOVAQ_BROKER_URL`` is set, the database upgrade, and the children's lives and output. It
+refuses to be a supervisor: when one child exits, :meth:`Cluster.run_forever` stops them all
+(as honcho does) rather than restarting anything.
+
+NOTE: children are ``subprocess.Popen``'d here, each in a session of its own; honcho supplies
+only the look of the output (its ``Printer`` and colours). ``honcho.manager.Manager`` does
+not fit: ``loop()`` blocks and installs SIGINT/SIGTERM handlers (so it cannot run in a
+background thread, and ``start()`` must not block), it forks a ``multiprocessing`` helper
+per child and runs each command through a shell, it allows 5 s (``KILL_WAIT``) before
+SIGKILL where a warm Celery shutdown needs longer, and it cannot tee output to log files or
+keep it off the console for ``novaq demo``. With a session per child, a Ctrl-C in the
+terminal reaches only the launcher, which then sends one SIGTERM (Celery's warm shutdown) to
+each child's main process, and SIGKILLs the whole process group (prefork pool included) of
+any child still alive after the grace period.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO, Any, TextIO
+
+import tomli_w
+from celery import Celery
+from honcho.colour import get_colours
+from honcho.printer import Message, Printer
+from kombu.exceptions import OperationalError
+
+from novaq.embedded_broker import EmbeddedRedis
+from novaq.exceptions import ServiceUnavailable
+from novaq.flower_guard import flower_command, flower_url
+from novaq.settings import Settings
+
+LOG = logging.getLogger(__name__)
+
+#: How children run celery: this interpreter, so the venv's celery even when its ``bin/`` is
+#: not on the PATH.
+CELERY_ARGV: tuple[str, ...] = (sys.executable, "-m", "celery")
+SHUTDOWN_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = 60.0
+_TAIL_LINES = 30
+_SYSTEM = "system"
+
+GPU_VENDOR_ID = "10de"  # NVIDIA
+GPU_PRODUCT_ID = "13f1"  # Quadro M4000
+GPU_ADDRESSES = ("0000:08:00.0", "0000:88:00.0")
+DEFAULT_PCI_ALIAS = {
+    "name": "QuadroM4000-video",
+    "vendor_id": GPU_VENDOR_ID,
+    "product_id": GPU_PRODUCT_ID,
+    "device_type": "type-PCI",
+}
+DEFAULT_PCI_DEVICE_SPEC = {"vendor_id": GPU_VENDOR_ID, "product_id": GPU_PRODUCT_ID}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """One child: its name (log file and output prefix), argv and complete environment.
+
+    ``node`` is the Celery node name a worker answers pings as (None for beat and Flower).
+    """
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    node: str | None = None
+
+
+# -- the plan ----------------------------------------------------------------------------
+def scheduler_node() -> str:
+    return f"scheduler@{socket.gethostname()}"
+
+
+def cluster_config_path(settings: Settings) -> Path:
+    return settings.state_dir.resolve() / "cluster.toml"
+
+
+def plan_processes(
+    settings: Settings,
+    hosts: Sequence[str],
+    broker_url: str,
+    env: Mapping[str, str],
+    *,
+    celery_argv: Sequence[str] = CELERY_ARGV,
+) -> list[ProcessSpec]:
+    """The cluster's processes. ``env`` is the base environment (usually ``os.environ``).
+
+    Compute workers use the threads pool, never prefork: libvirt's ``test:///`` driver keeps
+    its guests in the memory of the process that opened it, so one compute host must be one
+    process.
+    """
+    common = _common_env(settings, broker_url, env)
+    celery = list(celery_argv)
+    specs = [_scheduler_spec(settings, celery, common)]
+    specs += [_compute_spec(settings, celery, common, host) for host in hosts]
+    schedule = settings.state_dir.resolve() / "celerybeat-schedule"
+    beat = [*celery, "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(schedule)]
+    specs.append(ProcessSpec("beat", beat, dict(common)))
+    flower_argv, flower_env = flower_command(settings, celery)
+    specs.append(ProcessSpec("flower", flower_argv, {**common, **flower_env}))
+    return specs
+
+
+def _common_env(settings: Settings, broker_url: str, env: Mapping[str, str]) -> dict[str, str]:
+    common = dict(env)
+    # NOTE: a NOVAQ_HOST inherited from the shell would make every process claim one host;
+    # only compute workers get one, their own.
+    common.pop("NOVAQ_HOST", None)
+    common.update(
+        NOVAQ_BROKER_URL=broker_url,
+        NOVAQ_DATABASE_URL=settings.sqlalchemy_url,
+        NOVAQ_STATE_DIR=str(settings.state_dir.resolve()),
+        NOVAQ_CONFIG=str(cluster_config_path(settings)),
+        PYTHONUNBUFFERED="1",
+    )
+    return common
+
+
+def _scheduler_spec(settings: Settings, celery: list[str], env: dict[str, str]) -> ProcessSpec:
+    node = scheduler_node()
+    argv = [
+        *celery, "-A", "tasks", "worker", "-Q", "scheduler,maintenance", "-n", node,
+        "--pool", "prefork", "--concurrency", str(settings.celery.scheduler_concurrency),
+        "-E", "-l", "INFO",
+    ]  # fmt: skip
+    return ProcessSpec("scheduler", argv, dict(env), node)
+
+
+def _compute_spec(
+    settings: Settings, celery: list[str], env: dict[str, str], host: str
+) -> ProcessSpec:
+    node = f"compute@{host}"
+    argv = [
+        *celery, "-A", "tasks", "worker", "-Q", f"compute.{host}", "-n", node,
+        "--pool", "threads", "--concurrency", str(settings.celery.compute_concurrency),
+        "-E", "-l", "INFO",
+    ]  # fmt: skip
+    return ProcessSpec(f"compute-{host}", argv, {**env, "NOVAQ_HOST": host}, node)
+
+
+# -- the cluster's TOML ------------------------------------------------------------------
+def demo_hosts(n_hosts: int) -> list[dict[str, Any]]:
+    """``host1``..``hostN``: 16 vCPU, 32768 MB, 500 GB; host1 with two Quadro M4000 GPUs."""
+    if n_hosts < 1:
+        raise ValueError(f"a cluster needs at least one host, not {n_hosts}")
+    hosts: list[dict[str, Any]] = [
+        {"name": f"host{i}", "vcpus": 16, "memory_mb": 32768, "local_gb": 500}
+        for i in range(1, n_hosts + 1)
+    ]
+    hosts[0]["pci_devices"] = [
+        {"address": address, "vendor_id": GPU_VENDOR_ID, "product_id": GPU_PRODUCT_ID}
+        for address in GPU_ADDRESSES
+    ]
+    return hosts
+
+
+def write_cluster_config(
+    settings: Settings, n_hosts: int, *, user_config: Path | None = None
+) -> tuple[Path, list[str]]:
+    """Write ``<state_dir>/cluster.toml`` for the children; return it and the host names.
+
+    It starts from the user's TOML (``user_config``, default: the file ``NOVAQ_CONFIG``
+    names) so their options are kept. Hosts declared in the settings win; otherwise
+    ``n_hosts`` demo hosts are generated, plus the Quadro alias and device spec if the
+    settings declare neither a PCI alias nor a device spec.
+    """
+    if user_config is None and os.environ.get("NOVAQ_CONFIG"):
+        user_config = Path(os.environ["NOVAQ_CONFIG"])
+    data: dict[str, Any] = {}
+    if user_config is not None and user_config.is_file():
+        data = tomllib.loads(user_config.read_text(encoding="utf-8"))
+    if settings.hosts:
+        hosts = [h.model_dump(mode="json", exclude_none=True) for h in settings.hosts]
+    else:
+        hosts = demo_hosts(n_hosts)
+        if not settings.pci.alias and not settings.pci.device_spec:
+            pci = data.setdefault("pci", {})
+            pci["alias"] = [dict(DEFAULT_PCI_ALIAS)]
+            pci["device_spec"] = [dict(DEFAULT_PCI_DEVICE_SPEC)]
+    data["hosts"] = hosts
+    path = cluster_config_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # 0600: the user's file may hold secrets ([flower] basic_auth, database passwords).
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(tomli_w.dumps(data))
+    return path, [h["name"] for h in hosts]
+
+
+# -- one child -------------------------------------------------------------------------------
+Sink = Callable[[str, "int | None", str], None]
+
+
+class _Child:
+    """A running ProcessSpec: its output goes to its log file, its tail and the sink."""
+
+    def __init__(self, spec: ProcessSpec, log_dir: Path, sink: Sink, colour: int | None) -> None:
+        self.spec = spec
+        self.log_path = log_dir / f"{spec.name}.log"
+        self._sink = sink
+        self._colour = colour
+        self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        self._log: IO[bytes] = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            spec.argv,
+            env=spec.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(
+            target=self._pump, name=f"novaq-{spec.name}-output", daemon=True
+        )
+        self._reader.start()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self) -> str:
+        return "".join(self._tail).rstrip()
+
+    def terminate(self) -> None:
+        """SIGTERM to the main process only: Celery's warm shutdown ends its own pool."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the whole process group (pool processes included)."""
+        if self.alive():  # NOTE: not reaped yet, so the group id cannot have been reused
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait(self, timeout_s: float) -> bool:
+        try:
+            self.proc.wait(timeout=max(timeout_s, 0.0))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._reader.join(timeout=2.0)
+        self._log.close()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            self._log.write(raw)
+            self._log.flush()
+            line = raw.decode("utf-8", "replace")
+            self._tail.append(line)
+            self._sink(self.name, self._colour, line)
+        self.proc.stdout.close()
+
+
+# -- the cluster ---------------------------------------------------------------------------
+def _upgrade_database(url: str) -> None:
+    from models.migrate import upgrade  # imported late: models/ is optional for this module
+
+    upgrade(url)
+
+
+class Cluster:
+    """A local cluster: a context manager, ``start()`` (non-blocking), ``wait_ready()``,
+    ``run_forever()`` (foreground, until Ctrl-C, SIGTERM or a child's exit) and ``stop()``.
+
+    Output goes to ``<state_dir>/logs/<name>.log`` and, unless ``quiet``, to ``output``
+    (default stdout) prefixed with the process name. ``migrate`` (default
+    ``models.migrate.upgrade``) is called with the database URL before anything starts.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        n_hosts: int = 2,
+        quiet: bool = False,
+        output: TextIO | None = None,
+        migrate: Callable[[str], None] | None = None,
+        env: Mapping[str, str] | None = None,
+        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+    ) -> None:
+        self.settings = settings
+        self.n_hosts = n_hosts
+        self.state_dir = settings.state_dir.resolve()
+        self.log_dir = self.state_dir / "logs"
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self._migrate = migrate or _upgrade_database
+        self._env = dict(os.environ if env is None else env)
+        self._printer = None if quiet else Printer(output or sys.stdout, width=len(_SYSTEM))
+        self._print_lock = threading.RLock()  # RLock: signal handlers print too
+        self._colours: Iterator[int] = get_colours()
+        self._broker: EmbeddedRedis | None = None
+        self._hosts: list[str] = []
+        self._children: list[_Child] = []
+        self._started = False
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def broker_url(self) -> str:
+        if self.settings.broker_url:
+            return self.settings.broker_url
+        if self._broker is None:
+            raise RuntimeError("the cluster is not started: it has no embedded broker yet")
+        return self._broker.url
+
+    @property
+    def flower_url(self) -> str:
+        return flower_url(self.settings)
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self._hosts)
+
+    @property
+    def processes(self) -> list[ProcessSpec]:
+        return [child.spec for child in self._children]
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def plan(self, broker_url: str) -> list[ProcessSpec]:
+        """The processes to run (tests override this to run a smaller app)."""
+        return plan_processes(self.settings, self._hosts, broker_url, self._env)
+
+    def start(self) -> Cluster:
+        """Start the broker, upgrade the database, launch the children; do not wait."""
+        if self._started:
+            return self
+        flower_command(self.settings)  # refuse an open Flower before starting anything
+        self._started = True
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            if not self.settings.broker_url:
+                self._broker = EmbeddedRedis(self.state_dir).start()
+            _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
+            self._migrate(self.settings.sqlalchemy_url)
+            self._launch(self.plan(self.broker_url))
+        except BaseException:
+            self.stop()
+            raise
+        atexit.register(self.stop)
+        return self
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Return once the scheduler and every compute worker answer a broadcast ping."""
+        expected = {spec.node for spec in self.processes if spec.node}
+        app = Celery("novaq-cluster-probe", broker=self.broker_url, set_as_current=False)
+        deadline = time.monotonic() + timeout_s
+        missing = expected
+        try:
+            while True:
+                self._raise_if_a_child_exited()
+                missing = expected - _ping(app)
+                if not missing or time.monotonic() >= deadline:
+                    break
+        finally:
+            app.close()
+        if missing:
+            raise self._not_ready(missing, timeout_s)
+
+    def run_forever(self) -> int:
+        """Run in the foreground until Ctrl-C, SIGTERM, SIGHUP or a child's exit; then stop.
+
+        Returns 0 after a requested stop, else the exit status of the child that ended
+        (1 if it ended with 0).
+        """
+        self.start()
+        requested = threading.Event()
+        previous = _install_stop_handlers(requested, self._system)
+        status = 0
+        try:
+            while not requested.wait(0.2):
+                ended = next((c for c in self._children if not c.alive()), None)
+                if ended is not None:
+                    status = ended.proc.returncode or 1
+                    self._system(f"{ended.name} exited (rc={ended.proc.returncode}); stopping")
+                    break
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.stop()
+        return status
+
+    def stop(self) -> None:
+        """SIGTERM every child, SIGKILL those left after the grace period, stop the broker.
+
+        Idempotent.
+        """
+        atexit.unregister(self.stop)
+        self._started = False
+        children, self._children = self._children, []
+        self._shut_down(children)
+        for child in children:
+            child.close()
+        if children:
+            self._system("all processes stopped")
+        if self._broker is not None:
+            self._broker.stop()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals -------------------------------------------------------------------------
+    def _launch(self, specs: list[ProcessSpec]) -> None:
+        if self._printer is not None:
+            self._printer.width = max([len(_SYSTEM), *(len(s.name) for s in specs)])
+        for spec in specs:
+            child = _Child(spec, self.log_dir, self._emit, next(self._colours))
+            self._children.append(child)
+            self._system(f"{spec.name} started (pid={child.proc.pid})")
+
+    def _shut_down(self, children: list[_Child]) -> None:
+        for child in children:
+            if child.alive():
+                self._system(f"sending SIGTERM to {child.name} (pid {child.proc.pid})")
+                child.terminate()
+        deadline = time.monotonic() + self.shutdown_timeout_s
+        for child in children:
+            if not child.wait(deadline - time.monotonic()):
+                self._system(f"sending SIGKILL to {child.name} (pid {child.proc.pid})")
+                child.kill()
+                child.wait(5.0)
+
+    def _raise_if_a_child_exited(self) -> None:
+        for child in self._children:
+            if not child.alive():
+                raise ServiceUnavailable(
+                    service="novaq cluster",
+                    reason=f"{child.name} exited with status {child.proc.returncode} "
+                    f"(log: {child.log_path}):\n{child.tail()}",
+                )
+
+    def _not_ready(self, missing: set[str], timeout_s: float) -> ServiceUnavailable:
+        tails = "\n".join(
+            f"--- {c.name} ({c.log_path}):\n{c.tail()}"
+            for c in self._children
+            if c.spec.node in missing
+        )
+        return ServiceUnavailable(
+            service="novaq cluster",
+            reason=f"{', '.join(sorted(missing))} did not answer a ping within "
+            f"{timeout_s:g} s\n{tails}",
+        )
+
+    def _emit(self, name: str, colour: int | None, line: str) -> None:
+        if self._printer is None:
+            return
+        message = Message("line", line, datetime.datetime.now(), name, colour)
+        with self._print_lock:
+            self._printer.write(message)
+
+    def _system(self, text: str) -> None:
+        LOG.debug("%s", text)
+        self._emit(_SYSTEM, None, text)
+
+
+def _ping(app: Celery) -> set[str]:
+    """The node names that answer a broadcast ping within a second."""
+    try:
+        replies = app.control.ping(timeout=1.0)
+    except OperationalError as exc:  # the broker is not reachable (yet)
+        LOG.debug("ping failed: %s", exc)
+        time.sleep(0.5)
+        return set()
+    return {node for reply in replies for node in reply}
+
+
+def _install_stop_handlers(
+    requested: threading.Event, report: Callable[[str], None]
+) -> dict[int, Any]:
+    """Turn SIGINT, SIGTERM and SIGHUP into ``requested``; return the previous handlers."""
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        report(f"{signal.Signals(signum).name} received")
+        requested.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous  # only the main thread may set handlers; the caller calls stop()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[signum] = signal.signal(signum, _on_signal)
+    return previous

@@ -1,0 +1,363 @@
+"""The local cluster: its process plan, its TOML file, and the children's lives."""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import socket
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from honcho.environ import parse_procfile
+
+from novaq.cluster import (
+    CELERY_ARGV,
+    Cluster,
+    ProcessSpec,
+    cluster_config_path,
+    plan_processes,
+    write_cluster_config,
+)
+from novaq.exceptions import ConfigError, ServiceUnavailable
+from novaq.settings import Settings
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+BROKER = "redis://127.0.0.1:6399/0"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith(("NOVAQ_", "FLOWER_")):
+            monkeypatch.delenv(name)
+    yield
+
+
+def by_name(specs: list[ProcessSpec]) -> dict[str, ProcessSpec]:
+    return {spec.name: spec for spec in specs}
+
+
+def option(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+# -- plan_processes ------------------------------------------------------------------------
+def test_plan_runs_a_scheduler_a_compute_worker_per_host_beat_and_flower(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    specs = by_name(plan_processes(settings, ["host1", "host2"], BROKER, {}))
+    assert list(specs) == ["scheduler", "compute-host1", "compute-host2", "beat", "flower"]
+    for spec in specs.values():
+        assert spec.argv[:5] == [*CELERY_ARGV, "-A", "tasks"]
+
+
+def test_plan_scheduler_consumes_scheduler_and_maintenance_with_prefork(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, celery={"scheduler_concurrency": 3})
+    scheduler = by_name(plan_processes(settings, ["host1"], BROKER, {}))["scheduler"]
+    argv = scheduler.argv
+    assert argv[len(CELERY_ARGV) + 2] == "worker"
+    assert option(argv, "-Q") == "scheduler,maintenance"
+    assert option(argv, "-n") == f"scheduler@{socket.gethostname()}" == scheduler.node
+    assert option(argv, "--pool") == "prefork"
+    assert option(argv, "--concurrency") == "3"
+    assert "-E" in argv and option(argv, "-l") == "INFO"
+    assert "NOVAQ_HOST" not in scheduler.env
+
+
+def test_plan_compute_workers_use_threads_one_queue_and_their_own_host(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, celery={"compute_concurrency": 6})
+    specs = by_name(plan_processes(settings, ["host1", "host2"], BROKER, {"NOVAQ_HOST": "x"}))
+    for host in ("host1", "host2"):
+        spec = specs[f"compute-{host}"]
+        assert option(spec.argv, "-Q") == f"compute.{host}"
+        assert option(spec.argv, "-n") == f"compute@{host}" == spec.node
+        assert option(spec.argv, "--pool") == "threads"
+        assert option(spec.argv, "--concurrency") == "6"
+        assert "-E" in spec.argv
+        assert spec.env["NOVAQ_HOST"] == host
+    assert "NOVAQ_HOST" not in specs["beat"].env
+
+
+def test_plan_gives_every_child_the_cluster_environment(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    specs = plan_processes(settings, ["host1"], BROKER, {"PATH": "/bin", "NOVAQ_BROKER_URL": "x"})
+    for spec in specs:
+        assert spec.env["PATH"] == "/bin"
+        assert spec.env["NOVAQ_BROKER_URL"] == BROKER
+        assert spec.env["NOVAQ_DATABASE_URL"] == f"sqlite:///{tmp_path.resolve()}/novaq.sqlite"
+        assert spec.env["NOVAQ_STATE_DIR"] == str(tmp_path.resolve())
+        assert spec.env["NOVAQ_CONFIG"] == str(tmp_path.resolve() / "cluster.toml")
+        assert spec.env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_plan_runs_beat_with_its_schedule_in_the_state_dir(tmp_path: Path) -> None:
+    beat = by_name(plan_processes(Settings(state_dir=tmp_path), [], BROKER, {}))["beat"]
+    assert beat.argv[len(CELERY_ARGV) + 2] == "beat"
+    assert option(beat.argv, "--schedule") == str(tmp_path.resolve() / "celerybeat-schedule")
+    assert beat.node is None
+
+
+def test_plan_passes_flower_basic_auth_only_to_flower_and_only_by_env(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, flower={"address": "0.0.0.0", "basic_auth": "a:pw"})
+    specs = by_name(plan_processes(settings, ["host1"], BROKER, {}))
+    assert specs["flower"].env["FLOWER_BASIC_AUTH"] == "a:pw"
+    assert "--address=0.0.0.0" in specs["flower"].argv
+    assert all("a:pw" not in " ".join(spec.argv) for spec in specs.values())
+    assert "FLOWER_BASIC_AUTH" not in specs["scheduler"].env
+
+
+def test_plan_refuses_an_unauthenticated_public_flower(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, flower={"address": "0.0.0.0"})
+    with pytest.raises(ConfigError, match="NOVAQ_FLOWER__BASIC_AUTH"):
+        plan_processes(settings, ["host1"], BROKER, {})
+
+
+def test_the_procfile_runs_the_same_workers_as_the_plan_for_two_hosts(tmp_path: Path) -> None:
+    procfile = parse_procfile((REPO / "Procfile").read_text()).processes
+    plan = by_name(plan_processes(Settings(state_dir=tmp_path), ["host1", "host2"], BROKER, {}))
+    pairs = {"scheduler": "scheduler", "compute1": "compute-host1", "compute2": "compute-host2"}
+    for line_name, spec_name in pairs.items():
+        argv = shlex.split(procfile[line_name])
+        assert option(argv, "-Q") == option(plan[spec_name].argv, "-Q")
+        expected_node = option(plan[spec_name].argv, "-n").replace(socket.gethostname(), "%h")
+        assert option(argv, "-n") == expected_node
+    assert procfile["compute1"].startswith("NOVAQ_HOST=host1 ")
+    assert "--pool threads" in procfile["compute2"]
+    assert procfile["beat"] == "celery -A tasks beat -l INFO"
+    assert procfile["flower"] == "celery -A tasks flower --address=127.0.0.1 --port=5555"
+
+
+# -- write_cluster_config ------------------------------------------------------------------
+def load_as_settings(path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("NOVAQ_CONFIG", str(path))
+    return Settings()
+
+
+def test_cluster_config_generates_demo_hosts_with_two_gpus_on_host1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, hosts = write_cluster_config(Settings(state_dir=tmp_path), 3)
+    assert path == cluster_config_path(Settings(state_dir=tmp_path))
+    assert hosts == ["host1", "host2", "host3"]
+    loaded = load_as_settings(path, monkeypatch)
+    assert [(h.vcpus, h.memory_mb, h.local_gb) for h in loaded.hosts] == [(16, 32768, 500)] * 3
+    gpus = loaded.hosts[0].pci_devices
+    assert [(d.address, d.vendor_id, d.product_id) for d in gpus] == [
+        ("0000:08:00.0", "10de", "13f1"),
+        ("0000:88:00.0", "10de", "13f1"),
+    ]
+    assert loaded.hosts[1].pci_devices == ()
+    (alias,) = loaded.pci.alias
+    assert (alias.name, alias.vendor_id, alias.product_id, alias.device_type) == (
+        "QuadroM4000-video", "10de", "13f1", "type-PCI",
+    )  # fmt: skip
+    (spec,) = loaded.pci.device_spec
+    assert (spec.vendor_id, spec.product_id) == ("10de", "13f1")
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_cluster_config_keeps_the_users_options_and_pci_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = tmp_path / "novaq.toml"
+    user.write_text(
+        "report_interval = 5\n"
+        "[filter_scheduler]\nram_weight_multiplier = 2.5\n"
+        '[[pci.alias]]\nname = "a1"\nvendor_id = "8086"\nproduct_id = "1520"\n'
+    )
+    monkeypatch.setenv("NOVAQ_CONFIG", str(user))
+    settings = Settings(state_dir=tmp_path / "state")
+    path, hosts = write_cluster_config(settings, 2)
+    assert hosts == ["host1", "host2"]
+    loaded = load_as_settings(path, monkeypatch)
+    assert loaded.report_interval == 5
+    assert loaded.filter_scheduler.ram_weight_multiplier == 2.5
+    assert [a.name for a in loaded.pci.alias] == ["a1"]
+    assert loaded.pci.device_spec == ()
+    assert user.read_text().startswith("report_interval = 5")  # the user's file is untouched
+
+
+def test_cluster_config_uses_the_declared_hosts_and_ignores_the_count(tmp_path: Path) -> None:
+    settings = Settings(
+        state_dir=tmp_path,
+        hosts=[
+            {"name": "alpha", "vcpus": 8},
+            {"name": "beta", "pci_devices": [
+                {"address": "0000:01:00.0", "vendor_id": "8086", "product_id": "1520"}]},
+        ],
+    )  # fmt: skip
+    path, hosts = write_cluster_config(settings, 5)
+    assert hosts == ["alpha", "beta"]
+    data: dict[str, Any] = tomllib.loads(path.read_text())
+    assert data["hosts"][0]["vcpus"] == 8
+    assert data["hosts"][1]["pci_devices"][0]["address"] == "0000:01:00.0"
+    assert "pci" not in data
+
+
+def test_cluster_config_needs_at_least_one_host(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one host"):
+        write_cluster_config(Settings(state_dir=tmp_path), 0)
+
+
+# -- Cluster ---------------------------------------------------------------------------------
+def python_spec(name: str, code: str, node: str | None = None) -> ProcessSpec:
+    return ProcessSpec(name, [sys.executable, "-c", code], dict(os.environ), node)
+
+
+class ScriptedCluster(Cluster):
+    """A Cluster whose plan is given by the test instead of ``plan_processes``."""
+
+    def __init__(self, settings: Settings, specs: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("migrate", self.record_migration)
+        super().__init__(settings, **kwargs)
+        self.specs = specs
+        self.migrated: list[str] = []
+
+    def record_migration(self, url: str) -> None:
+        self.migrated.append(url)
+
+    def plan(self, broker_url: str) -> list[ProcessSpec]:
+        return self.specs(broker_url) if callable(self.specs) else self.specs
+
+
+def embedded_worker(broker_url: str, node: str, queue: str) -> ProcessSpec:
+    env = {**os.environ, "EMBEDDED_BROKER_URL": broker_url, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    argv = [*CELERY_ARGV, "-A", "embedded_app", "worker", "-n", node, "-Q", queue,
+            "--pool", "threads", "--concurrency", "1", "-E", "-l", "INFO"]  # fmt: skip
+    return ProcessSpec(node.replace("@", "-"), argv, env, node)
+
+
+def pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cluster_starts_broker_and_workers_waits_for_them_and_stops_everything(
+    tmp_path: Path,
+) -> None:
+    def specs(url: str) -> list[ProcessSpec]:
+        return [
+            embedded_worker(url, "scheduler@test", "scheduler"),
+            embedded_worker(url, "compute@host1", "compute.host1"),
+        ]
+
+    output = io.StringIO()
+    cluster = ScriptedCluster(Settings(state_dir=tmp_path), specs, n_hosts=1, output=output)
+    with cluster:
+        cluster.wait_ready(timeout_s=60)
+        assert cluster.hosts == ["host1"]
+        assert cluster.broker_url.startswith("redis://:")
+        assert cluster.migrated == [f"sqlite:///{tmp_path.resolve()}/novaq.sqlite"]
+        pids = [child.proc.pid for child in cluster._children]
+        assert cluster._broker is not None
+        broker_pid = cluster._broker.pid
+    assert broker_pid is not None
+    assert not any(pid_exists(pid) for pid in [*pids, broker_pid])
+    log = cluster.log_path("compute-host1").read_text()
+    assert "compute@host1 ready" in log
+    printed = output.getvalue()
+    assert "compute-host1 " in printed and "| " in printed
+    assert "sending SIGTERM to scheduler-test" in printed
+    assert "SIGKILL" not in printed
+
+
+def test_quiet_cluster_writes_output_only_to_log_files(tmp_path: Path) -> None:
+    output = io.StringIO()
+    specs = [python_spec("talker", "import time; print('hello from talker'); time.sleep(30)")]
+    with ScriptedCluster(Settings(state_dir=tmp_path), specs, quiet=True, output=output) as c:
+        log = c.log_path("talker")
+        seen = _wait_for_text(log, "hello from talker")
+    assert seen
+    assert output.getvalue() == ""
+
+
+def _wait_for_text(path: Path, text: str, timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_wait_ready_names_the_workers_that_never_answer(tmp_path: Path) -> None:
+    specs = [python_spec("ghost", "import time; time.sleep(30)", node="compute@ghost")]
+    cluster = ScriptedCluster(Settings(state_dir=tmp_path), specs, quiet=True)
+    with cluster, pytest.raises(ServiceUnavailable) as caught:
+        cluster.wait_ready(timeout_s=2)
+    assert "compute@ghost did not answer a ping" in str(caught.value)
+    assert str(tmp_path.resolve() / "logs" / "ghost.log") in str(caught.value)
+
+
+def test_wait_ready_reports_a_child_that_exited_with_its_log_tail(tmp_path: Path) -> None:
+    specs = [python_spec("crasher", "print('ImportError: no tasks'); raise SystemExit(3)", "c@h")]
+    cluster = ScriptedCluster(Settings(state_dir=tmp_path), specs, quiet=True)
+    with cluster, pytest.raises(ServiceUnavailable) as caught:
+        cluster.wait_ready(timeout_s=30)
+    assert "crasher exited with status 3" in str(caught.value)
+    assert "ImportError: no tasks" in str(caught.value)
+
+
+def test_run_forever_stops_every_child_when_one_exits(tmp_path: Path) -> None:
+    specs = [
+        python_spec("sleeper", "import time; time.sleep(60)"),
+        python_spec("quitter", "import time; time.sleep(0.5); raise SystemExit(4)"),
+    ]
+    output = io.StringIO()
+    cluster = ScriptedCluster(Settings(state_dir=tmp_path), specs, output=output)
+    assert cluster.run_forever() == 4
+    assert "quitter exited (rc=4); stopping" in output.getvalue()
+    assert "sending SIGTERM to sleeper" in output.getvalue()
+    assert cluster.processes == []
+
+
+def test_stop_kills_a_child_that_ignores_sigterm_after_the_grace_period(tmp_path: Path) -> None:
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ignoring TERM', flush=True); time.sleep(60)"
+    )
+    output = io.StringIO()
+    cluster = ScriptedCluster(
+        Settings(state_dir=tmp_path), [python_spec("stubborn", code)],
+        output=output, shutdown_timeout_s=0.5,
+    )  # fmt: skip
+    with cluster:
+        assert _wait_for_text(cluster.log_path("stubborn"), "ignoring TERM")
+        pid = cluster._children[0].proc.pid
+    assert "sending SIGKILL to stubborn" in output.getvalue()
+    assert not pid_exists(pid)
+
+
+def test_start_refuses_an_open_flower_before_starting_anything(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, flower={"address": "0.0.0.0"})
+    with pytest.raises(ConfigError):
+        ScriptedCluster(settings, []).start()
+    assert not (tmp_path / "broker").exists()
+
+
+def test_start_stops_the_broker_when_the_migration_fails(tmp_path: Path) -> None:
+    def failing_migration(url: str) -> None:
+        raise RuntimeError("no alembic")
+
+    cluster = ScriptedCluster(Settings(state_dir=tmp_path), [], migrate=failing_migration)
+    with pytest.raises(RuntimeError, match="no alembic"):
+        cluster.start()
+    assert cluster._broker is not None and not cluster._broker.running()
+
+
+def test_a_configured_broker_url_is_used_instead_of_an_embedded_one(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, broker_url=BROKER)
+    with ScriptedCluster(settings, []) as cluster:
+        assert cluster.broker_url == BROKER
+        assert cluster._broker is None
+    assert cluster.flower_url == "http://127.0.0.1:5555"
