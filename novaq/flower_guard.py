@@ -70,7 +70,9 @@ def flower_command(
         f"--address={flower.address}",
         f"--port={flower.port}",
     ]
-    extra_env = {BASIC_AUTH_ENV: secret} if secret else {}
+    # NOTE: Flower 2.x refuses its HTTP API without authentication unless told otherwise;
+    # on loopback with no credentials configured, the API is as open as the UI.
+    extra_env = {BASIC_AUTH_ENV: secret} if secret else {"FLOWER_UNAUTHENTICATED_API": "true"}
     return argv, extra_env
 
 

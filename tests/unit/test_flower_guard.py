@@ -42,7 +42,7 @@ def test_is_loopback_rejects_everything_else(address: str) -> None:
 def test_flower_command_runs_flower_of_the_tasks_app_on_the_configured_address() -> None:
     argv, extra_env = flower_command(make_settings(address="127.0.0.1", port=5601))
     assert argv == ["celery", "-A", "tasks", "flower", "--address=127.0.0.1", "--port=5601"]
-    assert extra_env == {}
+    assert extra_env == {"FLOWER_UNAUTHENTICATED_API": "true"}
 
 
 def test_flower_command_uses_the_given_celery_invocation() -> None:

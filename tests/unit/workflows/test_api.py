@@ -16,7 +16,6 @@ from novaq.exceptions import (
     FlavorExists,
     FlavorNotFound,
     InstanceNotFound,
-    InvalidFlavor,
     InvalidInput,
     ServiceUnavailable,
 )

@@ -1,0 +1,133 @@
+"""``novaq up`` with nothing configured: embedded broker, SQLite, two simulated hosts,
+scheduler, beat and Flower; a server boots through the ``novaq`` command and Flower's API
+lists every worker and the build task with its instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+NOVAQ = [sys.executable, "-m", "novaq.cli"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _bare_env(state_dir: Path, flower_port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
+    env.update(
+        NOVAQ_STATE_DIR=str(state_dir),
+        NOVAQ_FLOWER__PORT=str(flower_port),
+        NOVAQ_REPORT_INTERVAL="1",
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def _poll(what: str, check: Any, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except OSError as exc:
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"{what} never happened (last: {last!r})")
+
+
+@pytest.fixture
+def novaq_up(tmp_path: Path) -> Iterator[tuple[dict[str, str], int, subprocess.Popen[bytes]]]:
+    port = _free_port()
+    env = _bare_env(tmp_path / "state", port)
+    log = (tmp_path / "up.log").open("wb")
+    proc = subprocess.Popen(
+        [*NOVAQ, "up", "--hosts", "2"],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield env, port, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        log.close()
+
+
+def _cli(env: dict[str, str], *args: str) -> Any:
+    done = subprocess.run([*NOVAQ, *args, "--json"], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)
+
+
+def test_novaq_up_with_nothing_configured_boots_and_flower_sees_it(
+    novaq_up: tuple[dict[str, str], int, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    env, port, proc = novaq_up
+    flower = f"http://127.0.0.1:{port}"
+    wanted = {"compute@host1", "compute@host2"}
+
+    def workers() -> dict[str, Any] | None:
+        assert proc.poll() is None, (tmp_path / "up.log").read_text()
+        seen = _get(f"{flower}/api/workers?refresh=1")
+        names = set(seen)
+        if wanted <= names and any(n.startswith("scheduler@") for n in names):
+            return seen
+        return None
+
+    seen = _poll("Flower listing every worker", workers, timeout_s=90)
+    assert [q["name"] for q in seen["compute@host1"]["active_queues"]] == ["compute.host1"]
+    assert (tmp_path / "state" / "broker" / "url").read_text().startswith("redis://")
+
+    _cli(env, "flavor-create", "tiny", "--vcpus", "1", "--ram", "256", "--disk", "1")
+    [server] = _cli(env, "boot", "vm1", "--flavor", "tiny", "--wait", "60")
+    assert server["status"] == "ACTIVE" and server["host"] in {"host1", "host2"}
+
+    def build_task() -> dict[str, Any] | None:
+        tasks = _get(f"{flower}/api/tasks")
+        for task in tasks.values():
+            if (
+                task["name"] == "compute.build_and_run_instance"
+                and server["uuid"] in task["kwargs"]
+            ):
+                return task
+        return None
+
+    task = _poll("Flower showing the build task", build_task)
+    assert task["state"] == "SUCCESS" and task["worker"] == f"compute@{server['host']}"
+
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(40) == 0
+    assert not (tmp_path / "state" / "broker" / "url").exists()
