@@ -1,0 +1,74 @@
+"""Failures on real workers: a host whose hypervisor refuses to start guests, and a host
+that stops reporting."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, func, select
+
+from models import Allocation, ComputeNode, Service
+from models.db import session_scope
+from novaq.exceptions import FlavorExists
+from tests.integration.conftest import Cluster, Worker
+from workflows import api
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def broken_host(services: str, two_hosts: Cluster, tmp_path: Path) -> Iterator[Worker]:
+    """A third compute host with far more RAM than the others (so the RAM weigher picks it)
+    whose hypervisor refuses to start guests."""
+    config = tmp_path / "broken.toml"
+    config.write_text('[[hosts]]\nname = "broken"\nmemory_mb = 262144\nfail_spawn = true\n')
+    worker = two_hosts.add(
+        "broken",
+        "compute.broken",
+        "compute@broken",
+        "broken",
+        extra_env={"NOVAQ_CONFIG": str(config)},
+    )
+    two_hosts.wait_ready({"compute@broken"})
+    yield worker
+    worker.stop()
+    with session_scope(services) as session:  # forget the host so later tests never see it
+        session.execute(delete(Service).where(Service.host == "broken"))
+        session.execute(delete(ComputeNode).where(ComputeNode.host == "broken"))
+
+
+def test_spawn_failure_errors_with_fault_and_releases_then_the_host_goes_down(
+    services: str, broken_host: Worker
+) -> None:
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor("it.fail", 1, 1024, 1)
+    [uuid] = api.boot("doomed", "it.fail", "cirros")
+    view = api.wait(uuid, "ERROR", timeout=60)
+    assert view["fault"]["message"] == "Hypervisor error: simulated host refuses to start guests"
+    assert view["host"] is None
+    with session_scope(services) as session:
+        held = session.scalar(
+            select(func.count()).select_from(Allocation).where(Allocation.consumer_uuid == uuid)
+        )
+    assert held == 0
+    broken = next(h for h in api.list_hosts() if h["host"] == "broken")
+    assert (broken["vcpus_used"], broken["memory_mb_used"]) == (0, 512)
+    [action] = api.list_actions(uuid)
+    assert [(e["event"], e["result"]) for e in action["events"]] == [
+        ("compute__do_build_and_run_instance", "Error")
+    ]
+    assert "HypervisorError" in action["events"][0]["traceback"]
+
+    # The host stops heartbeating: it is down once service_down_time (6 s here) has passed.
+    assert next(s for s in api.list_services() if s["host"] == "broken")["up"] is True
+    broken_host.stop()
+    deadline = time.monotonic() + 20
+    while next(s for s in api.list_services() if s["host"] == "broken")["up"]:
+        assert time.monotonic() < deadline, "the stopped host never went down"
+        time.sleep(0.5)
+    api.delete(uuid)
+    assert api.show(uuid)["status"] == "DELETED"
