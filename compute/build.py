@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute.claims import release_in_session, retry_on_conflict
 from compute.instance_state import cas_update, get_instance
+from compute.pci import held_devices
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope
@@ -72,7 +73,8 @@ def build_and_run_instance(
                 expected_vm_state=[VmState.BUILDING],
                 task_state=TaskState.SPAWNING,
             )
-            spec = guest_spec(instance)
+            devices = held_devices(session, instance_uuid)
+            spec = guest_spec(instance, tuple(d.address for d in devices))
     except (UnexpectedTaskStateError, InstanceNotFound) as exc:
         LOG.info("Instance %s on %s: build skipped: %s", instance_uuid, host, exc)
         return BuildResult(instance_uuid, "skipped", host)

@@ -13,7 +13,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from compute.pci import PciRequest, claim_devices, held_devices, release_devices
 from models import Allocation, ComputeNode
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
 from models.db import session_scope
@@ -32,18 +33,27 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class ResourceRequest:
-    """What one consumer asks of one node, in placement's units."""
+    """What one consumer asks of one node, in placement's units, plus PCI devices."""
 
     vcpus: int
     memory_mb: int
     disk_gb: int
+    pci: tuple[PciRequest, ...] = ()
 
     @classmethod
-    def from_flavor(cls, flavor: Mapping[str, Any]) -> ResourceRequest:
+    def from_flavor(
+        cls, flavor: Mapping[str, Any], pci: Sequence[PciRequest] = ()
+    ) -> ResourceRequest:
         # Nova: DISK_GB = root + ephemeral + ceil(swap MB / 1024).
         disk = flavor["root_gb"] + flavor.get("ephemeral_gb", 0)
         disk += math.ceil(flavor.get("swap", 0) / 1024)
-        return cls(vcpus=flavor["vcpus"], memory_mb=flavor["memory_mb"], disk_gb=disk)
+        return cls(
+            vcpus=flavor["vcpus"], memory_mb=flavor["memory_mb"], disk_gb=disk, pci=tuple(pci)
+        )
+
+    @property
+    def pci_count(self) -> int:
+        return sum(r.count for r in self.pci)
 
     def as_resources(self) -> dict[str, int]:
         return {VCPU: self.vcpus, MEMORY_MB: self.memory_mb, DISK_GB: self.disk_gb}
@@ -130,22 +140,33 @@ def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
 
 
 def claim_in_session(
-    session: Session, node_id: int, consumer_uuid: str, request: ResourceRequest
+    session: Session,
+    node_id: int,
+    consumer_uuid: str,
+    request: ResourceRequest,
+    instance_uuid: str | None = None,
 ) -> None:
-    """One claim attempt inside the caller's transaction (which must roll back on error).
+    """One claim attempt inside the caller's transaction (which must roll back on error):
+    allocations, then PCI devices, then the generation compare-and-swap.
 
     Idempotent: a consumer that already holds exactly this request on this node is left
-    as it is (a redelivered message claims nothing twice).
+    as it is (a redelivered message claims nothing twice). ``instance_uuid`` owns the
+    devices (defaults to the consumer; differs when a migration is the consumer).
     """
     node = session.get(ComputeNode, node_id, populate_existing=True)
     if node is None or node.deleted:
         raise ResourcesUnavailable(node=str(node_id), reason="compute node is gone")
     generation = node.generation
     held = consumer_allocations(session, consumer_uuid, node_id)
-    if held == {rc: n for rc, n in request.as_resources().items() if n}:
+    devices = held_devices(session, consumer_uuid, node_id)
+    if (
+        held == {rc: n for rc, n in request.as_resources().items() if n}
+        and len(devices) == request.pci_count
+    ):
         return
-    if held:
+    if held or devices:
         _delete_allocations(session, consumer_uuid, node_id)
+        release_devices(session, consumer_uuid, node_id)
     check_capacity(node, allocation_usage(session, node_id), request)
     for rc, amount in request.as_resources().items():
         if amount:
@@ -158,25 +179,29 @@ def claim_in_session(
                 )
             )
     session.flush()
+    if request.pci:
+        claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
     write_usage(session, node, generation)
 
 
 def release_in_session(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:
-    """Remove the consumer's allocations (on one node or everywhere) inside the caller's
-    transaction. Returns how many rows went; 0 means there was nothing to release."""
-    node_ids = session.scalars(
-        select(Allocation.compute_node_id)
-        .where(Allocation.consumer_uuid == consumer_uuid)
-        .distinct()
-    ).all()
+    """Remove the consumer's allocations and PCI devices (on one node or everywhere) inside
+    the caller's transaction. Returns how many allocation rows and devices went; 0 means
+    there was nothing to release."""
+    node_ids = set(
+        session.scalars(
+            select(Allocation.compute_node_id).where(Allocation.consumer_uuid == consumer_uuid)
+        )
+    ) | {d.compute_node_id for d in held_devices(session, consumer_uuid)}
     removed = 0
-    for nid in node_ids:
+    for nid in sorted(node_ids):
         if node_id is not None and nid != node_id:
             continue
         node = session.get(ComputeNode, nid, populate_existing=True)
         assert node is not None
         generation = node.generation
         removed += _delete_allocations(session, consumer_uuid, nid)
+        removed += release_devices(session, consumer_uuid, nid)
         write_usage(session, node, generation)
     return removed
 

@@ -7,14 +7,19 @@ import json
 import logging
 import math
 import uuid as uuid_module
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from compute.claims import write_usage
-from models import ComputeNode, utcnow
+from compute.claims import retry_on_conflict
+from compute.heal import Domain, heal_node
+from compute.pci import sync_devices
+from models import Allocation, ComputeNode, ResourceHeal, utcnow
+from models.db import session_scope
+from novaq.exceptions import DomainNotFound
 from novaq.settings import Settings
-from virt.driver import HostResources
+from virt.driver import ComputeDriver, HostResources
 
 LOG = logging.getLogger(__name__)
 
@@ -60,8 +65,8 @@ def get_node(session: Session, host: str, nodename: str) -> ComputeNode | None:
 def record_compute_node(
     session: Session, host: str, resources: HostResources, settings: Settings
 ) -> ComputeNode:
-    """Create or refresh the compute node row from the hypervisor's view, then rewrite its
-    derived usage from allocations under the generation compare-and-swap."""
+    """Create or refresh the compute node row from the hypervisor's view (the caller rewrites
+    its derived usage, see :func:`update_available_resource`)."""
     node = get_node(session, host, resources.hypervisor_hostname)
     ratios = _ratios(settings, node)
     if node is None:
@@ -85,14 +90,96 @@ def record_compute_node(
     node.reserved_disk_gb = math.ceil(settings.reserved_host_disk_mb / 1024)
     node.updated_at = utcnow()
     session.flush()
-    write_usage(session, node, node.generation)
-    LOG.info(
-        "Hypervisor view of %s/%s: vcpus=%d memory_mb=%d local_gb=%d pci_devices=%d",
-        host,
-        resources.hypervisor_hostname,
-        resources.vcpus,
-        resources.memory_mb,
-        resources.local_gb,
-        len(resources.pci_devices),
-    )
     return node
+
+
+def update_available_resource(
+    db_url: str, driver: ComputeDriver, host: str, settings: Settings
+) -> list[dict[str, Any]]:
+    """Nova's resource audit for every node of this host: read the hypervisor, record the
+    node and its PCI devices, heal its allocations from the instances, moves and orphan
+    domains on it, remove nodes the driver no longer reports. Returns the heals made."""
+    resources = driver.get_available_resource()
+    domains = hypervisor_domains(driver)
+    LOG.info(
+        "Hypervisor/Node resource view: name=%s free_ram=%dMB free_disk=%dGB free_vcpus=%d "
+        "pci_devices=%s domains=%d",
+        resources.hypervisor_hostname,
+        resources.memory_mb - sum(d.memory_mb for d in domains.values()),
+        resources.local_gb,
+        resources.vcpus - sum(d.vcpus for d in domains.values()),
+        [d.address for d in resources.pci_devices],
+        len(domains),
+    )
+
+    def audit(session: Session) -> list[dict[str, Any]]:
+        node = record_compute_node(session, host, resources, settings)
+        sync_devices(session, node.id, resources.pci_devices, settings)
+        heals = [_heal_dict(h) for h in heal_node(session, node, domains)]
+        heals += _delete_vanished_nodes(session, host, set(driver.get_available_nodes()))
+        return heals
+
+    heals = retry_on_conflict(db_url, audit)
+    with session_scope(db_url) as session:
+        node = get_node(session, host, resources.hypervisor_hostname)
+        if node is not None:
+            LOG.info(
+                "Final resource view: name=%s phys_ram=%dMB used_ram=%dMB phys_disk=%dGB "
+                "used_disk=%dGB total_vcpus=%d used_vcpus=%d heals=%d",
+                node.hypervisor_hostname,
+                node.memory_mb,
+                node.memory_mb_used,
+                node.local_gb,
+                node.local_gb_used,
+                node.vcpus,
+                node.vcpus_used,
+                len(heals),
+            )
+    return heals
+
+
+def hypervisor_domains(driver: ComputeDriver) -> dict[str, Domain]:
+    domains = {}
+    for uuid in driver.list_instance_uuids():
+        try:
+            info = driver.get_info(uuid)
+        except DomainNotFound:  # undefined between the listing and the lookup
+            continue
+        domains[uuid] = Domain(uuid, info.vcpus, info.memory_mb)
+    return domains
+
+
+def _delete_vanished_nodes(session: Session, host: str, reported: set[str]) -> list[dict[str, Any]]:
+    heals = []
+    for node in session.scalars(
+        select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+    ):
+        if node.hypervisor_hostname in reported:
+            continue
+        session.execute(delete(Allocation).where(Allocation.compute_node_id == node.id))
+        node.deleted, node.deleted_at = node.id, utcnow()
+        heal = ResourceHeal(
+            host=host,
+            node=node.hypervisor_hostname,
+            consumer_uuid=None,
+            action="node_deleted",
+            resources="{}",
+            reason="the hypervisor no longer reports this node",
+        )
+        session.add(heal)
+        LOG.warning(
+            "Deleted compute node %s/%s: no longer reported", host, node.hypervisor_hostname
+        )
+        heals.append(_heal_dict(heal))
+    return heals
+
+
+def _heal_dict(heal: ResourceHeal) -> dict[str, Any]:
+    return {
+        "host": heal.host,
+        "node": heal.node,
+        "consumer_uuid": heal.consumer_uuid,
+        "action": heal.action,
+        "resources": heal.resources,
+        "reason": heal.reason,
+    }

@@ -5,7 +5,10 @@ from models.allocation import Allocation
 from models.base import Base, utcnow
 from models.compute_node import ComputeNode
 from models.flavor import Flavor, FlavorExtraSpec
+from models.heal import ResourceHeal
 from models.instance import Instance
+from models.migration import Migration
+from models.pci_device import PciDevice
 from models.service import Service
 
 __all__ = [
@@ -18,6 +21,9 @@ __all__ = [
     "InstanceAction",
     "InstanceActionEvent",
     "InstanceFault",
+    "Migration",
+    "PciDevice",
+    "ResourceHeal",
     "Service",
     "utcnow",
 ]

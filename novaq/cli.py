@@ -347,6 +347,71 @@ def hypervisor_list(as_json: bool) -> None:
     )
 
 
+@main.command("audit")
+@json_option
+@handle_errors
+def audit_command(as_json: bool) -> None:
+    """Check the accounting: exit 3 when a leak is found (as nova-manage placement audit)."""
+    report = api().audit()
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        _print_audit(report)
+    sys.exit(3 if report["leaks"] else 0)
+
+
+def _print_audit(report: dict[str, Any]) -> None:
+    table = Table(
+        "host/node",
+        "by allocations",
+        "by instances+moves",
+        "by hypervisor",
+        "capacity",
+        "leaks",
+        title="Accounting audit",
+    )
+    for node in report["nodes"]:
+        usage = node["usage"]
+        table.add_row(
+            f"{node['host']}/{node['node']}",
+            _resources(usage["allocations"]),
+            _resources(usage["instances_and_migrations"]),
+            _resources(usage["hypervisor"]) if usage["hypervisor"] else "unavailable",
+            _resources({rc: int(v) for rc, v in node["capacity"].items()}),
+            str(node["leaks"]),
+        )
+    console.print(table)
+    for node in report["nodes"]:
+        for note in node["overcommit"]:
+            console.print(f"[yellow]overcommit[/] {node['host']}: {note}")
+        for f in node["discrepancies"]:
+            colour = "red" if f["severity"] == "leak" else "yellow"
+            console.print(
+                f"[{colour}]{f['severity']}[/] {node['host']} {f['kind']} "
+                f"{f['consumer'] or ''}: {f['detail']}"
+            )
+    verdict = "[red]LEAKS FOUND[/]" if report["leaks"] else "[green]no leak[/]"
+    console.print(f"{verdict}: {report['leaks']} accounting discrepancies")
+
+
+def _resources(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items() if k != "guests")
+
+
+@main.command("heal-list")
+@click.option("--host")
+@click.option("--limit", type=int, default=50, show_default=True)
+@json_option
+@handle_errors
+def heal_list(host: str | None, limit: int, as_json: bool) -> None:
+    """What the resource tracker corrected in the accounting, newest first."""
+    render(
+        api().list_heals(host=host, limit=limit),
+        ("created_at", "host", "node", "action", "consumer_uuid", "resources", "reason"),
+        as_json,
+    )
+
+
 # -- local cluster -------------------------------------------------------------------------
 
 

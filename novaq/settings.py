@@ -76,6 +76,7 @@ class SimulatedHost(_Group):
     local_gb: int = Field(default=500, gt=0)
     pci_devices: tuple[SimulatedPciDevice, ...] = ()
     fail_spawn: bool = False
+    spawn_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class LibvirtGroup(_Group):

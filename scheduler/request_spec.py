@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compute.claims import ResourceRequest
+from compute.pci import PciRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,20 +20,23 @@ class RequestSpec:
     group: str | None = None
     num_instances: int = 1
     ignore_hosts: tuple[str, ...] = ()
+    pci_requests: tuple[PciRequest, ...] = ()
 
     @property
     def resources(self) -> ResourceRequest:
-        return ResourceRequest.from_flavor(self.flavor)
+        return ResourceRequest.from_flavor(self.flavor, self.pci_requests)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ignore_hosts"] = list(self.ignore_hosts)
+        data["pci_requests"] = [r.to_dict() for r in self.pci_requests]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestSpec:
         data = dict(data)
         data["ignore_hosts"] = tuple(data.get("ignore_hosts", ()))
+        data["pci_requests"] = tuple(PciRequest.from_dict(r) for r in data.get("pci_requests", ()))
         return cls(**data)
 
 

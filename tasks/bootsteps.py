@@ -54,13 +54,12 @@ def start_compute_service(host: str) -> int:
     s = context.settings()
     driver = context.driver()
     driver.init_host(host)
-    resources = driver.get_available_resource()
     with session_scope(context.db_url()) as session:
-        service = servicegroup.register_service(
+        service_id = servicegroup.register_service(
             session, host, servicegroup.COMPUTE, f"compute.{host}", s
-        )
-        resource_tracker.record_compute_node(session, host, resources, s)
-        return service.id
+        ).id
+    resource_tracker.update_available_resource(context.db_url(), driver, host, s)
+    return service_id
 
 
 def start_scheduler_service(host: str) -> int:

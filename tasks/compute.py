@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from compute import build, delete, resource_tracker
-from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tasks import context
 from tasks.celery import app
@@ -51,7 +50,22 @@ def get_diagnostics(instance_uuid: str, host: str) -> dict[str, Any]:
 @app.task(name="compute.update_available_resource")
 def update_available_resource(host: str) -> dict[str, Any]:
     _check_host(host)
-    resources = context.driver().get_available_resource()
-    with session_scope(context.db_url()) as session:
-        node = resource_tracker.record_compute_node(session, host, resources, context.settings())
-        return {"host": host, "node": node.hypervisor_hostname}
+    heals = resource_tracker.update_available_resource(
+        context.db_url(), context.driver(), host, context.settings()
+    )
+    return {"host": host, "heals": heals}
+
+
+@app.task(name="compute.hypervisor_view", acks_late=False)
+def hypervisor_view(host: str) -> dict[str, Any]:
+    """What the hypervisor itself reports (for the audit): totals and every guest."""
+    _check_host(host)
+    driver = context.driver()
+    domains = resource_tracker.hypervisor_domains(driver)
+    return {
+        "host": host,
+        "resources": driver.get_available_resource().to_dict(),
+        "domains": [
+            {"uuid": d.uuid, "vcpus": d.vcpus, "memory_mb": d.memory_mb} for d in domains.values()
+        ],
+    }

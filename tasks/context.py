@@ -7,10 +7,9 @@ import functools
 from pathlib import Path
 
 from novaq.settings import Settings, get_settings
-from virt import get_driver
+from virt import get_driver, get_simulated_driver
 from virt.driver import ComputeDriver
 from virt.host_profile import HostProfile, PciDeviceSpec
-from virt.node_xml import test_uri, write_node_xml
 
 
 def settings() -> Settings:
@@ -41,30 +40,23 @@ def host_profile(s: Settings) -> HostProfile:
             for d in declared.pci_devices
         ),
         fail_spawn=declared.fail_spawn,
+        spawn_failure_rate=declared.spawn_failure_rate,
     )
-
-
-def libvirt_uri(s: Settings) -> str:
-    """``NOVAQ_LIBVIRT_URI`` / ``[libvirt] connection_uri`` if set, else this host's
-    simulated ``test:///`` node, generated from its profile into the state directory."""
-    explicit = s.libvirt_uri or s.libvirt.connection_uri
-    if explicit:
-        return explicit
-    directory = Path(s.state_dir).resolve() / "hosts"
-    return test_uri(write_node_xml(host_profile(s), directory))
 
 
 @functools.cache
 def driver() -> ComputeDriver:
+    """This worker's hypervisor: ``NOVAQ_LIBVIRT_URI`` / ``[libvirt] connection_uri`` when
+    set (e.g. ``qemu:///system``), else this host's simulated ``test:///`` node, whose
+    guests persist in the state directory so they outlive a worker restart."""
     s = get_settings()
-    profile = host_profile(s)
-    instances_path = Path(s.libvirt.instances_path or Path(s.state_dir).resolve() / "instances")
-    simulated = not (s.libvirt_uri or s.libvirt.connection_uri)
-    return get_driver(
-        libvirt_uri(s),
-        fail_spawn=profile.fail_spawn,
-        instances_path=instances_path / s.host,
-        nodename=s.host if simulated else None,
+    state = Path(s.state_dir).resolve()
+    instances_path = Path(s.libvirt.instances_path or state / "instances") / s.host
+    explicit = s.libvirt_uri or s.libvirt.connection_uri
+    if explicit:
+        return get_driver(explicit, instances_path=instances_path)
+    return get_simulated_driver(
+        host_profile(s), state / "hosts" / s.host, instances_path=instances_path
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import delete
 
+from compute.claims import write_usage
 from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, register_service
 from compute.states import TaskState, VmState
@@ -55,6 +56,7 @@ def make_compute_node(
         if service:
             register_service(session, host, COMPUTE, f"compute.{host}", settings)
         node = record_compute_node(session, host, host_resources(name=host, **sizes), settings)
+        write_usage(session, node, node.generation)
         return node.id
 
 

@@ -1,10 +1,10 @@
 """The hypervisor layer: the ``ComputeDriver`` contract, its libvirt and fake
 implementations, host profiles and the node XML of simulated hosts.
 
-Owns ``get_driver``, the per-process cache of drivers: libvirt's test driver
-keeps its guests in the memory of the process that opened ``test:///<file>``,
-so every caller in one worker process must share one connection. Refuses to
-know about the database, Celery or scheduling.
+Owns ``get_driver`` and ``get_simulated_driver``, the per-process caches of
+drivers: libvirt's test driver keeps its guests in the memory of the process
+that opened ``test:///<file>``, so every caller in one worker process must share
+one connection. Refuses to know about the database, Celery or scheduling.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from novaq.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from virt.driver import ComputeDriver
+    from virt.host_profile import HostProfile
     from virt.libvirt.driver import LibvirtDriver
+    from virt.simulated import SimulatedHostDriver
 
 _drivers: dict[tuple[int, str], LibvirtDriver] = {}
+_simulated: dict[tuple[int, str], SimulatedHostDriver] = {}
 _drivers_lock = threading.Lock()
 
 
@@ -54,10 +57,44 @@ def _check_same_options(driver: LibvirtDriver, fail_spawn: bool, path: Path | No
         )
 
 
+def get_simulated_driver(
+    profile: HostProfile, state_dir: Path, *, instances_path: Path | None = None
+) -> ComputeDriver:
+    """The process's one ``SimulatedHostDriver`` for host ``profile.name``.
+
+    Its guests outlive the process in ``state_dir`` (see ``virt.simulated``).
+    """
+    from virt.simulated import SimulatedHostDriver
+
+    key = (os.getpid(), profile.name)
+    with _drivers_lock:
+        driver = _simulated.get(key)
+        if driver is None:
+            driver = SimulatedHostDriver(profile, state_dir, instances_path=instances_path)
+            _simulated[key] = driver
+    _check_same_host(driver, profile, Path(state_dir), instances_path)
+    return driver
+
+
+def _check_same_host(
+    driver: SimulatedHostDriver, profile: HostProfile, state_dir: Path, path: Path | None
+) -> None:
+    same_path = path is None or driver.instances_path == path
+    if driver.profile != profile or driver.state_dir != state_dir or not same_path:
+        raise ConfigError(
+            option="host profile",
+            reason=f"simulated host {profile.name} already exists with other options "
+            "in this process",
+        )
+
+
 def clear_drivers() -> None:
     """Close and forget every cached driver of this process (tests, shutdown)."""
     with _drivers_lock:
-        drivers = [d for (pid, _uri), d in _drivers.items() if pid == os.getpid()]
+        pid = os.getpid()
+        drivers: list[ComputeDriver] = [d for (p, _uri), d in _drivers.items() if p == pid]
+        drivers += [d for (p, _name), d in _simulated.items() if p == pid]
         _drivers.clear()
+        _simulated.clear()
     for driver in drivers:
         driver.close()

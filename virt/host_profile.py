@@ -42,6 +42,12 @@ def _require_pci_id(owner: str, field: str, value: object) -> None:
         )
 
 
+def _require_rate(owner: str, field: str, value: object) -> None:
+    valid = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    if not valid:  # NOTE: NaN fails the comparison, so it is refused too
+        raise InvalidInput(reason=f"{owner}: {field} must be a number from 0 to 1, not {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class PciDeviceSpec:
     """One PCI device of a simulated host; ids are 4 lower-case hex digits, no ``0x``."""
@@ -67,7 +73,8 @@ class HostProfile:
     """A simulated compute host: ``memory_mb`` in MiB, ``local_gb`` in GiB.
 
     ``fail_spawn`` makes a host whose hypervisor refuses to start guests, for
-    failure drills (reschedule, compensation).
+    failure drills (reschedule, compensation); ``spawn_failure_rate`` (0 to 1)
+    makes a simulated host (``virt.simulated``) refuse that share of new guests.
     """
 
     name: str
@@ -76,6 +83,7 @@ class HostProfile:
     local_gb: int = 500
     pci_devices: tuple[PciDeviceSpec, ...] = ()
     fail_spawn: bool = False
+    spawn_failure_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -90,6 +98,7 @@ class HostProfile:
         addresses = [dev.address for dev in self.pci_devices]
         if len(set(addresses)) != len(addresses):
             raise InvalidInput(reason=f"{owner}: duplicate PCI address in {addresses}")
+        _require_rate(owner, "spawn_failure_rate", self.spawn_failure_rate)
 
 
 def quadro_m4000(address: str, numa_node: int | None = None) -> PciDeviceSpec:

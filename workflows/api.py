@@ -15,11 +15,13 @@ from typing import Any
 from sqlalchemy import select
 
 from compute import instance_actions as actions
+from compute.audit import audit_nodes
 from compute.delete import local_delete
 from compute.instance_state import get_instance
+from compute.pci import requests_from_extra_specs
 from compute.servicegroup import COMPUTE, is_up, service_dict
 from compute.states import TaskState, VmState, api_status
-from models import ComputeNode, Instance, InstanceAction, Service, utcnow
+from models import ComputeNode, Instance, InstanceAction, ResourceHeal, Service, utcnow
 from models.db import session_scope
 from novaq.exceptions import (
     InstanceErrored,
@@ -72,7 +74,15 @@ def create_flavor(
 ) -> dict[str, Any]:
     with session_scope(_db()) as session:
         flavor = flavors.create_flavor(
-            session, name, vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs
+            session,
+            name,
+            vcpus,
+            memory_mb,
+            root_gb,
+            ephemeral_gb,
+            swap,
+            extra_specs,
+            settings=_settings(),
         )
         return flavors.flavor_dict(flavor)
 
@@ -106,11 +116,13 @@ def boot(
         raise InvalidInput(reason=f"hints must be a mapping, got {hints!r}")
     if availability_zone is not None:
         flavors.check_name(availability_zone, "availability_zone")
+    with session_scope(_db()) as session:
+        flavor_row = flavors.get_flavor(session, flavor)
+        snapshot, flavor_id = flavors.flavor_dict(flavor_row), flavor_row.id
+    pci_requests = tuple(requests_from_extra_specs(snapshot["extra_specs"], _settings()))
     dispatch.check_broker()
     request_id = _request_id()
     with session_scope(_db()) as session:
-        flavor_row = flavors.get_flavor(session, flavor)
-        snapshot = flavors.flavor_dict(flavor_row)
         specs = []
         for index in range(count):
             display = name if count == 1 else f"{name}-{index + 1}"
@@ -122,8 +134,9 @@ def boot(
                 hints=dict(hints or {}),
                 group=group,
                 num_instances=count,
+                pci_requests=pci_requests,
             )
-            session.add(_new_instance(spec, display, flavor_row.id))
+            session.add(_new_instance(spec, display, flavor_id))
             actions.start_action(session, spec.instance_uuid, "create", request_id)
             specs.append(spec)
     _send_or_undo([build_workflow(s.instance_uuid, request_id, s) for s in specs], specs)
@@ -313,6 +326,56 @@ def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
         host = instance.host
     dispatch.check_broker()
     return dispatch.call(get_diagnostics.si(instance_uuid=uuid, host=host), timeout)
+
+
+def audit(timeout: float = 10.0) -> dict[str, Any]:
+    """The accounting check: per node, usage by allocations, by instances and moves, and by
+    the hypervisor (asked live on every up host), with every discrepancy. ``leaks`` counts
+    the discrepancies that are accounting errors (see ``compute.audit``)."""
+    from tasks.compute import hypervisor_view
+
+    s = _settings()
+    with session_scope(_db()) as session:
+        up_hosts = [
+            sv.host
+            for sv in session.scalars(
+                select(Service).where(Service.binary == COMPUTE, Service.deleted == 0)
+            )
+            if is_up(sv, s)
+        ]
+    hypervisors: dict[str, dict[str, Any] | None] = {}
+    if up_hosts:
+        dispatch.check_broker()
+        pending = {h: dispatch.send(hypervisor_view.si(host=h)) for h in up_hosts}
+        for host, result in pending.items():
+            try:
+                hypervisors[host] = result.get(timeout=timeout)
+            except Exception:  # noqa: BLE001 - a host that does not answer is reported as such
+                hypervisors[host] = None
+            finally:
+                result.forget()
+    with session_scope(_db()) as session:
+        return audit_nodes(session, hypervisors)
+
+
+def list_heals(host: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """What ``update_available_resource`` corrected, newest first."""
+    query = select(ResourceHeal).order_by(ResourceHeal.id.desc()).limit(limit)
+    if host:
+        query = query.where(ResourceHeal.host == host)
+    with session_scope(_db()) as session:
+        return [
+            {
+                "created_at": h.created_at.isoformat(),
+                "host": h.host,
+                "node": h.node,
+                "consumer_uuid": h.consumer_uuid,
+                "action": h.action,
+                "resources": h.resources,
+                "reason": h.reason,
+            }
+            for h in session.scalars(query)
+        ]
 
 
 def status_of(vm_state: str, task_state: str | None) -> str:

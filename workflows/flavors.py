@@ -8,8 +8,10 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from compute.pci import requests_from_extra_specs
 from models import Flavor, FlavorExtraSpec
 from novaq.exceptions import FlavorExists, FlavorNotFound, InvalidFlavor, InvalidInput
+from novaq.settings import Settings
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -28,7 +30,7 @@ def check_name(value: Any, what: str = "name") -> str:
     return value
 
 
-def validate_extra_specs(extra_specs: Any) -> dict[str, str]:
+def validate_extra_specs(extra_specs: Any, settings: Settings) -> dict[str, str]:
     if extra_specs is None:
         return {}
     if not isinstance(extra_specs, dict):
@@ -42,6 +44,7 @@ def validate_extra_specs(extra_specs: Any) -> dict[str, str]:
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise InvalidFlavor(reason=f"extra spec {key} must be a string, got {value!r}")
         specs[key] = str(value)
+    requests_from_extra_specs(specs, settings)  # refuses unknown aliases, malformed counts
     return specs
 
 
@@ -54,6 +57,8 @@ def create_flavor(
     ephemeral_gb: Any = 0,
     swap: Any = 0,
     extra_specs: Any = None,
+    *,
+    settings: Settings,
 ) -> Flavor:
     name = check_name(name, "flavor name")
     flavor = Flavor(
@@ -65,7 +70,7 @@ def create_flavor(
         ephemeral_gb=_check_int("ephemeral_gb", ephemeral_gb, 0),
         swap=_check_int("swap", swap, 0),
     )
-    specs = validate_extra_specs(extra_specs)
+    specs = validate_extra_specs(extra_specs, settings)
     if session.scalars(select(Flavor.id).where(Flavor.name == name)).first() is not None:
         raise FlavorExists(name=name)
     flavor.extra_specs = [FlavorExtraSpec(key=k, value=v) for k, v in specs.items()]

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from compute.instance_actions import latest_fault
+from compute.pci import device_dict, instance_devices
 from compute.states import api_status
 from models import ComputeNode, Instance, InstanceAction
 from virt.power_state import NAMES as POWER_STATE_NAMES
@@ -31,7 +32,7 @@ def instance_dict(session: Session, instance: Instance) -> dict[str, Any]:
         "node": instance.node,
         "image": instance.image_ref,
         "flavor": dict(instance.flavor),
-        "pci_devices": list(instance.system_metadata.get("pci_devices", [])),
+        "pci_devices": [device_dict(d) for d in instance_devices(session, instance.uuid)],
         "availability_zone": instance.availability_zone,
         "created_at": _iso(instance.created_at),
         "launched_at": _iso(instance.launched_at),

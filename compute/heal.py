@@ -1,0 +1,183 @@
+"""Heal a node's accounting: make its allocations and PCI devices equal what its live
+instances, moves and orphan domains hold, and record every correction.
+
+Runs in one transaction whose first read is the node's generation and whose last write is
+the generation compare-and-swap, so a claim or release that commits meanwhile makes the
+heal retry instead of undoing it (Nova bugs 1849165 and 1896463 were such races).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from compute.claims import write_usage
+from compute.pci import held_devices, release_devices
+from compute.usage import Expected, expected_consumers
+from models import Allocation, ComputeNode, Instance, Migration, PciDevice, ResourceHeal
+from models.allocation import MEMORY_MB, VCPU
+from models.pci_device import ALLOCATED, CLAIMED
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """A guest the hypervisor runs, as the heal needs it."""
+
+    uuid: str
+    vcpus: int
+    memory_mb: int
+
+
+def node_allocations(session: Session, node_id: int) -> dict[str, dict[str, int]]:
+    rows = session.execute(
+        select(Allocation.consumer_uuid, Allocation.resource_class, Allocation.used).where(
+            Allocation.compute_node_id == node_id
+        )
+    ).all()
+    usage: dict[str, dict[str, int]] = {}
+    for consumer, rc, used in rows:
+        usage.setdefault(consumer, {})[rc] = used
+    return usage
+
+
+def orphan_domains(
+    session: Session, domains: Mapping[str, Domain], expected: Mapping[str, Expected]
+) -> dict[str, Domain]:
+    """Guests libvirt runs that no live instance or move of this node explains (started
+    behind novaq's back, or a deleted server's guest still running)."""
+    known = {e.instance_uuid for e in expected.values()}
+    candidates = [u for u in domains if u not in known]
+    if not candidates:
+        return {}
+    # A live instance that is elsewhere (mid-move bookkeeping) is not an orphan.
+    live_elsewhere = set(
+        session.scalars(
+            select(Instance.uuid).where(Instance.uuid.in_(candidates), Instance.deleted == 0)
+        )
+    )
+    return {u: domains[u] for u in candidates if u not in live_elsewhere}
+
+
+class NodeHealer:
+    """One heal pass over one node inside the caller's transaction."""
+
+    def __init__(self, session: Session, node: ComputeNode, domains: Mapping[str, Domain]):
+        self.session, self.node, self.domains = session, node, domains
+        self.heals: list[ResourceHeal] = []
+
+    def run(self) -> list[ResourceHeal]:
+        generation = self.node.generation  # read first: see the module docstring
+        expected = expected_consumers(self.session, self.node)
+        orphans = orphan_domains(self.session, self.domains, expected)
+        wanted = {c: e.resources for c, e in expected.items()}
+        wanted.update({u: {VCPU: d.vcpus, MEMORY_MB: d.memory_mb} for u, d in orphans.items()})
+        actual = node_allocations(self.session, self.node.id)
+        for consumer in actual.keys() - wanted.keys():
+            self._remove(consumer, actual[consumer])
+        for consumer, resources in wanted.items():
+            if actual.get(consumer) != resources:
+                action = (
+                    "orphan_counted"
+                    if consumer in orphans
+                    else ("corrected" if consumer in actual else "recreated")
+                )
+                self._set(consumer, resources, action, actual.get(consumer))
+        self._free_stray_devices(expected)
+        self.session.flush()
+        write_usage(self.session, self.node, generation)
+        return self.heals
+
+    def _record(self, consumer: str | None, action: str, resources: object, reason: str) -> None:
+        heal = ResourceHeal(
+            host=self.node.host,
+            node=self.node.hypervisor_hostname,
+            consumer_uuid=consumer,
+            action=action,
+            resources=json.dumps(resources, sort_keys=True),
+            reason=reason,
+        )
+        self.session.add(heal)
+        self.heals.append(heal)
+        LOG.warning(
+            "Healed %s/%s: %s %s %s (%s)",
+            self.node.host,
+            self.node.hypervisor_hostname,
+            action,
+            consumer,
+            heal.resources,
+            reason,
+        )
+
+    def _remove(self, consumer: str, resources: dict[str, int]) -> None:
+        self.session.execute(
+            delete(Allocation).where(
+                Allocation.compute_node_id == self.node.id, Allocation.consumer_uuid == consumer
+            )
+        )
+        release_devices(self.session, consumer, self.node.id)
+        self._record(consumer, "removed", resources, self._why_not_live(consumer))
+
+    def _set(
+        self, consumer: str, resources: dict[str, int], action: str, before: dict[str, int] | None
+    ) -> None:
+        self.session.execute(
+            delete(Allocation).where(
+                Allocation.compute_node_id == self.node.id, Allocation.consumer_uuid == consumer
+            )
+        )
+        for rc, used in resources.items():
+            self.session.add(
+                Allocation(
+                    compute_node_id=self.node.id,
+                    consumer_uuid=consumer,
+                    resource_class=rc,
+                    used=used,
+                )
+            )
+        reason = {
+            "orphan_counted": "a guest the database does not know runs on this node",
+            "recreated": "a live consumer of this node had no allocation",
+            "corrected": f"allocation was {before}",
+        }[action]
+        self._record(consumer, action, resources, reason)
+
+    def _free_stray_devices(self, expected: Mapping[str, Expected]) -> None:
+        rows = self.session.scalars(
+            select(PciDevice).where(
+                PciDevice.compute_node_id == self.node.id,
+                PciDevice.status.in_((CLAIMED, ALLOCATED)),
+                PciDevice.deleted == 0,
+            )
+        )
+        for consumer in {d.consumer_uuid for d in rows} - set(expected):
+            if consumer is None:
+                continue
+            devices = [d.address for d in held_devices(self.session, consumer, self.node.id)]
+            release_devices(self.session, consumer, self.node.id)
+            self._record(consumer, "pci_freed", devices, self._why_not_live(consumer))
+
+    def _why_not_live(self, consumer: str) -> str:
+        migration = self.session.scalars(
+            select(Migration).where(Migration.uuid == consumer)
+        ).first()
+        if migration is not None:
+            return f"migration is {migration.status}"
+        instance = self.session.scalars(select(Instance).where(Instance.uuid == consumer)).first()
+        if instance is None:
+            return "consumer is neither an instance nor a move in flight on this node"
+        if instance.deleted:
+            return "instance is deleted"
+        return f"instance is {instance.vm_state} on {instance.host}/{instance.node}"
+
+
+def heal_node(
+    session: Session, node: ComputeNode, domains: Mapping[str, Domain]
+) -> list[ResourceHeal]:
+    return NodeHealer(session, node, domains).run()

@@ -1,0 +1,103 @@
+"""What each node *should* account: the consumers that may hold allocations on it and how
+much, by Nova's rules. Heal and audit both start from this one answer.
+
+- an instance on the node (``host``/``node``), not deleted, not offloaded, with no move
+  in flight, holds its flavor under its own uuid;
+- a move in flight (migration not in a terminal status) holds the source node under the
+  migration's uuid (old flavor) and the destination under the instance's uuid (new
+  flavor); a same-host resize holds both on one node, as placement does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from compute.claims import ResourceRequest
+from compute.pci import PciRequest
+from models import ComputeNode, Instance, Migration
+
+TERMINAL_MIGRATION = ("confirmed", "reverted", "error", "failed", "completed", "cancelled", "done")
+NOT_COUNTED_VM_STATES = ("deleted", "shelved_offloaded")
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    consumer_uuid: str
+    instance_uuid: str
+    kind: str  # "instance", "migration-source", "migration-dest"
+    request: ResourceRequest
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resources(self) -> dict[str, int]:
+        return {rc: n for rc, n in self.request.as_resources().items() if n}
+
+
+def flavor_request(
+    flavor: Mapping[str, Any], pci: list[dict[str, Any]] | None = None
+) -> ResourceRequest:
+    return ResourceRequest.from_flavor(flavor, [PciRequest.from_dict(p) for p in pci or ()])
+
+
+def in_progress_migrations(session: Session, node: ComputeNode) -> list[Migration]:
+    on_source = (Migration.source_compute == node.host) & (
+        Migration.source_node == node.hypervisor_hostname
+    )
+    on_dest = (Migration.dest_compute == node.host) & (
+        Migration.dest_node == node.hypervisor_hostname
+    )
+    return list(
+        session.scalars(
+            select(Migration)
+            .where(or_(on_source, on_dest), Migration.status.not_in(TERMINAL_MIGRATION))
+            .where(Migration.deleted == 0)
+            .order_by(Migration.id)
+        )
+    )
+
+
+def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expected]:
+    expected: dict[str, Expected] = {}
+    moving: set[str] = set()
+    for migration in in_progress_migrations(session, node):
+        moving.add(migration.instance_uuid)
+        context = migration.context or {}
+        if (migration.source_compute, migration.source_node) == (
+            node.host,
+            node.hypervisor_hostname,
+        ):
+            expected[migration.uuid] = Expected(
+                migration.uuid,
+                migration.instance_uuid,
+                "migration-source",
+                flavor_request(migration.old_flavor, context.get("old_pci_requests")),
+            )
+        if (migration.dest_compute, migration.dest_node) == (node.host, node.hypervisor_hostname):
+            expected[migration.instance_uuid] = Expected(
+                migration.instance_uuid,
+                migration.instance_uuid,
+                "migration-dest",
+                flavor_request(migration.new_flavor, context.get("new_pci_requests")),
+            )
+    instances = session.scalars(
+        select(Instance).where(
+            Instance.host == node.host,
+            Instance.node == node.hypervisor_hostname,
+            Instance.deleted == 0,
+            Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
+        )
+    )
+    for instance in instances:
+        if instance.uuid in moving:
+            continue
+        pci = (instance.request_spec or {}).get("pci_requests")
+        expected[instance.uuid] = Expected(
+            instance.uuid, instance.uuid, "instance", flavor_request(instance.flavor, pci)
+        )
+    return expected

@@ -1,0 +1,254 @@
+"""A simulated compute host whose guests outlive the worker process.
+
+libvirt's test driver keeps guests in the memory of the process that opened
+``test:///<file>``, so a SIGKILLed ``celery worker`` would take its guests with
+it, unlike a real host where they keep running in qemu while nova-compute
+restarts. ``SimulatedHostDriver`` wraps a ``LibvirtDriver`` and, after every
+mutating call, persists that guest (domain XML, Nova power state, managed save)
+to ``<state_dir>/domains/<uuid>.json``. A new driver on the same ``state_dir``
+writes ``<state_dir>/node.xml`` with those guests embedded (``domain_for_restart``)
+and opens it, so they come back running, paused, shut off or suspended.
+
+Also owns the ``spawn_failure_rate`` chaos knob of ``HostProfile``.
+
+Refuses to share a ``state_dir`` between processes (one worker owns one host, as
+one nova-compute owns one hypervisor) and to persist anything it did not do
+itself: the JSON files are written only by the operations below.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import threading
+import uuid as uuid_module
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
+from virt.driver import GuestInfo, GuestSpec, HostResources
+from virt.host_profile import HostProfile
+from virt.libvirt.driver import LibvirtDriver
+from virt.libvirt.guest import Guest
+from virt.node_xml import build_node_xml, domain_for_restart, test_uri
+
+LOG = logging.getLogger(__name__)
+
+CHAOS_SPAWN_FAILURE: Final = "simulated spawn failure (chaos)"
+DOMAINS_DIR: Final = "domains"
+NODE_XML: Final = "node.xml"
+
+T = TypeVar("T")
+
+
+def write_atomically(path: Path, content: str) -> None:
+    """Write ``path`` via a temp file in the same directory and ``os.replace``."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def canonical_uuid(value: str) -> str | None:
+    """``value`` as libvirt prints UUIDs (lower case, dashed), or None if it is not one."""
+    try:
+        return str(uuid_module.UUID(value))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def guest_record(info: GuestInfo, managed_save: bool) -> dict[str, Any]:
+    """The JSON document persisted for one guest."""
+    return {
+        "uuid": info.uuid,
+        "xml": info.xml,
+        "power_state": info.power_state,
+        "managed_save": managed_save,
+    }
+
+
+def restart_xml(record: dict[str, Any]) -> str:
+    """The domain XML of a persisted guest, marked to come back in its old state."""
+    xml, state, saved = record["xml"], record["power_state"], record["managed_save"]
+    if not isinstance(xml, str) or not isinstance(state, int) or not isinstance(saved, bool):
+        raise InvalidInput(reason="guest record needs xml (str), power_state (int), managed_save")
+    return domain_for_restart(xml, state, managed_save=saved)
+
+
+def load_restart_domains(domains_dir: Path) -> list[str]:
+    """Restart XML of every guest persisted in ``domains_dir``; unreadable files are skipped."""
+    domains = []
+    for path in sorted(domains_dir.glob("*.json")):
+        try:
+            domains.append(restart_xml(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, KeyError, TypeError, InvalidInput) as exc:
+            # NOTE: one bad record must not keep the host (and its other guests) down;
+            # compute's audit will see this guest missing, as on a real host.
+            LOG.warning("simulated host: skipping unreadable guest record %s: %s", path, exc)
+    return domains
+
+
+class SimulatedHostDriver:
+    """A ``ComputeDriver`` for one simulated host whose guests survive a worker restart."""
+
+    def __init__(
+        self,
+        profile: HostProfile,
+        state_dir: Path,
+        *,
+        instances_path: Path | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.profile = profile
+        self.state_dir = Path(state_dir)
+        self._domains_dir = self.state_dir / DOMAINS_DIR
+        self._domains_dir.mkdir(parents=True, exist_ok=True)
+        self._rng = rng if rng is not None else random.Random()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self.uri = test_uri(self._write_node_xml())
+        self._driver = LibvirtDriver(
+            self.uri,
+            fail_spawn=profile.fail_spawn,
+            instances_path=instances_path,
+            nodename=profile.name,
+        )
+
+    def _write_node_xml(self) -> Path:
+        domains = load_restart_domains(self._domains_dir)
+        path = self.state_dir / NODE_XML
+        write_atomically(path, build_node_xml(self.profile, domains))
+        LOG.info("host %s: restored %d simulated guests", self.profile.name, len(domains))
+        return path
+
+    @property
+    def libvirt_driver(self) -> LibvirtDriver:
+        """The wrapped driver (for tests and diagnostics)."""
+        return self._driver
+
+    @property
+    def fail_spawn(self) -> bool:
+        return self.profile.fail_spawn
+
+    @property
+    def instances_path(self) -> Path:
+        return self._driver.instances_path
+
+    # -- reads --------------------------------------------------------------
+
+    def init_host(self, host: str) -> None:
+        self._driver.init_host(host)
+
+    def get_available_resource(self) -> HostResources:
+        return self._driver.get_available_resource()
+
+    def get_available_nodes(self) -> list[str]:
+        return self._driver.get_available_nodes()
+
+    def list_instance_uuids(self) -> list[str]:
+        return self._driver.list_instance_uuids()
+
+    def instance_exists(self, uuid: str) -> bool:
+        return self._driver.instance_exists(uuid)
+
+    def get_info(self, uuid: str) -> GuestInfo:
+        return self._driver.get_info(uuid)
+
+    def close(self) -> None:
+        self._driver.close()
+
+    # -- mutations ----------------------------------------------------------
+
+    def spawn(self, spec: GuestSpec) -> GuestInfo:
+        """Define and start ``spec``; may fail by chaos (``profile.spawn_failure_rate``)."""
+        with self._persisting(spec.uuid):
+            # NOTE: a guest that exists is never failed by chaos: spawn must stay
+            # idempotent for a redelivered build (see ``virt.driver``).
+            if not self._driver.instance_exists(spec.uuid) and self._chaos_strikes():
+                LOG.warning("host %s: chaos refuses guest %s", self.profile.name, spec.uuid)
+                raise HypervisorError(reason=CHAOS_SPAWN_FAILURE)
+            return self._driver.spawn(spec)
+
+    def _chaos_strikes(self) -> bool:
+        return self._rng.random() < self.profile.spawn_failure_rate
+
+    def destroy(self, uuid: str) -> None:
+        self._mutate(uuid, self._driver.destroy)
+
+    def power_off(self, uuid: str) -> None:
+        self._mutate(uuid, self._driver.power_off)
+
+    def power_on(self, uuid: str) -> None:
+        self._mutate(uuid, self._driver.power_on)
+
+    def reboot(self, uuid: str, hard: bool) -> None:
+        with self._persisting(uuid):
+            self._driver.reboot(uuid, hard)
+
+    def pause(self, uuid: str) -> None:
+        self._mutate(uuid, self._driver.pause)
+
+    def unpause(self, uuid: str) -> None:
+        self._mutate(uuid, self._driver.unpause)
+
+    def suspend(self, uuid: str) -> None:
+        self._mutate(uuid, self._driver.suspend)
+
+    def resume(self, uuid: str) -> None:
+        self._mutate(uuid, self._driver.resume)
+
+    # -- persistence --------------------------------------------------------
+
+    def _mutate(self, uuid: str, operation: Callable[[str], T]) -> T:
+        with self._persisting(uuid):
+            return operation(uuid)
+
+    @contextmanager
+    def _persisting(self, uuid: str) -> Iterator[None]:
+        """Run one operation on ``uuid`` under its lock, then persist what the guest is now.
+
+        NOTE: the guest is persisted even when the operation raised, because a failed
+        operation can still have changed it (a hard reboot that stopped but did not
+        start the guest); a guest that is gone loses its file.
+        """
+        with self._lock_for(uuid):
+            try:
+                yield
+            finally:
+                self._persist(uuid)
+
+    def _lock_for(self, uuid: str) -> threading.Lock:
+        # NOTE: locks are never dropped: one per guest ever seen, a few bytes each.
+        with self._locks_lock:
+            return self._locks.setdefault(uuid, threading.Lock())
+
+    def _persist(self, uuid: str) -> None:
+        canonical = canonical_uuid(uuid)
+        if canonical is None:
+            return  # no guest can have it, and it must not become a file name
+        try:
+            info = self._driver.get_info(canonical)
+            managed_save = self._has_managed_save(canonical)
+        except DomainNotFound:
+            self.record_path(canonical).unlink(missing_ok=True)
+            return
+        record = json.dumps(guest_record(info, managed_save), indent=2)
+        write_atomically(self.record_path(canonical), record)
+
+    def _has_managed_save(self, uuid: str) -> bool:
+        return Guest(self._driver.host.lookup_domain(uuid)).has_saved_memory_state()
+
+    def record_path(self, uuid: str) -> Path:
+        """Where the guest ``uuid`` is persisted: ``<state_dir>/domains/<uuid>.json``."""
+        return self._domains_dir / f"{uuid}.json"
