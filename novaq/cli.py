@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from novaq.exceptions import NovaqError
@@ -30,7 +31,7 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except NovaqError as exc:
-            err_console.print(f"[bold red]ERROR ({type(exc).__name__}):[/] {exc}", markup=True)
+            err_console.print(f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(str(exc))}")
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -383,7 +384,7 @@ def _print_audit(report: dict[str, Any]) -> None:
     console.print(table)
     for node in report["nodes"]:
         for note in node["overcommit"]:
-            console.print(f"[yellow]overcommit[/] {node['host']}: {note}")
+            console.print(f"[yellow]overcommit[/] {node['host']}: {escape(note)}")
         for f in node["discrepancies"]:
             colour = "red" if f["severity"] == "leak" else "yellow"
             console.print(

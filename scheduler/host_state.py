@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest
 from compute.servicegroup import COMPUTE, is_up
-from models import ComputeNode, Service
+from models import ComputeNode, PciDevice, Service
+from models.pci_device import AVAILABLE
 from novaq.settings import Settings
 
 
@@ -35,6 +36,8 @@ class HostState:
     service_disabled: bool = False
     num_instances: int = 0
     instances: set[str] = field(default_factory=set)
+    # Free passthrough devices by (vendor_id, product_id, dev_type): Nova's pci_stats pools.
+    pci_pools: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     @property
     def free_ram_mb(self) -> int:
@@ -74,6 +77,9 @@ class HostState:
         self.num_instances += 1
         if instance_uuid:
             self.instances.add(instance_uuid)
+        for pci in request.pci:
+            key = (pci.vendor_id, pci.product_id, pci.device_type)
+            self.pci_pools[key] = self.pci_pools.get(key, 0) - pci.count
 
 
 def load_host_states(session: Session, settings: Settings) -> list[HostState]:
@@ -91,7 +97,31 @@ def load_host_states(session: Session, settings: Settings) -> list[HostState]:
         .where(ComputeNode.deleted == 0)
         .order_by(ComputeNode.host, ComputeNode.hypervisor_hostname)
     ).all()
-    return [_host_state(node, service, settings) for node, service in rows]
+    states = [_host_state(node, service, settings) for node, service in rows]
+    pools = _free_pci_pools(session)
+    for state in states:
+        state.pci_pools = pools.get(state.compute_node_id, {})
+    return states
+
+
+def _free_pci_pools(session: Session) -> dict[int, dict[tuple[str, str, str], int]]:
+    rows = session.execute(
+        select(
+            PciDevice.compute_node_id,
+            PciDevice.vendor_id,
+            PciDevice.product_id,
+            PciDevice.dev_type,
+            func.count(),
+        )
+        .where(PciDevice.status == AVAILABLE, PciDevice.deleted == 0)
+        .group_by(
+            PciDevice.compute_node_id, PciDevice.vendor_id, PciDevice.product_id, PciDevice.dev_type
+        )
+    ).all()
+    pools: dict[int, dict[tuple[str, str, str], int]] = {}
+    for node_id, vendor, product, dev_type, count in rows:
+        pools.setdefault(node_id, {})[(vendor, product, dev_type)] = count
+    return pools
 
 
 def _host_state(node: ComputeNode, service: Service | None, settings: Settings) -> HostState:

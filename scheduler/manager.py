@@ -65,7 +65,7 @@ class Scheduler:
                 retry_on_conflict(db_url, lambda s, h=host: self._claim(s, h, spec))
             except ResourcesUnavailable as exc:
                 LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, host.host, exc)
-                lost.append(host.host)
+                lost.append(f"{host.host}: {exc}")
                 continue
             alternates = tuple(
                 (h.host, h.nodename, h.compute_node_id)
@@ -74,8 +74,9 @@ class Scheduler:
             LOG.info("Instance %s: selected %s/%s", spec.instance_uuid, host.host, host.nodename)
             return Selection(host.host, host.nodename, host.compute_node_id, alternates)
         raise NoValidHost(
-            reason=f"Claims failed on every candidate host ({', '.join(lost)}): "
-            "they filled up while this request was being scheduled."
+            reason="Every host that passed the filters was taken by other claims meanwhile ("
+            + "; ".join(lost)
+            + ")."
         )
 
     @staticmethod

@@ -15,7 +15,7 @@ from models import Base, ComputeNode, Instance
 from models.db import session_scope
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
-from virt.driver import HostResources
+from virt.driver import HostResources, PciDevice
 
 
 def reset_database(db_url: str) -> None:
@@ -28,8 +28,29 @@ def make_settings(**overrides: Any) -> Settings:
     return Settings(**overrides)
 
 
+GPU_VENDOR, GPU_PRODUCT = "10de", "13f1"
+GPU_ALIAS = "QuadroM4000-video"
+
+
+def gpu_settings(**overrides: Any) -> Settings:
+    """Settings that pass through and name the Quadro M4000 GPUs of the demo hosts."""
+    pci = {
+        "alias": [{"name": GPU_ALIAS, "vendor_id": GPU_VENDOR, "product_id": GPU_PRODUCT}],
+        "device_spec": [{"vendor_id": GPU_VENDOR, "product_id": GPU_PRODUCT}],
+    }
+    return Settings(pci=pci, **overrides)
+
+
+def gpus(*addresses: str) -> tuple[PciDevice, ...]:
+    return tuple(PciDevice(a, GPU_VENDOR, GPU_PRODUCT, None) for a in addresses)
+
+
 def host_resources(
-    name: str = "node1", vcpus: int = 16, memory_mb: int = 32768, local_gb: int = 500
+    name: str = "node1",
+    vcpus: int = 16,
+    memory_mb: int = 32768,
+    local_gb: int = 500,
+    pci_devices: tuple[PciDevice, ...] = (),
 ) -> HostResources:
     return HostResources(
         hypervisor_hostname=name,
@@ -39,7 +60,7 @@ def host_resources(
         hypervisor_type="TEST",
         hypervisor_version=1,
         cpu_info={"arch": "x86_64"},
-        pci_devices=(),
+        pci_devices=pci_devices,
     )
 
 

@@ -30,12 +30,14 @@ def _registry() -> dict[str, type[BaseFilter]]:
     from scheduler.filters.compute_filter import ComputeFilter
     from scheduler.filters.core_filter import CoreFilter
     from scheduler.filters.disk_filter import DiskFilter
+    from scheduler.filters.pci_passthrough_filter import PciPassthroughFilter
     from scheduler.filters.ram_filter import RamFilter
 
-    return {cls.__name__: cls for cls in (ComputeFilter, CoreFilter, RamFilter, DiskFilter)}
+    classes = (ComputeFilter, CoreFilter, RamFilter, DiskFilter, PciPassthroughFilter)
+    return {cls.__name__: cls for cls in classes}
 
 
-DEFAULT_FILTERS = ("ComputeFilter", "CoreFilter", "RamFilter", "DiskFilter")
+DEFAULT_FILTERS = ("ComputeFilter", "CoreFilter", "RamFilter", "DiskFilter", "PciPassthroughFilter")
 
 
 def load_filters(settings: Settings, names: Sequence[str] = DEFAULT_FILTERS) -> list[BaseFilter]:

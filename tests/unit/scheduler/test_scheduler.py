@@ -130,3 +130,15 @@ def test_instance_deleted_while_scheduling_is_not_placed(db_url: str) -> None:
     with session_scope(db_url) as session:
         assert consumer_allocations(session, uuid) == {}
     assert node_id
+
+
+def test_pci_passthrough_filter_needs_enough_free_devices() -> None:
+    from compute.pci import PciRequest
+
+    (pci,) = load_filters(make_settings(), ["PciPassthroughFilter"])
+    request = PciRequest("gpu", 2, "10de", "13f1")
+    spec = spec_for(str(uuid_module.uuid4()), pci_requests=(request,))
+    key = ("10de", "13f1", "type-PCI")
+    assert pci.host_passes(_host("two", pci_pools={key: 2}), spec)
+    assert not pci.host_passes(_host("one", pci_pools={key: 1}), spec)
+    assert pci.host_passes(_host("none"), spec_for("x"))

@@ -180,3 +180,9 @@ def test_boot_too_big_for_any_host_errors_with_no_valid_host(db_url: str, worker
     assert action["events"][0]["result"] == "Error"
     api.delete(uuid)
     assert api.show(uuid)["status"] == "DELETED"
+
+
+def test_a_flavor_asking_for_an_unknown_pci_alias_is_refused(db_url: str) -> None:
+    with pytest.raises(InvalidInput, match="PCI alias 'gpu' is not defined"):
+        api.create_flavor("g", 1, 512, 1, extra_specs={"pci_passthrough:alias": "gpu:1"})
+    assert _count(db_url, Flavor) == 0
