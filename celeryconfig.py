@@ -28,7 +28,12 @@ broker_connection_retry_on_startup = True
 task_publish_retry_policy = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 
 visibility_timeout = _settings.celery.visibility_timeout
-broker_transport_options = {"visibility_timeout": visibility_timeout}
+broker_transport_options = {
+    "visibility_timeout": visibility_timeout,
+    # How often unacked messages of dead workers are looked for (kombu 5.7 options).
+    "unacked_restore_interval": _settings.celery.unacked_restore_interval,
+    "unacked_restore_throttle": 1,
+}
 result_backend_transport_options = {"visibility_timeout": visibility_timeout}
 
 task_routes = ("tasks.routing.route_task",)

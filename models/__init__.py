@@ -4,6 +4,7 @@ from models.action import InstanceAction, InstanceActionEvent, InstanceFault
 from models.allocation import Allocation
 from models.base import Base, utcnow
 from models.compute_node import ComputeNode
+from models.delivery import TaskDelivery
 from models.flavor import Flavor, FlavorExtraSpec
 from models.heal import ResourceHeal
 from models.instance import Instance
@@ -24,6 +25,7 @@ __all__ = [
     "Migration",
     "PciDevice",
     "ResourceHeal",
+    "TaskDelivery",
     "Service",
     "utcnow",
 ]

@@ -109,6 +109,7 @@ class CeleryGroup(_Group):
     compute_concurrency: int = Field(default=4, gt=0)
     scheduler_concurrency: int = Field(default=2, gt=0)
     max_delivery_attempts: int = Field(default=5, gt=0)
+    unacked_restore_interval: int = Field(default=60, gt=0)
 
 
 class Settings(BaseSettings):

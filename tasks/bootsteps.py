@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from compute import resource_tracker, servicegroup
+from compute import recovery, resource_tracker, servicegroup
 from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tasks import context
@@ -58,6 +58,7 @@ def start_compute_service(host: str) -> int:
         service_id = servicegroup.register_service(
             session, host, servicegroup.COMPUTE, f"compute.{host}", s
         ).id
+    recovery.recover_host(context.db_url(), driver, host)
     resource_tracker.update_available_resource(context.db_url(), driver, host, s)
     return service_id
 

@@ -8,7 +8,7 @@ from celery.signals import worker_process_init
 
 from models.db import dispose_after_fork
 
-app = Celery("novaq")
+app = Celery("novaq", task_cls="tasks.base:NovaqTask")
 app.config_from_object("celeryconfig")
 app.conf.include = ["tasks.scheduler", "tasks.compute", "tasks.errbacks", "tasks.periodic"]
 

@@ -40,7 +40,7 @@ def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[s
     return {"instance_uuid": instance_uuid, "outcome": outcome}
 
 
-@app.task(name="compute.get_diagnostics", acks_late=False)
+@app.task(name="compute.get_diagnostics", acks_late=False, count_deliveries=False)
 def get_diagnostics(instance_uuid: str, host: str) -> dict[str, Any]:
     """The hypervisor's live view of one guest (a query: early ack, nothing to redo)."""
     _check_host(host)
@@ -56,7 +56,7 @@ def update_available_resource(host: str) -> dict[str, Any]:
     return {"host": host, "heals": heals}
 
 
-@app.task(name="compute.hypervisor_view", acks_late=False)
+@app.task(name="compute.hypervisor_view", acks_late=False, count_deliveries=False)
 def hypervisor_view(host: str) -> dict[str, Any]:
     """What the hypervisor itself reports (for the audit): totals and every guest."""
     _check_host(host)

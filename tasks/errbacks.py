@@ -18,7 +18,7 @@ from tasks.celery import app
 LOG = get_task_logger(__name__)
 
 
-@app.task(name="scheduler.on_build_error")
+@app.task(name="scheduler.on_build_error", count_deliveries=False)
 def on_build_error(request: Any, exc: BaseException, traceback: Any) -> None:
     kwargs = request.kwargs or {}
     instance_uuid = kwargs.get("instance_uuid")

@@ -13,7 +13,7 @@ from tasks import context
 from tasks.celery import app
 
 
-@app.task(name="periodic.fan_out", acks_late=False)
+@app.task(name="periodic.fan_out", acks_late=False, count_deliveries=False)
 def fan_out(task_name: str, expires_s: float) -> list[str]:
     s = context.settings()
     with session_scope(context.db_url()) as session:

@@ -3,6 +3,7 @@ through a real (in-thread) Celery worker on the in-memory broker and libvirt tes
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -186,3 +187,36 @@ def test_a_flavor_asking_for_an_unknown_pci_alias_is_refused(db_url: str) -> Non
     with pytest.raises(InvalidInput, match="PCI alias 'gpu' is not defined"):
         api.create_flavor("g", 1, 512, 1, extra_specs={"pci_passthrough:alias": "gpu:1"})
     assert _count(db_url, Flavor) == 0
+
+
+def test_every_finished_step_forgets_its_delivery_count(db_url: str, worker: None) -> None:
+    from models import TaskDelivery
+
+    api.create_flavor("m1", 1, 512, 1)
+    [uuid] = api.boot("vm", "m1", "cirros")
+    api.wait(uuid, "ACTIVE", timeout=30)
+    api.delete(uuid)
+    api.wait(uuid, "DELETED", timeout=30)
+    assert _count(db_url, TaskDelivery) == 0
+
+
+def test_a_step_delivered_past_the_limit_is_given_up_and_compensated(
+    db_url: str, worker: None
+) -> None:
+    from models import TaskDelivery
+    from tasks.compute import build_and_run_instance
+    from tasks.errbacks import on_build_error
+    from tests.factories import make_instance
+
+    uuid = make_instance(db_url, host="host1", node="host1")
+    with session_scope(db_url) as session:
+        session.add(
+            TaskDelivery(task_id="poison", task_name="compute.build_and_run_instance", attempts=5)
+        )
+    signature = build_and_run_instance.si(
+        instance_uuid=uuid, request_id="req-test", host="host1", node="host1"
+    )
+    signature.on_error(on_build_error.s())
+    signature.apply_async(task_id="poison")
+    view = api.wait(uuid, "ERROR", timeout=30)
+    assert re.search(r"delivered [67] times \(limit 5\); giving up", view["fault"]["message"])
