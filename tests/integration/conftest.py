@@ -7,17 +7,16 @@ cleaned up at the end. A missing server skips the tier locally and fails it in C
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.integration.workers import Cluster, Worker, start_cluster
+
+__all__ = ["Cluster", "Worker", "start_cluster"]
 
 REDIS_DB = 13
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -34,6 +33,10 @@ os.environ.update(
     NOVAQ_HOST="it-client",
     NOVAQ_REPORT_INTERVAL="1",
     NOVAQ_SERVICE_DOWN_TIME="6",
+    # Steps take well under a second here; a short visibility timeout brings back the
+    # messages of a SIGKILLed worker within the test's patience.
+    NOVAQ_CELERY__VISIBILITY_TIMEOUT="15",
+    NOVAQ_CELERY__UNACKED_RESTORE_INTERVAL="2",
 )
 
 
@@ -83,125 +86,6 @@ def services() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)'))
     admin.dispose()
-
-
-@dataclass
-class Worker:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Worker:
-        handle = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-        handle.close()
-        return self
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
-
-
-@dataclass
-class Cluster:
-    state_dir: Path
-    workers: dict[str, Worker] = field(default_factory=dict)
-
-    def add(
-        self,
-        name: str,
-        queues: str,
-        node: str,
-        host: str,
-        pool: str = "threads",
-        concurrency: int = 4,
-        extra_env: dict[str, str] | None = None,
-    ) -> Worker:
-        env = dict(os.environ, NOVAQ_HOST=host, PYTHONPATH=str(ROOT), **(extra_env or {}))
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "worker",
-            "-Q",
-            queues,
-            "-n",
-            node,
-            "--pool",
-            pool,
-            "--concurrency",
-            str(concurrency),
-            "-E",
-            "-l",
-            "INFO",
-            "--without-mingle",
-            "--without-gossip",
-        ]
-        worker = Worker(name, argv, env, self.state_dir / f"{name}.log").start()
-        self.workers[name] = worker
-        return worker
-
-    def wait_ready(self, nodes: set[str], timeout_s: float = 60) -> None:
-        from tasks import app
-
-        deadline = time.monotonic() + timeout_s
-        seen: set[str] = set()
-        while time.monotonic() < deadline:
-            replies = app.control.ping(timeout=1) or []
-            seen = {name for reply in replies for name in reply}
-            if nodes <= seen:
-                return
-            for worker in self.workers.values():
-                if worker.proc is not None and worker.proc.poll() is not None:
-                    pytest.fail(f"worker {worker.name} exited:\n{worker.tail()}")
-        pytest.fail(f"workers not ready: {sorted(nodes - seen)}")
-
-    def stop(self) -> None:
-        for worker in self.workers.values():
-            worker.stop()
-
-
-def start_cluster(
-    state_dir: Path,
-    hosts: list[str],
-    extra_env: dict[str, dict[str, str]] | None = None,
-    scheduler_node: str = "scheduler@it",
-) -> Cluster:
-    cluster = Cluster(state_dir)
-    cluster.add(
-        "scheduler",
-        "scheduler,maintenance",
-        scheduler_node,
-        "it-scheduler",
-        pool="prefork",
-        concurrency=2,
-    )
-    for host in hosts:
-        cluster.add(
-            host, f"compute.{host}", f"compute@{host}", host, extra_env=(extra_env or {}).get(host)
-        )
-    cluster.wait_ready({scheduler_node, *(f"compute@{h}" for h in hosts)})
-    return cluster
 
 
 @pytest.fixture(scope="session")
