@@ -88,6 +88,7 @@ def main() -> int:
         f"({ops / report.seconds:.1f} ops/s), settle {report.settle_seconds:.1f} s"
     )
     print(f"final statuses: {dict(report.statuses)}; worker SIGKILLs: {report.kills}")
+    print(f"faults: {dict(report.faults)}")
     print(f"stuck in a transitional state: {len(report.stuck)}")
     print(
         f"audit with live servers: {report.audit_live['leaks']} leaks; "

@@ -77,6 +77,7 @@ class SimulatedHost(_Group):
     pci_devices: tuple[SimulatedPciDevice, ...] = ()
     fail_spawn: bool = False
     spawn_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    spawn_delay_s: float = Field(default=0.0, ge=0.0, le=600.0)
 
 
 class LibvirtGroup(_Group):

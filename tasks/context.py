@@ -41,6 +41,7 @@ def host_profile(s: Settings) -> HostProfile:
         ),
         fail_spawn=declared.fail_spawn,
         spawn_failure_rate=declared.spawn_failure_rate,
+        spawn_delay_s=declared.spawn_delay_s,
     )
 
 

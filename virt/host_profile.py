@@ -74,7 +74,9 @@ class HostProfile:
 
     ``fail_spawn`` makes a host whose hypervisor refuses to start guests, for
     failure drills (reschedule, compensation); ``spawn_failure_rate`` (0 to 1)
-    makes a simulated host (``virt.simulated``) refuse that share of new guests.
+    makes a simulated host (``virt.simulated``) refuse that share of new guests;
+    ``spawn_delay_s`` makes each new guest take that long to start (slow hardware, and
+    a window in which to kill a worker mid-spawn in failure drills).
     """
 
     name: str
@@ -84,6 +86,7 @@ class HostProfile:
     pci_devices: tuple[PciDeviceSpec, ...] = ()
     fail_spawn: bool = False
     spawn_failure_rate: float = 0.0
+    spawn_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -99,6 +102,9 @@ class HostProfile:
         if len(set(addresses)) != len(addresses):
             raise InvalidInput(reason=f"{owner}: duplicate PCI address in {addresses}")
         _require_rate(owner, "spawn_failure_rate", self.spawn_failure_rate)
+        delay = self.spawn_delay_s
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= 600:
+            raise InvalidInput(reason=f"{owner}: spawn_delay_s must be 0 to 600 s, not {delay!r}")
 
 
 def quadro_m4000(address: str, numa_node: int | None = None) -> PciDeviceSpec:

@@ -24,6 +24,7 @@ import os
 import random
 import tempfile
 import threading
+import time
 import uuid as uuid_module
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -178,6 +179,8 @@ class SimulatedHostDriver:
             if not self._driver.instance_exists(spec.uuid) and self._chaos_strikes():
                 LOG.warning("host %s: chaos refuses guest %s", self.profile.name, spec.uuid)
                 raise HypervisorError(reason=CHAOS_SPAWN_FAILURE)
+            if self.profile.spawn_delay_s and not self._driver.instance_exists(spec.uuid):
+                time.sleep(self.profile.spawn_delay_s)
             return self._driver.spawn(spec)
 
     def _chaos_strikes(self) -> bool:

@@ -23,6 +23,7 @@ FLAVORS = (("soak.small", 1, 512, 1), ("soak.medium", 2, 1024, 2), ("soak.large"
 class SoakReport:
     operations: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
     kills: int = 0
     seconds: float = 0.0
     settle_seconds: float = 0.0
@@ -58,6 +59,12 @@ def run_soak(
     started = time.monotonic()
     for cycle in range(cycles):
         if cycle in kill_at:
+            # A burst first, so the kill lands while steps are in flight on the victim.
+            burst = api.boot(f"soak-burst-{cycle}", FLAVORS[0][0], "cirros", count=6)
+            live.extend(burst)
+            every.extend(burst)
+            report.operations["boot"] += len(burst)
+            time.sleep(rng.uniform(0.0, 0.08))
             _kill_and_restart(cluster, victim)
             report.kills += 1
         if live and rng.random() < 0.4:
@@ -73,7 +80,9 @@ def run_soak(
         time.sleep(rng.uniform(0, 0.05))
     report.seconds = time.monotonic() - started
     _settle(api, every, settle_timeout_s, report)
-    report.statuses = Counter(api.show(u)["status"] for u in every)
+    views = [api.show(u) for u in every]
+    report.statuses = Counter(v["status"] for v in views)
+    report.faults = Counter(v["fault"]["message"][:70] for v in views if v["status"] == "ERROR")
     report.audit_live = api.audit()
     report.usage_mismatches_live = usage_mismatches(api)
     for uuid in every:  # clean up what is left, then the accounting must still be exact

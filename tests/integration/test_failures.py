@@ -36,6 +36,7 @@ def broken_host(services: str, two_hosts: Cluster, tmp_path: Path) -> Iterator[W
     two_hosts.wait_ready({"compute@broken"})
     yield worker
     worker.stop()
+    two_hosts.workers.pop("broken", None)
     with session_scope(services) as session:  # forget the host so later tests never see it
         session.execute(delete(Service).where(Service.host == "broken"))
         session.execute(delete(ComputeNode).where(ComputeNode.host == "broken"))
@@ -72,3 +73,51 @@ def test_spawn_failure_errors_with_fault_and_releases_then_the_host_goes_down(
         time.sleep(0.5)
     api.delete(uuid)
     assert api.show(uuid)["status"] == "DELETED"
+
+
+@pytest.fixture
+def slow_host(services: str, two_hosts: Cluster, tmp_path: Path) -> Iterator[Worker]:
+    """A compute host whose guests take 5 s to start, and more RAM than the others."""
+    config = tmp_path / "slow.toml"
+    config.write_text('[[hosts]]\nname = "slow"\nmemory_mb = 262144\nspawn_delay_s = 5\n')
+    env = {"NOVAQ_CONFIG": str(config)}
+    worker = two_hosts.add("slow", "compute.slow", "compute@slow", "slow", extra_env=env)
+    two_hosts.wait_ready({"compute@slow"})
+    yield worker
+    worker.stop()
+    two_hosts.workers.pop("slow", None)
+    with session_scope(services) as session:
+        session.execute(delete(Service).where(Service.host == "slow"))
+        session.execute(
+            delete(Allocation).where(
+                Allocation.compute_node_id.in_(
+                    select(ComputeNode.id).where(ComputeNode.host == "slow")
+                )
+            )
+        )
+        session.execute(delete(ComputeNode).where(ComputeNode.host == "slow"))
+
+
+def test_a_worker_killed_mid_spawn_errors_the_build_at_restart_and_leaks_nothing(
+    services: str, slow_host: Worker, two_hosts: Cluster
+) -> None:
+    import signal
+
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor("it.slow", 1, 1024, 1)
+    [uuid] = api.boot("interrupted", "it.slow", "cirros")
+    deadline = time.monotonic() + 30
+    while api.show(uuid)["task_state"] != "spawning":
+        assert time.monotonic() < deadline, api.show(uuid)
+        time.sleep(0.1)
+    assert api.show(uuid)["host"] == "slow"
+    slow_host.stop(signal.SIGKILL)
+    slow_host.start()
+    two_hosts.wait_ready({"compute@slow"})
+    view = api.wait(uuid, "ERROR", timeout=30)
+    assert view["fault"]["message"].endswith("interrupted by a restart of slow")
+    report = api.audit()
+    assert report["leaks"] == 0, report
+    slow = next(h for h in api.list_hosts() if h["host"] == "slow")
+    assert (slow["vcpus_used"], slow["memory_mb_used"]) == (0, 512)
+    api.delete(uuid)
