@@ -257,3 +257,56 @@ def release(db_url: str, consumer_uuid: str, node_id: int | None = None) -> int:
     return retry_on_conflict(
         db_url, lambda session: release_in_session(session, consumer_uuid, node_id)
     )
+
+
+# -- move claims (resize, cold migrate), as Nova keeps them with placement -----------------
+
+
+def move_claim_in_session(
+    session: Session,
+    instance_uuid: str,
+    migration_uuid: str,
+    source_node_id: int,
+    dest_node_id: int,
+    new_request: ResourceRequest,
+) -> None:
+    """Nova's resize claim: the migration takes over the instance's source allocation (and
+    its PCI devices), then the instance claims the new flavor on the destination. On one
+    node (same-host resize) both are held at once, as placement double-books."""
+    move_consumer(session, instance_uuid, migration_uuid, source_node_id)
+    claim_in_session(session, dest_node_id, instance_uuid, new_request)
+
+
+def move_consumer(session: Session, from_uuid: str, to_uuid: str, node_id: int) -> None:
+    """Re-key ``from_uuid``'s allocations and devices on ``node_id`` to ``to_uuid``
+    (no-op when already moved: idempotent under redelivery)."""
+    node = session.get(ComputeNode, node_id, populate_existing=True)
+    assert node is not None
+    generation = node.generation
+    session.execute(
+        update(Allocation)
+        .where(Allocation.consumer_uuid == from_uuid, Allocation.compute_node_id == node_id)
+        .values(consumer_uuid=to_uuid)
+        .execution_options(synchronize_session=False)
+    )
+    for device in held_devices(session, from_uuid, node_id):
+        device.consumer_uuid = to_uuid
+    session.flush()
+    write_usage(session, node, generation)
+
+
+def confirm_move_in_session(session: Session, migration_uuid: str, source_node_id: int) -> None:
+    """Confirm: drop what the migration holds on the source."""
+    release_in_session(session, migration_uuid, source_node_id)
+
+
+def revert_move_in_session(
+    session: Session,
+    instance_uuid: str,
+    migration_uuid: str,
+    source_node_id: int,
+    dest_node_id: int,
+) -> None:
+    """Revert: drop the instance's destination claim, give the source back to it."""
+    release_in_session(session, instance_uuid, dest_node_id)
+    move_consumer(session, migration_uuid, instance_uuid, source_node_id)
