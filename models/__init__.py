@@ -1,6 +1,7 @@
 """SQLAlchemy 2.x typed models, engine/session handling and Alembic migrations."""
 
 from models.action import InstanceAction, InstanceActionEvent, InstanceFault
+from models.aggregate import Aggregate, AggregateHost, AggregateMetadata
 from models.allocation import Allocation
 from models.base import Base, utcnow
 from models.compute_node import ComputeNode
@@ -10,9 +11,15 @@ from models.heal import ResourceHeal
 from models.instance import Instance
 from models.migration import Migration
 from models.pci_device import PciDevice
+from models.server_group import ServerGroup, ServerGroupMember
 from models.service import Service
 
 __all__ = [
+    "Aggregate",
+    "AggregateHost",
+    "AggregateMetadata",
+    "ServerGroup",
+    "ServerGroupMember",
     "Allocation",
     "Base",
     "ComputeNode",

@@ -92,9 +92,67 @@ class SchedulerGroup(_Group):
     discover_hosts_in_cells_interval: int = Field(default=-1, ge=-1)
 
 
+DEFAULT_FILTERS = (
+    # Nova 34's defaults ...
+    "ComputeFilter",
+    "ComputeCapabilitiesFilter",
+    "ImagePropertiesFilter",
+    "ServerGroupAntiAffinityFilter",
+    "ServerGroupAffinityFilter",
+    # ... plus what Nova 34 does in placement and its pre-filters, which novaq has not.
+    "AvailabilityZoneFilter",
+    "CoreFilter",
+    "RamFilter",
+    "DiskFilter",
+    "PciPassthroughFilter",
+)
+ALL_WEIGHERS = (
+    "RAMWeigher",
+    "CPUWeigher",
+    "DiskWeigher",
+    "IoOpsWeigher",
+    "BuildFailureWeigher",
+    "PCIWeigher",
+    "ServerGroupSoftAffinityWeigher",
+    "ServerGroupSoftAntiAffinityWeigher",
+)
+
+
 class FilterSchedulerGroup(_Group):
+    """``[filter_scheduler]``: Nova's names and defaults."""
+
+    enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
+    weight_classes: tuple[str, ...] = ALL_WEIGHERS
     host_subset_size: int = Field(default=1, ge=1)
+    shuffle_best_same_weighed_hosts: bool = False
+    max_io_ops_per_host: int = Field(default=8, ge=0)
+    max_instances_per_host: int = Field(default=50, ge=1)
+    isolated_hosts: tuple[str, ...] = ()
+    isolated_images: tuple[str, ...] = ()
+    restrict_isolated_hosts_to_isolated_images: bool = True
+    image_properties_default_architecture: str | None = None
     ram_weight_multiplier: float = 1.0
+    cpu_weight_multiplier: float = 1.0
+    disk_weight_multiplier: float = 1.0
+    io_ops_weight_multiplier: float = -1.0
+    build_failure_weight_multiplier: float = 1000000.0
+    pci_weight_multiplier: float = Field(default=1.0, ge=0.0)
+    soft_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
+    soft_anti_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
+
+
+class ComputeGroup(_Group):
+    """``[compute]``."""
+
+    consecutive_build_service_disable_threshold: int = Field(default=10, ge=0)
+
+
+class ImageEntry(_Group):
+    """One ``[[images]]`` table: a local image catalogue standing in for Glance, so image
+    properties (``hw_architecture``, ``img_hv_type``, ``hw_vm_mode``…) reach the filters."""
+
+    name: str = Field(min_length=1)
+    properties: dict[str, str] = Field(default_factory=dict)
 
 
 class FlowerGroup(_Group):
@@ -131,6 +189,7 @@ class Settings(BaseSettings):
     result_backend: str | None = None
     libvirt_uri: str | None = None
     hosts: tuple[SimulatedHost, ...] = ()
+    images: tuple[ImageEntry, ...] = ()
 
     # -- [DEFAULT] (Nova names and defaults) ---------------------------------------------
     host: str = Field(default_factory=socket.gethostname, min_length=1)
@@ -148,11 +207,14 @@ class Settings(BaseSettings):
     reserved_host_cpus: int = Field(default=0, ge=0)
     max_concurrent_builds: int = Field(default=10, ge=0)
     instance_build_timeout: int = Field(default=0, ge=0)
+    default_availability_zone: str = Field(default="nova", min_length=1)
+    default_schedule_zone: str | None = None
     update_resources_interval: int = 0
 
     libvirt: LibvirtGroup = LibvirtGroup()
     scheduler: SchedulerGroup = SchedulerGroup()
     filter_scheduler: FilterSchedulerGroup = FilterSchedulerGroup()
+    compute: ComputeGroup = ComputeGroup()
     pci: PciGroup = PciGroup()
     flower: FlowerGroup = FlowerGroup()
     celery: CeleryGroup = CeleryGroup()
@@ -190,6 +252,11 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.state_dir / 'novaq.sqlite').resolve()}"
+
+    def image_properties(self, name: str) -> dict[str, str]:
+        """Properties of a catalogued image; an image not catalogued has none."""
+        entry = next((i for i in self.images if i.name == name), None)
+        return dict(entry.properties) if entry else {}
 
     def simulated_host(self, name: str | None = None) -> SimulatedHost | None:
         wanted = name or self.host

@@ -4,6 +4,7 @@ the database in a constant number of queries (never one per host)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
@@ -13,6 +14,16 @@ from compute.servicegroup import COMPUTE, is_up
 from models import ComputeNode, PciDevice, Service
 from models.pci_device import AVAILABLE
 from novaq.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateInfo:
+    """An aggregate as the filters see it."""
+
+    id: int
+    name: str
+    hosts: frozenset[str]
+    metadata: dict[str, str]
 
 
 @dataclass(slots=True)
@@ -35,9 +46,32 @@ class HostState:
     service_up: bool = True
     service_disabled: bool = False
     num_instances: int = 0
+    num_io_ops: int = 0
+    failed_builds: int = 0
     instances: set[str] = field(default_factory=set)
     # Free passthrough devices by (vendor_id, product_id, dev_type): Nova's pci_stats pools.
     pci_pools: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    aggregates: tuple[AggregateInfo, ...] = ()
+    availability_zone: str = "nova"
+    hypervisor_type: str = ""
+    hypervisor_version: int = 0
+    cpu_info: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    # (architecture, hypervisor type, vm mode) triples, as Nova's supported_instances.
+    supported_instances: tuple[tuple[str, str, str], ...] = ()
+
+    def aggregate_metadata(self) -> dict[str, set[str]]:
+        """Every aggregate metadata key of this host with the set of its values (Nova's
+        ``aggregate_metadata_get_by_host``)."""
+        merged: dict[str, set[str]] = {}
+        for aggregate in self.aggregates:
+            for key, value in aggregate.metadata.items():
+                merged.setdefault(key, set()).add(value)
+        return merged
+
+    @property
+    def free_pci_devices(self) -> int:
+        return sum(self.pci_pools.values())
 
     @property
     def free_ram_mb(self) -> int:
@@ -75,6 +109,7 @@ class HostState:
         self.memory_mb_used += request.memory_mb
         self.local_gb_used += request.disk_gb
         self.num_instances += 1
+        self.num_io_ops += 1
         if instance_uuid:
             self.instances.add(instance_uuid)
         for pci in request.pci:

@@ -21,6 +21,13 @@ class RequestSpec:
     num_instances: int = 1
     ignore_hosts: tuple[str, ...] = ()
     pci_requests: tuple[PciRequest, ...] = ()
+    image_properties: dict[str, str] = field(default_factory=dict)
+    force_hosts: tuple[str, ...] = ()
+    requested_host: str | None = None
+    # Filled by the scheduler from the database at decision time (Nova's instance_group):
+    # {"uuid", "name", "policy", "rules": {"max_server_per_host": 1}, "members": [uuids],
+    #  "hosts": [hosts of the members]}
+    instance_group: dict[str, Any] | None = None
 
     @property
     def resources(self) -> ResourceRequest:
@@ -29,6 +36,7 @@ class RequestSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ignore_hosts"] = list(self.ignore_hosts)
+        data["force_hosts"] = list(self.force_hosts)
         data["pci_requests"] = [r.to_dict() for r in self.pci_requests]
         return data
 
@@ -36,6 +44,7 @@ class RequestSpec:
     def from_dict(cls, data: dict[str, Any]) -> RequestSpec:
         data = dict(data)
         data["ignore_hosts"] = tuple(data.get("ignore_hosts", ()))
+        data["force_hosts"] = tuple(data.get("force_hosts", ()))
         data["pci_requests"] = tuple(PciRequest.from_dict(r) for r in data.get("pci_requests", ()))
         return cls(**data)
 
