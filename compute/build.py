@@ -10,16 +10,22 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
-from compute.claims import release_in_session, retry_on_conflict
+from compute.claims import (
+    ResourceRequest,
+    claim_in_session,
+    release_in_session,
+    retry_on_conflict,
+)
 from compute.instance_state import cas_update, get_instance
-from compute.pci import held_devices
+from compute.pci import PciRequest, held_devices
 from compute.states import TaskState, VmState
-from models import Instance, utcnow
+from models import ComputeNode, Instance, utcnow
 from models.db import session_scope
-from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
+from novaq.exceptions import InstanceNotFound, ResourcesUnavailable, UnexpectedTaskStateError
 from virt.driver import ComputeDriver, GuestSpec
 
 LOG = logging.getLogger(__name__)
@@ -48,21 +54,47 @@ def guest_spec(instance: Instance, pci_addresses: tuple[str, ...] = ()) -> Guest
     )
 
 
+Alternate = tuple[str, str, int]  # (host, node, compute node id)
+
+
 @dataclass(frozen=True, slots=True)
 class BuildResult:
     instance_uuid: str
-    outcome: str  # "active", "error", "skipped"
+    outcome: str  # "active", "rescheduled", "skipped" (a final failure raises)
     host: str | None
+    next_host: Alternate | None = None
+    alternates: tuple[Alternate, ...] = ()
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"instance_uuid": self.instance_uuid, "outcome": self.outcome, "host": self.host}
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "instance_uuid": self.instance_uuid,
+            "outcome": self.outcome,
+            "host": self.host,
+            "next_host": list(self.next_host) if self.next_host else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BuildAttempt:
+    """Where this build may go next if it fails here (Nova's ``host_list``)."""
+
+    number: int = 1
+    max_attempts: int = 1
+    alternates: tuple[Alternate, ...] = ()
 
 
 def build_and_run_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
+    db_url: str,
+    driver: ComputeDriver,
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    attempt: BuildAttempt = BuildAttempt(),
+    track_failures: bool = True,
 ) -> BuildResult:
-    """Spawn the claimed instance on this host. Idempotent under redelivery: a second
-    delivery finds the state moved on and returns ``skipped``."""
+    """Spawn the claimed instance on this host. A spawn failure is rescheduled to the next
+    alternate (claim moved with it) while attempts remain, else the build is errored out.
+    Idempotent under redelivery: a second delivery finds the state moved on (``skipped``)."""
     try:
         with session_scope(db_url) as session:
             instance = get_instance(session, instance_uuid)
@@ -75,41 +107,133 @@ def build_and_run_instance(
             )
             devices = held_devices(session, instance_uuid)
             spec = guest_spec(instance, tuple(d.address for d in devices))
+            event_id = actions.start_event(session, instance_uuid, request_id, BUILD_EVENT, host)
     except (UnexpectedTaskStateError, InstanceNotFound) as exc:
         LOG.info("Instance %s on %s: build skipped: %s", instance_uuid, host, exc)
         return BuildResult(instance_uuid, "skipped", host)
-
-    with actions.event_reporter(
-        db_url, instance_uuid, request_id, BUILD_EVENT, host, finish_action=True
-    ):
-        try:
-            info = driver.spawn(spec)
-        except Exception as exc:
-            LOG.warning("Instance %s on %s: spawn failed: %s", instance_uuid, host, exc)
-            _destroy_quietly(driver, instance_uuid)
-            fail_build(db_url, instance_uuid, request_id, exc, host=host, record_event=False)
-            raise
-        try:
-            with session_scope(db_url) as session:
-                cas_update(
-                    session,
-                    instance_uuid,
-                    expected_task_state=[TaskState.SPAWNING],
-                    vm_state=VmState.ACTIVE,
-                    task_state=None,
-                    power_state=info.power_state,
-                    launched_at=utcnow(),
-                )
-        except (UnexpectedTaskStateError, InstanceNotFound):
-            # Deleted while spawning: the delete has released the claim; take the guest
-            # back down so nothing runs for a server that no longer exists.
-            LOG.info(
-                "Instance %s deleted while spawning on %s; destroying guest", instance_uuid, host
+    try:
+        info = driver.spawn(spec)
+    except Exception as exc:
+        LOG.warning("Instance %s on %s: spawn failed: %s", instance_uuid, host, exc)
+        _finish_event(db_url, event_id, exc)
+        _destroy_quietly(driver, instance_uuid)
+        if track_failures:
+            record_build_result(db_url, host, succeeded=False)
+        return _reschedule_or_fail(db_url, instance_uuid, request_id, host, attempt, exc)
+    try:
+        with session_scope(db_url) as session:
+            cas_update(
+                session,
+                instance_uuid,
+                expected_task_state=[TaskState.SPAWNING],
+                vm_state=VmState.ACTIVE,
+                task_state=None,
+                power_state=info.power_state,
+                launched_at=utcnow(),
             )
-            _destroy_quietly(driver, instance_uuid)
-            return BuildResult(instance_uuid, "skipped", host)
+            if event_id is not None:
+                actions.finish_event(session, event_id, actions.SUCCESS, finish_action=True)
+    except (UnexpectedTaskStateError, InstanceNotFound):
+        # Deleted while spawning: the delete has released the claim; take the guest
+        # back down so nothing runs for a server that no longer exists.
+        LOG.info("Instance %s deleted while spawning on %s; destroying guest", instance_uuid, host)
+        _destroy_quietly(driver, instance_uuid)
+        _finish_event(db_url, event_id, None)
+        return BuildResult(instance_uuid, "skipped", host)
+    if track_failures:
+        record_build_result(db_url, host, succeeded=True)
     LOG.info("Instance %s is ACTIVE on %s", instance_uuid, host)
     return BuildResult(instance_uuid, "active", host)
+
+
+def _finish_event(db_url: str, event_id: int | None, exc: BaseException | None) -> None:
+    if event_id is None:
+        return
+    result, tb, details = actions.outcome(exc)
+    with session_scope(db_url) as session:
+        actions.finish_event(session, event_id, result, tb, details)
+
+
+def _reschedule_or_fail(
+    db_url: str,
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    attempt: BuildAttempt,
+    exc: Exception,
+) -> BuildResult:
+    if attempt.number < attempt.max_attempts and attempt.alternates:
+        moved = reschedule(db_url, instance_uuid, host, attempt.alternates, exc)
+        if moved is not None:
+            next_host, remaining = moved
+            LOG.info("Instance %s rescheduled from %s to %s", instance_uuid, host, next_host[0])
+            return BuildResult(instance_uuid, "rescheduled", host, next_host, remaining)
+    fail_build(db_url, instance_uuid, request_id, exc, host=host, record_event=False)
+    raise exc
+
+
+def reschedule(
+    db_url: str,
+    instance_uuid: str,
+    failed_host: str,
+    alternates: tuple[Alternate, ...],
+    exc: BaseException,
+) -> tuple[Alternate, tuple[Alternate, ...]] | None:
+    """Move the claim to the first alternate that can still take it (release here, claim
+    there, host/node switched, task back to ``scheduling``, in one transaction), with a
+    fault for the failed attempt. None when no alternate can take it."""
+    for index, alternate in enumerate(alternates):
+        _, _, node_id = alternate
+
+        def move(session: Session, alt: Alternate = alternate, nid: int = node_id) -> None:
+            instance = get_instance(session, instance_uuid)
+            wanted = ResourceRequest.from_flavor(
+                instance.flavor,
+                [
+                    PciRequest.from_dict(p)
+                    for p in (instance.request_spec or {}).get("pci_requests", ())
+                ],
+            )
+            release_in_session(session, instance_uuid)
+            claim_in_session(session, nid, instance_uuid, wanted)
+            cas_update(
+                session,
+                instance_uuid,
+                expected_task_state=[TaskState.SPAWNING],
+                task_state=TaskState.SCHEDULING,
+                host=alt[0],
+                node=alt[1],
+            )
+            actions.add_fault(session, instance_uuid, exc, failed_host)
+
+        try:
+            retry_on_conflict(db_url, move)
+        except ResourcesUnavailable as claim_error:
+            LOG.info(
+                "Instance %s: alternate %s cannot take it: %s",
+                instance_uuid,
+                alternate[0],
+                claim_error,
+            )
+            continue
+        except (UnexpectedTaskStateError, InstanceNotFound):
+            return None
+        return alternate, alternates[index + 1 :]
+    return None
+
+
+def record_build_result(db_url: str, host: str, succeeded: bool) -> None:
+    """Nova's ``build_failed``/``build_succeeded``: a count of consecutive failed builds in
+    the node's stats, read by the BuildFailureWeigher."""
+    with session_scope(db_url) as session:
+        for node in session.scalars(
+            select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+        ):
+            stats = dict(node.stats or {})
+            failed = 0 if succeeded else int(stats.get("failed_builds", 0)) + 1
+            if stats.get("failed_builds", 0) != failed:
+                stats["failed_builds"] = failed
+                node.stats = stats
 
 
 def _destroy_quietly(driver: ComputeDriver, instance_uuid: str) -> None:

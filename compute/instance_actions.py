@@ -78,7 +78,7 @@ def record_event(
     """Record an event that has already happened (start and finish at once)."""
     event_id = start_event(session, instance_uuid, request_id, event, host)
     if event_id is not None:
-        result, tb, details = _outcome(exc)
+        result, tb, details = outcome(exc)
         finish_event(session, event_id, result, tb, details, finish_action=finish_action)
 
 
@@ -92,7 +92,7 @@ def finish_action(
             action.message = ERROR
 
 
-def _outcome(exc: BaseException | None) -> tuple[str, str | None, str | None]:
+def outcome(exc: BaseException | None) -> tuple[str, str | None, str | None]:
     if exc is None:
         return SUCCESS, None, None
     tb = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
@@ -116,7 +116,7 @@ def event_reporter(
         yield
     except BaseException as exc:
         if event_id is not None:
-            result, tb, details = _outcome(exc)
+            result, tb, details = outcome(exc)
             with session_scope(db_url) as session:
                 finish_event(session, event_id, result, tb, details, finish_action=True)
         raise

@@ -348,6 +348,80 @@ def hypervisor_list(as_json: bool) -> None:
     )
 
 
+@main.command("aggregate-create")
+@click.argument("name")
+@click.argument("availability_zone", required=False)
+@json_option
+@handle_errors
+def aggregate_create(name: str, availability_zone: str | None, as_json: bool) -> None:
+    """Create a host aggregate, optionally an availability zone."""
+    render(api().create_aggregate(name, availability_zone), AGGREGATE_COLUMNS, as_json)
+
+
+AGGREGATE_COLUMNS = ("id", "name", "availability_zone", "hosts", "metadata")
+
+
+@main.command("aggregate-add-host")
+@click.argument("aggregate_id", type=int)
+@click.argument("host")
+@json_option
+@handle_errors
+def aggregate_add_host(aggregate_id: int, host: str, as_json: bool) -> None:
+    """Add a compute host to an aggregate."""
+    render(api().add_host_to_aggregate(aggregate_id, host), AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("aggregate-set-metadata")
+@click.argument("aggregate_id", type=int)
+@click.argument("items", nargs=-1, required=True, metavar="KEY=VALUE|KEY")
+@json_option
+@handle_errors
+def aggregate_set_metadata(aggregate_id: int, items: tuple[str, ...], as_json: bool) -> None:
+    """Set aggregate metadata (a bare KEY removes it)."""
+    metadata: dict[str, str | None] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        metadata[key] = value if sep else None
+    render(api().set_aggregate_metadata(aggregate_id, metadata), AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("aggregate-list")
+@json_option
+@handle_errors
+def aggregate_list(as_json: bool) -> None:
+    """List aggregates."""
+    render(api().list_aggregates(), AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("server-group-create")
+@click.argument("name")
+@click.argument(
+    "policy",
+    type=click.Choice(["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]),
+)
+@click.option("--max-server-per-host", type=int, default=None)
+@json_option
+@handle_errors
+def server_group_create(
+    name: str, policy: str, max_server_per_host: int | None, as_json: bool
+) -> None:
+    """Create a server group."""
+    rules = {"max_server_per_host": max_server_per_host} if max_server_per_host else None
+    render(
+        api().create_server_group(name, policy, rules),
+        ("id", "name", "policy", "rules", "members"),
+        as_json,
+    )
+
+
+@main.command("server-group-list")
+@json_option
+@handle_errors
+def server_group_list(as_json: bool) -> None:
+    """List server groups."""
+    render(api().list_server_groups(), ("id", "name", "policy", "rules", "members"), as_json)
+
+
 @main.command("audit")
 @json_option
 @handle_errors

@@ -3,6 +3,8 @@ the database in a constant number of queries (never one per host)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,8 +12,17 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest
-from compute.servicegroup import COMPUTE, is_up
-from models import ComputeNode, PciDevice, Service
+from compute.servicegroup import COMPUTE
+from models import (
+    Aggregate,
+    AggregateHost,
+    AggregateMetadata,
+    ComputeNode,
+    Instance,
+    PciDevice,
+    Service,
+    utcnow,
+)
 from models.pci_device import AVAILABLE
 from novaq.settings import Settings
 
@@ -117,26 +128,102 @@ class HostState:
             self.pci_pools[key] = self.pci_pools.get(key, 0) - pci.count
 
 
+IO_TASK_STATES = (
+    "resize_migrating",
+    "rebuilding",
+    "resize_prep",
+    "image_snapshot",
+    "image_backup",
+    "rescuing",
+    "unshelving",
+)
+
+
 def load_host_states(session: Session, settings: Settings) -> list[HostState]:
-    """Every live compute node with its service, in one query."""
+    """Every live compute node with its service, PCI pools, aggregates and instances, in a
+    constant number of queries whatever the number of hosts (plain rows, no ORM objects:
+    this runs for every scheduling decision)."""
+    node_cols = ComputeNode.__table__.c
     rows = session.execute(
-        select(ComputeNode, Service)
+        select(
+            node_cols,
+            Service.disabled,
+            Service.forced_down,
+            Service.last_seen_up,
+            Service.created_at.label("service_created_at"),
+            Service.id.label("service_id"),
+        )
+        .select_from(ComputeNode)
         .outerjoin(
             Service,
-            and_(
-                Service.host == ComputeNode.host,
-                Service.binary == COMPUTE,
-                Service.deleted == 0,
-            ),
+            and_(Service.host == ComputeNode.host, Service.binary == COMPUTE, Service.deleted == 0),
         )
         .where(ComputeNode.deleted == 0)
         .order_by(ComputeNode.host, ComputeNode.hypervisor_hostname)
     ).all()
-    states = [_host_state(node, service, settings) for node, service in rows]
     pools = _free_pci_pools(session)
-    for state in states:
+    aggregates = _aggregates_by_host(session)
+    instances = _instances_by_host(session)
+    now = utcnow()
+    states = []
+    for row in rows:
+        state = _host_state(row, settings, now)
         state.pci_pools = pools.get(state.compute_node_id, {})
+        state.aggregates = aggregates.get(state.host, ())
+        state.availability_zone = _availability_zone(state.aggregates, settings)
+        uuids, io_ops = instances.get(state.host, (set(), 0))
+        state.instances, state.num_instances, state.num_io_ops = set(uuids), len(uuids), io_ops
+        states.append(state)
     return states
+
+
+def _availability_zone(aggregates: tuple[AggregateInfo, ...], settings: Settings) -> str:
+    zones = sorted(
+        a.metadata["availability_zone"] for a in aggregates if "availability_zone" in a.metadata
+    )
+    return ",".join(zones) if zones else settings.default_availability_zone
+
+
+def _aggregates_by_host(session: Session) -> dict[str, tuple[AggregateInfo, ...]]:
+    hosts: dict[int, set[str]] = {}
+    for aggregate_id, host in session.execute(
+        select(AggregateHost.aggregate_id, AggregateHost.host)
+    ):
+        hosts.setdefault(aggregate_id, set()).add(host)
+    if not hosts:
+        return {}
+    metadata: dict[int, dict[str, str]] = {}
+    for aggregate_id, key, value in session.execute(
+        select(AggregateMetadata.aggregate_id, AggregateMetadata.key, AggregateMetadata.value)
+    ):
+        metadata.setdefault(aggregate_id, {})[key] = value
+    by_host: dict[str, list[AggregateInfo]] = {}
+    for aggregate_id, name in session.execute(select(Aggregate.id, Aggregate.name)):
+        info = AggregateInfo(
+            aggregate_id,
+            name,
+            frozenset(hosts.get(aggregate_id, ())),
+            metadata.get(aggregate_id, {}),
+        )
+        for host in info.hosts:
+            by_host.setdefault(host, []).append(info)
+    return {host: tuple(infos) for host, infos in by_host.items()}
+
+
+def _instances_by_host(session: Session) -> dict[str, tuple[set[str], int]]:
+    """Instance uuids per host and Nova's io_workload count (building, or an IO task)."""
+    result: dict[str, tuple[set[str], int]] = {}
+    for host, uuid, vm_state, task_state in session.execute(
+        select(Instance.host, Instance.uuid, Instance.vm_state, Instance.task_state).where(
+            Instance.deleted == 0, Instance.host.is_not(None)
+        )
+    ):
+        uuids, io_ops = result.get(host, (set(), 0))
+        uuids.add(uuid)
+        if vm_state == "building" or task_state in IO_TASK_STATES:
+            io_ops += 1
+        result[host] = (uuids, io_ops)
+    return result
 
 
 def _free_pci_pools(session: Session) -> dict[int, dict[tuple[str, str, str], int]]:
@@ -159,24 +246,47 @@ def _free_pci_pools(session: Session) -> dict[int, dict[tuple[str, str, str], in
     return pools
 
 
-def _host_state(node: ComputeNode, service: Service | None, settings: Settings) -> HostState:
+def _service_up(row: Any, settings: Settings, now: dt.datetime) -> bool:
+    if row.service_id is None or row.forced_down:
+        return False
+    last = row.last_seen_up or row.service_created_at
+    return abs((now - last).total_seconds()) <= settings.effective_service_down_time
+
+
+def _supported_instances(arch: str, hv_type: str) -> tuple[tuple[str, str, str], ...]:
+    # libvirt reports QEMU on a KVM host too; Nova's libvirt driver advertises both.
+    if hv_type in ("qemu", "kvm"):
+        return ((arch, "kvm", "hvm"), (arch, "qemu", "hvm"))
+    return ((arch, hv_type, "hvm"),) if hv_type else ()
+
+
+def _host_state(row: Any, settings: Settings, now: dt.datetime) -> HostState:
+    cpu_info = json.loads(row.cpu_info or "{}")
+    stats = dict(row.stats or {})
+    arch = cpu_info.get("arch") or "x86_64"
+    hv_type = (row.hypervisor_type or "").lower()
     return HostState(
-        host=node.host,
-        nodename=node.hypervisor_hostname,
-        compute_node_id=node.id,
-        vcpus_total=node.vcpus,
-        vcpus_used=node.vcpus_used,
-        memory_mb=node.memory_mb,
-        memory_mb_used=node.memory_mb_used,
-        local_gb=node.local_gb,
-        local_gb_used=node.local_gb_used,
-        reserved_vcpus=node.reserved_vcpus,
-        reserved_memory_mb=node.reserved_memory_mb,
-        reserved_disk_gb=node.reserved_disk_gb,
-        cpu_allocation_ratio=node.cpu_allocation_ratio,
-        ram_allocation_ratio=node.ram_allocation_ratio,
-        disk_allocation_ratio=node.disk_allocation_ratio,
-        service_up=service is not None and is_up(service, settings),
-        service_disabled=service is None or service.disabled,
-        num_instances=node.running_vms,
+        host=row.host,
+        nodename=row.hypervisor_hostname,
+        compute_node_id=row.id,
+        vcpus_total=row.vcpus,
+        vcpus_used=row.vcpus_used,
+        memory_mb=row.memory_mb,
+        memory_mb_used=row.memory_mb_used,
+        local_gb=row.local_gb,
+        local_gb_used=row.local_gb_used,
+        reserved_vcpus=row.reserved_vcpus,
+        reserved_memory_mb=row.reserved_memory_mb,
+        reserved_disk_gb=row.reserved_disk_gb,
+        cpu_allocation_ratio=row.cpu_allocation_ratio,
+        ram_allocation_ratio=row.ram_allocation_ratio,
+        disk_allocation_ratio=row.disk_allocation_ratio,
+        service_up=_service_up(row, settings, now),
+        service_disabled=row.service_id is None or bool(row.disabled),
+        failed_builds=int(stats.get("failed_builds", 0)),
+        hypervisor_type=row.hypervisor_type or "",
+        hypervisor_version=row.hypervisor_version or 0,
+        cpu_info=cpu_info,
+        stats=stats,
+        supported_instances=_supported_instances(arch, hv_type),
     )

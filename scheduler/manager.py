@@ -1,26 +1,40 @@
-"""Select a destination and claim it (Nova's ``select_destinations`` plus placement's
-claim): filter, weigh, then try the candidates best first until one claim succeeds.
+"""Select destinations and claim them (Nova's ``select_destinations`` plus placement's
+claim): for each instance of a request, filter, weigh, then claim the best host; the
+chosen host's state is debited before the next instance, and each instance gets
+alternates for a reschedule (Nova never calls the scheduler again on reschedule).
 
-The claim and the instance's host/node are written in one transaction, guarded twice:
-by the node's generation (no overcommit) and by the instance's task_state (a server
-deleted while it was being scheduled is not placed).
+A claim and the instance's host/node are written in one transaction, guarded by the
+node's generation (no overcommit), the instance's task_state (a server deleted while
+being scheduled is not placed) and, for hard (anti-)affinity, the group's members as the
+transaction sees them (two requests racing for one group cannot both win).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
+from collections.abc import Sequence
+from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute.claims import claim_in_session, retry_on_conflict
+from compute.claims import claim_in_session, release, retry_on_conflict
 from compute.instance_state import cas_update, get_instance
 from compute.resource_tracker import get_node
 from compute.states import TaskState, VmState
+from models import Instance
 from models.db import session_scope
-from novaq.exceptions import NoValidHost, ResourcesUnavailable
+from novaq.exceptions import (
+    InstanceNotFound,
+    NoValidHost,
+    ResourcesUnavailable,
+    UnexpectedTaskStateError,
+)
 from novaq.settings import Settings
 from scheduler.filters import BaseFilter, load_filters, run_filters
+from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState, load_host_states
 from scheduler.request_spec import RequestSpec, Selection
 from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
@@ -31,57 +45,141 @@ LOG = logging.getLogger(__name__)
 class Scheduler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.filters: list[BaseFilter] = load_filters(settings)
+        self.filters: list[BaseFilter] = load_filters(
+            settings, settings.filter_scheduler.enabled_filters
+        )
         self.weighers: list[BaseWeigher] = load_weighers(settings)
 
-    def rank(self, hosts: list[HostState], spec: RequestSpec) -> list[HostState]:
-        """Filtered hosts best first; the top ``host_subset_size`` are shuffled as Nova picks
-        randomly among them. Raises ``NoValidHost`` naming what each filter removed."""
+    # -- pure decisions -------------------------------------------------------------------
+    def candidates(self, hosts: list[HostState], spec: RequestSpec) -> list[HostState]:
+        """Nova's host manager: ignored hosts out; forced hosts bypass the filters; a
+        requested host narrows the set but is still filtered."""
         hosts = [h for h in hosts if h.host not in spec.ignore_hosts]
-        passing, report = run_filters(self.filters, hosts, spec)
+        if spec.requested_host:
+            hosts = [h for h in hosts if h.host == spec.requested_host]
+        return hosts
+
+    def rank(
+        self, hosts: list[HostState], spec: RequestSpec, first: bool = True
+    ) -> list[HostState]:
+        """Filtered hosts best first. Filters that run once per request are skipped after
+        the first instance, as Nova does. Raises ``NoValidHost`` naming what each filter
+        removed."""
+        hosts = self.candidates(hosts, spec)
+        if spec.force_hosts:
+            passing = [h for h in hosts if h.host in spec.force_hosts]
+            report = [f"forced hosts {list(spec.force_hosts)}: {len(passing)}"]
+        else:
+            filters = [f for f in self.filters if first or not f.run_filter_once_per_request]
+            passing, report = run_filters(filters, hosts, spec)
         if not passing:
-            raise NoValidHost(reason=f"Filters: {'; '.join(report) or 'no compute hosts'}.")
-        ranked = [h for _, h in weigh_hosts(self.weighers, passing, spec)]
-        subset = min(self.settings.filter_scheduler.host_subset_size, len(ranked))
+            detail = "; ".join(report) or "no compute hosts"
+            raise NoValidHost(reason=f"Filters: {detail}.")
+        weighed = weigh_hosts(self.weighers, passing, spec)
+        return self._pick_order(weighed)
+
+    def _pick_order(self, weighed: list[tuple[float, HostState]]) -> list[HostState]:
+        ranked = [h for _, h in weighed]
+        options = self.settings.filter_scheduler
+        if options.shuffle_best_same_weighed_hosts:
+            best = [h for w, h in weighed if w == weighed[0][0]]
+            random.shuffle(best)
+            ranked = best + ranked[len(best) :]
+        subset = min(options.host_subset_size, len(ranked))
         head = ranked[:subset]
         random.shuffle(head)
         return head + ranked[subset:]
 
-    def select_and_claim(self, db_url: str, spec: RequestSpec) -> Selection:
-        """Pick and claim a host for one instance, trying the next candidate when a claim
-        finds the host full (another request won the race).
-
-        A redelivered request whose instance was already placed gets that placement back
-        instead of a second claim elsewhere."""
+    # -- decisions with claims ------------------------------------------------------------
+    def schedule(self, db_url: str, specs: Sequence[RequestSpec]) -> list[Selection]:
+        """Place every instance of one request, or none (Nova: a multi-create that cannot
+        place all its instances fails whole). Instances deleted meanwhile are skipped."""
         with session_scope(db_url) as session:
-            placed = _existing_selection(session, spec.instance_uuid)
-            if placed is not None:
-                return placed
             hosts = load_host_states(session, self.settings)
-        ranked = self.rank(hosts, spec)
+            group = load_instance_group(session, specs[0].group) if specs[0].group else None
+            placed = {s.instance_uuid: _existing_selection(session, s.instance_uuid) for s in specs}
+        selections: list[Selection] = []
+        rankings: list[list[HostState]] = []
+        claimed: list[str] = []
+        try:
+            for index, spec in enumerate(specs):
+                spec = dataclasses.replace(spec, instance_group=group)
+                existing = placed[spec.instance_uuid]
+                if existing is not None:  # a redelivered request: keep what was claimed
+                    selections.append(
+                        dataclasses.replace(existing, instance_uuid=spec.instance_uuid)
+                    )
+                    rankings.append([])
+                    continue
+                ranked = self.rank(hosts, spec, first=index == 0)
+                chosen = self._claim_first(db_url, ranked, spec)
+                if chosen is None:
+                    continue  # deleted while being scheduled
+                chosen.consume(spec.resources, spec.instance_uuid)
+                if group is not None:
+                    group["hosts"] = sorted(set(group["hosts"]) | {chosen.host})
+                claimed.append(spec.instance_uuid)
+                selections.append(
+                    Selection(
+                        chosen.host,
+                        chosen.nodename,
+                        chosen.compute_node_id,
+                        instance_uuid=spec.instance_uuid,
+                    )
+                )
+                rankings.append(ranked)
+        except NoValidHost:
+            for instance_uuid in claimed:
+                _unplace(db_url, instance_uuid)
+            raise
+        return self._with_alternates(selections, rankings)
+
+    def select_and_claim(self, db_url: str, spec: RequestSpec) -> Selection | None:
+        """One instance: its claimed selection, or None if it was deleted meanwhile."""
+        selections = self.schedule(db_url, [spec])
+        return selections[0] if selections else None
+
+    def _claim_first(
+        self, db_url: str, ranked: list[HostState], spec: RequestSpec
+    ) -> HostState | None:
         lost = []
-        for index, host in enumerate(ranked):
+        for host in ranked:
             try:
                 retry_on_conflict(db_url, lambda s, h=host: self._claim(s, h, spec))
             except ResourcesUnavailable as exc:
                 LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, host.host, exc)
                 lost.append(f"{host.host}: {exc}")
                 continue
-            alternates = tuple(
-                (h.host, h.nodename, h.compute_node_id)
-                for h in ranked[index + 1 : index + self.settings.scheduler.max_attempts]
-            )
+            except (UnexpectedTaskStateError, InstanceNotFound) as exc:
+                LOG.info("Instance %s left scheduling: %s", spec.instance_uuid, exc)
+                return None
             LOG.info("Instance %s: selected %s/%s", spec.instance_uuid, host.host, host.nodename)
-            return Selection(host.host, host.nodename, host.compute_node_id, alternates)
+            return host
         raise NoValidHost(
             reason="Every host that passed the filters was taken by other claims meanwhile ("
             + "; ".join(lost)
             + ")."
         )
 
-    @staticmethod
-    def _claim(session: Session, host: HostState, spec: RequestSpec) -> None:
+    def _with_alternates(
+        self, selections: list[Selection], rankings: list[list[HostState]]
+    ) -> list[Selection]:
+        """Up to ``max_attempts - 1`` alternates per instance, never a host selected for
+        any instance of this request (Nova's ``_get_alternate_hosts``)."""
+        chosen = {s.host for s in selections}
+        wanted = self.settings.scheduler.max_attempts - 1
+        result = []
+        for selection, ranked in zip(selections, rankings, strict=True):
+            alternates = [
+                (h.host, h.nodename, h.compute_node_id) for h in ranked if h.host not in chosen
+            ][:wanted]
+            result.append(dataclasses.replace(selection, alternates=tuple(alternates)))
+        return result
+
+    def _claim(self, session: Session, host: HostState, spec: RequestSpec) -> None:
         claim_in_session(session, host.compute_node_id, spec.instance_uuid, spec.resources)
+        if spec.instance_group:
+            check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
         cas_update(
             session,
             spec.instance_uuid,
@@ -92,6 +190,32 @@ class Scheduler:
         )
 
 
+def check_group_policy(
+    session: Session, group: dict[str, Any], instance_uuid: str, host: str
+) -> None:
+    """Hard (anti-)affinity as the claim's transaction sees the members: the late check
+    Nova does on the compute host, done where it can still pick another host."""
+    policy = group.get("policy")
+    if policy not in ("affinity", "anti-affinity"):
+        return
+    others = [m for m in group.get("members", ()) if m != instance_uuid]
+    if not others:
+        return
+    hosts = list(
+        session.scalars(
+            select(Instance.host).where(
+                Instance.uuid.in_(others), Instance.deleted == 0, Instance.host.is_not(None)
+            )
+        )
+    )
+    if policy == "anti-affinity":
+        limit = int(group.get("rules", {}).get("max_server_per_host", 1))
+        if hosts.count(host) >= limit:
+            raise ResourcesUnavailable(node=host, reason="anti-affinity group already on this host")
+    elif hosts and host not in hosts:
+        raise ResourcesUnavailable(node=host, reason=f"affinity group is on {sorted(set(hosts))}")
+
+
 def _existing_selection(session: Session, instance_uuid: str) -> Selection | None:
     instance = get_instance(session, instance_uuid)
     if instance.host is None or instance.node is None:
@@ -100,3 +224,12 @@ def _existing_selection(session: Session, instance_uuid: str) -> Selection | Non
     if node is None:
         return None
     return Selection(instance.host, instance.node, node.id)
+
+
+def _unplace(db_url: str, instance_uuid: str) -> None:
+    """Undo one placement of a request that failed as a whole."""
+    release(db_url, instance_uuid)
+    with session_scope(db_url) as session:
+        instance = get_instance(session, instance_uuid)
+        if instance.task_state == TaskState.SCHEDULING:
+            instance.host = instance.node = None

@@ -57,9 +57,11 @@ class Selection:
     nodename: str
     compute_node_id: int
     alternates: tuple[tuple[str, str, int], ...] = ()
+    instance_uuid: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "instance_uuid": self.instance_uuid,
             "host": self.host,
             "nodename": self.nodename,
             "compute_node_id": self.compute_node_id,

@@ -7,8 +7,10 @@ from typing import Any
 
 from compute import build, delete, resource_tracker
 from novaq.exceptions import ConfigError
+from scheduler.request_spec import Selection
 from tasks import context
 from tasks.celery import app
+from workflows.build import build_step
 
 
 def _check_host(host: str) -> None:
@@ -22,12 +24,34 @@ def _check_host(host: str) -> None:
 
 @app.task(name="compute.build_and_run_instance")
 def build_and_run_instance(
-    instance_uuid: str, request_id: str, host: str, node: str
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    node: str,
+    attempt: int = 1,
+    max_attempts: int = 1,
+    alternates: list[list[Any]] | None = None,
 ) -> dict[str, Any]:
     _check_host(host)
-    result = build.build_and_run_instance(
-        context.db_url(), context.driver(), instance_uuid, request_id, host
+    tries = build.BuildAttempt(
+        number=attempt,
+        max_attempts=max_attempts,
+        alternates=tuple((str(h), str(n), int(i)) for h, n, i in alternates or ()),
     )
+    threshold = context.settings().compute.consecutive_build_service_disable_threshold
+    result = build.build_and_run_instance(
+        context.db_url(),
+        context.driver(),
+        instance_uuid,
+        request_id,
+        host,
+        tries,
+        track_failures=threshold != 0,
+    )
+    if result.outcome == "rescheduled" and result.next_host is not None:
+        next_host, next_node, next_id = result.next_host
+        selection = Selection(next_host, next_node, next_id, result.alternates, instance_uuid)
+        build_step(request_id, selection, max_attempts, attempt + 1).apply_async()
     return result.to_dict()
 
 

@@ -21,9 +21,13 @@ LOG = get_task_logger(__name__)
 @app.task(name="scheduler.on_build_error", count_deliveries=False)
 def on_build_error(request: Any, exc: BaseException, traceback: Any) -> None:
     kwargs = request.kwargs or {}
-    instance_uuid = kwargs.get("instance_uuid")
-    if not instance_uuid:
-        return
-    host = kwargs.get("host")
-    LOG.warning("Build of %s failed in %s: %r", instance_uuid, request.task, exc)
-    fail_build(context.db_url(), instance_uuid, kwargs.get("request_id", ""), exc, host=host)
+    uuids = kwargs.get("instance_uuids") or [kwargs.get("instance_uuid")]
+    for instance_uuid in filter(None, uuids):
+        LOG.warning("Build of %s failed in %s: %r", instance_uuid, request.task, exc)
+        fail_build(
+            context.db_url(),
+            instance_uuid,
+            kwargs.get("request_id", ""),
+            exc,
+            host=kwargs.get("host"),
+        )

@@ -1,5 +1,6 @@
-"""Scheduler-queue tasks: select and claim a destination, then hand the rest of the
-workflow to the chosen host's queue (``Task.replace``)."""
+"""Scheduler-queue tasks: select and claim destinations for every instance of a boot
+request, then hand each build to its host's queue: the task replaces itself
+(``Task.replace``) with the first build and sends the others."""
 
 from __future__ import annotations
 
@@ -8,36 +9,31 @@ from typing import Any
 from celery.utils.log import get_task_logger
 
 from compute.build import SCHEDULE_EVENT, fail_build
-from novaq.exceptions import InstanceNotFound, NoValidHost, UnexpectedTaskStateError
+from novaq.exceptions import NoValidHost
 from scheduler.request_spec import RequestSpec
 from tasks import context
 from tasks.celery import app
+from workflows.build import build_step
 
 LOG = get_task_logger(__name__)
 
 
 @app.task(bind=True, name="scheduler.select_destinations")
 def select_destinations(
-    self: Any, instance_uuid: str, request_id: str, request_spec: dict[str, Any]
+    self: Any, request_id: str, instance_uuids: list[str], request_spec: dict[str, Any]
 ) -> Any:
-    """Pick and claim a host for one instance, then become its build on that host."""
-    from tasks.compute import build_and_run_instance
-
-    spec = RequestSpec.from_dict(request_spec)
+    specs = [RequestSpec.from_dict({**request_spec, "instance_uuid": u}) for u in instance_uuids]
     try:
-        selection = context.scheduler().select_and_claim(context.db_url(), spec)
+        selections = context.scheduler().schedule(context.db_url(), specs)
     except NoValidHost as exc:
-        fail_build(
-            context.db_url(), instance_uuid, request_id, exc, host=None, event=SCHEDULE_EVENT
-        )
+        for uuid in instance_uuids:
+            fail_build(context.db_url(), uuid, request_id, exc, host=None, event=SCHEDULE_EVENT)
         raise
-    except (UnexpectedTaskStateError, InstanceNotFound) as exc:
-        LOG.info("Instance %s left scheduling before it was placed: %s", instance_uuid, exc)
-        return {"instance_uuid": instance_uuid, "outcome": "skipped"}
-    build = build_and_run_instance.si(
-        instance_uuid=instance_uuid,
-        request_id=request_id,
-        host=selection.host,
-        node=selection.nodename,
-    )
-    return self.replace(build)
+    builds = [
+        build_step(request_id, s, context.settings().scheduler.max_attempts) for s in selections
+    ]
+    if not builds:
+        return {"instance_uuids": instance_uuids, "outcome": "skipped"}
+    for build in builds[1:]:
+        build.apply_async()
+    return self.replace(builds[0])

@@ -21,7 +21,16 @@ from compute.instance_state import get_instance
 from compute.pci import requests_from_extra_specs
 from compute.servicegroup import COMPUTE, is_up, service_dict
 from compute.states import TaskState, VmState, api_status
-from models import ComputeNode, Instance, InstanceAction, ResourceHeal, Service, utcnow
+from models import (
+    Aggregate,
+    ComputeNode,
+    Instance,
+    InstanceAction,
+    ResourceHeal,
+    ServerGroup,
+    Service,
+    utcnow,
+)
 from models.db import session_scope
 from novaq.exceptions import (
     InstanceErrored,
@@ -32,7 +41,7 @@ from novaq.exceptions import (
 )
 from novaq.settings import Settings, get_settings
 from scheduler.request_spec import RequestSpec
-from workflows import dispatch, flavors, views
+from workflows import aggregates, dispatch, flavors, views
 from workflows.build import build_workflow
 from workflows.delete import delete_workflow
 
@@ -112,13 +121,19 @@ def boot(
     flavors.check_name(image, "image")
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
         raise InvalidInput(reason=f"count must be an integer from 1 to {MAX_COUNT}, got {count!r}")
-    if hints is not None and not isinstance(hints, dict):
-        raise InvalidInput(reason=f"hints must be a mapping, got {hints!r}")
-    if availability_zone is not None:
-        flavors.check_name(availability_zone, "availability_zone")
+    hints = _check_hints(hints)
+    settings = _settings()
+    availability_zone = availability_zone or settings.default_schedule_zone
     with session_scope(_db()) as session:
         flavor_row = flavors.get_flavor(session, flavor)
         snapshot, flavor_id = flavors.flavor_dict(flavor_row), flavor_row.id
+        if availability_zone is not None:
+            flavors.check_name(availability_zone, "availability_zone")
+            if availability_zone not in aggregates.known_zones(session, settings):
+                raise InvalidInput(
+                    reason=f"availability zone {availability_zone!r} is not available"
+                )
+        group_uuid = None if group is None else aggregates.get_server_group(session, group).uuid
     pci_requests = tuple(requests_from_extra_specs(snapshot["extra_specs"], _settings()))
     dispatch.check_broker()
     request_id = _request_id()
@@ -131,16 +146,42 @@ def boot(
                 flavor=snapshot,
                 image=image,
                 availability_zone=availability_zone,
-                hints=dict(hints or {}),
-                group=group,
+                hints=hints,
+                group=group_uuid,
                 num_instances=count,
                 pci_requests=pci_requests,
+                image_properties=settings.image_properties(image),
             )
             session.add(_new_instance(spec, display, flavor_id))
             actions.start_action(session, spec.instance_uuid, "create", request_id)
             specs.append(spec)
-    _send_or_undo([build_workflow(s.instance_uuid, request_id, s) for s in specs], specs)
+        if group_uuid is not None:
+            aggregates.add_members(
+                aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
+            )
+    _send_or_undo([build_workflow(request_id, specs)], specs)
     return [s.instance_uuid for s in specs]
+
+
+HINTS = ("same_host", "different_host")
+
+
+def _check_hints(hints: Any) -> dict[str, Any]:
+    """Scheduler hints novaq knows: ``same_host`` / ``different_host`` (instance uuids)."""
+    if hints is None:
+        return {}
+    if not isinstance(hints, dict):
+        raise InvalidInput(reason=f"hints must be a mapping, got {hints!r}")
+    unknown = set(hints) - set(HINTS)
+    if unknown:
+        raise InvalidInput(reason=f"unknown scheduler hint(s): {', '.join(sorted(unknown))}")
+    checked: dict[str, Any] = {}
+    for key, value in hints.items():
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InvalidInput(reason=f"hint {key} must be an instance uuid or a list of them")
+        checked[key] = [_check_uuid(v) for v in values]
+    return checked
 
 
 def _new_instance(spec: RequestSpec, display_name: str, flavor_id: int) -> Instance:
@@ -326,6 +367,65 @@ def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
         host = instance.host
     dispatch.check_broker()
     return dispatch.call(get_diagnostics.si(instance_uuid=uuid, host=host), timeout)
+
+
+# -- aggregates, availability zones and server groups --------------------------------------
+
+
+def create_aggregate(name: str, availability_zone: str | None = None) -> dict[str, Any]:
+    with session_scope(_db()) as session:
+        return aggregates.aggregate_dict(
+            aggregates.create_aggregate(session, name, availability_zone)
+        )
+
+
+def add_host_to_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
+    with session_scope(_db()) as session:
+        aggregate = aggregates.get_aggregate(session, aggregate_id)
+        known = set(session.scalars(select(Service.host).where(Service.binary == COMPUTE)))
+        aggregates.add_host(session, aggregate, host, known)
+        session.flush()
+        return aggregates.aggregate_dict(aggregate)
+
+
+def remove_host_from_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
+    with session_scope(_db()) as session:
+        aggregate = aggregates.get_aggregate(session, aggregate_id)
+        rows = [h for h in aggregate.hosts if h.host == host]
+        if not rows:
+            raise InvalidInput(reason=f"host {host!r} is not in aggregate {aggregate.name}")
+        aggregate.hosts.remove(rows[0])
+        session.flush()
+        return aggregates.aggregate_dict(aggregate)
+
+
+def set_aggregate_metadata(aggregate_id: int, metadata: dict[str, Any]) -> dict[str, Any]:
+    with session_scope(_db()) as session:
+        aggregate = aggregates.get_aggregate(session, aggregate_id)
+        aggregates.set_metadata(session, aggregate, metadata)
+        session.flush()
+        return aggregates.aggregate_dict(aggregate)
+
+
+def list_aggregates() -> list[dict[str, Any]]:
+    with session_scope(_db()) as session:
+        return [
+            aggregates.aggregate_dict(a)
+            for a in session.scalars(select(Aggregate).order_by(Aggregate.id))
+        ]
+
+
+def create_server_group(
+    name: str, policy: str, rules: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    with session_scope(_db()) as session:
+        return aggregates.group_dict(aggregates.create_server_group(session, name, policy, rules))
+
+
+def list_server_groups() -> list[dict[str, Any]]:
+    with session_scope(_db()) as session:
+        rows = session.scalars(select(ServerGroup).order_by(ServerGroup.id))
+        return [aggregates.group_dict(g) for g in rows]
 
 
 def audit(timeout: float = 10.0) -> dict[str, Any]:

@@ -1,20 +1,45 @@
-"""Build: select + claim on ``scheduler``, which replaces itself with
-``build_and_run_instance`` on ``compute.<host>``. The error callback is the fast path of
-compensation (ERROR + fault + release); it moves with the replacement."""
+"""Build: select + claim on ``scheduler`` for the whole request, which replaces itself
+with ``build_and_run_instance`` on ``compute.<host>`` (and sends the builds of the other
+instances of a multi-create). A failed spawn is rescheduled by the compute step itself to
+the next alternate's queue. The error callback is the fast path of compensation
+(ERROR + fault + release); it moves with the replacement."""
 
 from __future__ import annotations
 
 from celery.canvas import Signature
 
-from scheduler.request_spec import RequestSpec
+from scheduler.request_spec import RequestSpec, Selection
 
 
-def build_workflow(instance_uuid: str, request_id: str, spec: RequestSpec) -> Signature:
+def build_workflow(request_id: str, specs: list[RequestSpec]) -> Signature:
     from tasks.errbacks import on_build_error
     from tasks.scheduler import select_destinations
 
+    shared = specs[0].to_dict()
     workflow = select_destinations.si(
-        instance_uuid=instance_uuid, request_id=request_id, request_spec=spec.to_dict()
+        request_id=request_id,
+        instance_uuids=[s.instance_uuid for s in specs],
+        request_spec=shared,
     )
     workflow.on_error(on_build_error.s())
     return workflow
+
+
+def build_step(
+    request_id: str, selection: Selection, max_attempts: int, attempt: int = 1
+) -> Signature:
+    """The build of one placed instance on its host, with its alternates."""
+    from tasks.compute import build_and_run_instance
+    from tasks.errbacks import on_build_error
+
+    step = build_and_run_instance.si(
+        instance_uuid=selection.instance_uuid,
+        request_id=request_id,
+        host=selection.host,
+        node=selection.nodename,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        alternates=[list(a) for a in selection.alternates],
+    )
+    step.on_error(on_build_error.s())
+    return step

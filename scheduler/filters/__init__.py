@@ -16,8 +16,12 @@ LOG = logging.getLogger(__name__)
 
 
 class BaseFilter:
-    name: ClassVar[str]
     run_filter_once_per_request: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        """The registry key operators use in ``enabled_filters``: the class name."""
+        return type(self).__name__
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -27,20 +31,49 @@ class BaseFilter:
 
 
 def _registry() -> dict[str, type[BaseFilter]]:
+    from scheduler.filters.aggregate_instance_extra_specs_filter import (
+        AggregateInstanceExtraSpecsFilter,
+    )
+    from scheduler.filters.availability_zone_filter import AvailabilityZoneFilter
+    from scheduler.filters.compute_capabilities_filter import ComputeCapabilitiesFilter
     from scheduler.filters.compute_filter import ComputeFilter
     from scheduler.filters.core_filter import CoreFilter
+    from scheduler.filters.different_host_filter import DifferentHostFilter
     from scheduler.filters.disk_filter import DiskFilter
+    from scheduler.filters.image_properties_filter import ImagePropertiesFilter
+    from scheduler.filters.io_ops_filter import IoOpsFilter
+    from scheduler.filters.isolated_hosts_filter import IsolatedHostsFilter
+    from scheduler.filters.num_instances_filter import NumInstancesFilter
     from scheduler.filters.pci_passthrough_filter import PciPassthroughFilter
     from scheduler.filters.ram_filter import RamFilter
+    from scheduler.filters.same_host_filter import SameHostFilter
+    from scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFilter
+    from scheduler.filters.server_group_anti_affinity_filter import (
+        ServerGroupAntiAffinityFilter,
+    )
 
-    classes = (ComputeFilter, CoreFilter, RamFilter, DiskFilter, PciPassthroughFilter)
+    classes = (
+        ComputeFilter,
+        ComputeCapabilitiesFilter,
+        ImagePropertiesFilter,
+        ServerGroupAntiAffinityFilter,
+        ServerGroupAffinityFilter,
+        AvailabilityZoneFilter,
+        AggregateInstanceExtraSpecsFilter,
+        SameHostFilter,
+        DifferentHostFilter,
+        IsolatedHostsFilter,
+        NumInstancesFilter,
+        IoOpsFilter,
+        CoreFilter,
+        RamFilter,
+        DiskFilter,
+        PciPassthroughFilter,
+    )
     return {cls.__name__: cls for cls in classes}
 
 
-DEFAULT_FILTERS = ("ComputeFilter", "CoreFilter", "RamFilter", "DiskFilter", "PciPassthroughFilter")
-
-
-def load_filters(settings: Settings, names: Sequence[str] = DEFAULT_FILTERS) -> list[BaseFilter]:
+def load_filters(settings: Settings, names: Sequence[str]) -> list[BaseFilter]:
     registry = _registry()
     unknown = [n for n in names if n not in registry]
     if unknown:

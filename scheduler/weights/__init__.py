@@ -1,53 +1,161 @@
-"""Weighers: each returns a raw number per host; only :func:`weigh_hosts` normalises
-(0..1 across the candidates, all-equal → 0), multiplies and sums, as Nova's handler."""
+"""Weighers: each returns a raw number per host; only :func:`weigh_hosts` clamps, normalises
+(0..1 across the candidates, all-equal → 0), multiplies and sums, as Nova's
+``BaseWeightHandler.get_weighed_objects``.
+
+Each weigher names its ``[filter_scheduler]`` multiplier in ``option``; an aggregate whose
+metadata has the same key overrides it for its hosts (several values → the smallest), as
+Nova's ``get_weight_multiplier``. Weighers are enabled and ordered by
+``[filter_scheduler] weight_classes``, by class name, through :func:`_registry`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import math
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
+from novaq.exceptions import ConfigError
 from novaq.settings import Settings
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
 
+LOG = logging.getLogger(__name__)
+
 
 class BaseWeigher:
+    """A weigher: ``weigh`` returns the raw value (higher wins before the multiplier);
+    ``minval``/``maxval`` bound it and replace the list's min/max in normalisation."""
+
     minval: ClassVar[float | None] = None
     maxval: ClassVar[float | None] = None
+    # The ``[filter_scheduler]`` option, and the aggregate metadata key, of the multiplier.
+    option: ClassVar[str] = ""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
     def multiplier(self, host: HostState) -> float:
-        return 1.0
+        if not self.option:
+            return 1.0
+        default = float(getattr(self.settings.filter_scheduler, self.option))
+        return aggregate_multiplier(host, self.option, default)
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
         raise NotImplementedError
 
 
+def aggregate_multiplier(host: HostState, key: str, default: float) -> float:
+    """The smallest value of ``key`` in the host's aggregates' metadata, else ``default``.
+
+    As Nova's ``validate_num_values`` inside ``get_weight_multiplier``: if any of the values
+    is not a number the whole override is dropped (with a warning) and ``default`` is used.
+    NaN and infinities also count as not a number here (Nova would accept them, and one NaN
+    makes the ranking meaningless)."""
+    values = host.aggregate_metadata().get(key, set())
+    if not values:
+        return default
+    try:
+        numbers = [_finite_float(v) for v in sorted(values)]
+    except ValueError as exc:
+        LOG.warning(
+            "Could not decode %r weight multiplier of host %s: %s; using %s",
+            key,
+            host.host,
+            exc,
+            default,
+        )
+        return default
+    if len(numbers) > 1:
+        LOG.info(
+            "%d values of %s found for host %s, using the minimum", len(numbers), key, host.host
+        )
+    return min(numbers)
+
+
+def _finite_float(value: str) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"could not convert string to a finite float: {value!r}")
+    return number
+
+
+def _clamp(value: float, minval: float | None, maxval: float | None) -> float:
+    if minval is not None:
+        value = max(value, minval)
+    if maxval is not None:
+        value = min(value, maxval)
+    return value
+
+
 def normalize(values: Sequence[float], minval: float | None, maxval: float | None) -> list[float]:
+    """Map ``values`` onto 0..1: each is first clamped to ``minval``/``maxval``, which (when
+    set) also replace the list's own min/max as the ends of the range. All equal → all 0."""
     if not values:
         return []
-    lo = min(values) if minval is None else minval
-    hi = max(values) if maxval is None else maxval
+    clamped = [float(_clamp(v, minval, maxval)) for v in values]
+    lo = min(clamped) if minval is None else float(minval)
+    hi = max(clamped) if maxval is None else float(maxval)
     if hi <= lo:
-        return [0.0 for _ in values]
-    return [(min(max(v, lo), hi) - lo) / (hi - lo) for v in values]
+        return [0.0] * len(clamped)
+    return [(v - lo) / (hi - lo) for v in clamped]
 
 
 def weigh_hosts(
     weighers: Sequence[BaseWeigher], hosts: Sequence[HostState], spec: RequestSpec
 ) -> list[tuple[float, HostState]]:
-    """Hosts with their total weight, best first (stable for equal weights)."""
+    """Hosts with their total weight, best first (stable for equal weights).
+
+    A single candidate is not weighed at all and gets 0, as in Nova."""
     totals = [0.0] * len(hosts)
+    if len(hosts) <= 1:
+        return list(zip(totals, hosts, strict=True))
     for weigher in weighers:
         raw = [weigher.weigh(h, spec) for h in hosts]
-        for i, value in enumerate(normalize(raw, weigher.minval, weigher.maxval)):
-            totals[i] += value * weigher.multiplier(hosts[i])
+        normalized = normalize(raw, weigher.minval, weigher.maxval)
+        scores = {}
+        for i, (host, value) in enumerate(zip(hosts, normalized, strict=True)):
+            multiplier = weigher.multiplier(host)
+            totals[i] += multiplier * value
+            scores[(host.host, host.nodename)] = f"{multiplier} * {value} (raw {raw[i]})"
+        LOG.debug("%s: %s", type(weigher).__name__, scores)
     return sorted(zip(totals, hosts, strict=True), key=lambda pair: -pair[0])
 
 
-def load_weighers(settings: Settings) -> list[BaseWeigher]:
+def _registry() -> dict[str, type[BaseWeigher]]:
+    from scheduler.weights.affinity import (
+        ServerGroupSoftAffinityWeigher,
+        ServerGroupSoftAntiAffinityWeigher,
+    )
+    from scheduler.weights.build_failure import BuildFailureWeigher
+    from scheduler.weights.cpu import CPUWeigher
+    from scheduler.weights.disk import DiskWeigher
+    from scheduler.weights.io_ops import IoOpsWeigher
+    from scheduler.weights.pci import PCIWeigher
     from scheduler.weights.ram import RAMWeigher
 
-    return [RAMWeigher(settings)]
+    classes: tuple[type[BaseWeigher], ...] = (
+        RAMWeigher,
+        CPUWeigher,
+        DiskWeigher,
+        IoOpsWeigher,
+        BuildFailureWeigher,
+        PCIWeigher,
+        ServerGroupSoftAffinityWeigher,
+        ServerGroupSoftAntiAffinityWeigher,
+    )
+    return {cls.__name__: cls for cls in classes}
+
+
+def load_weighers(settings: Settings, names: Iterable[str] | None = None) -> list[BaseWeigher]:
+    """The weighers of ``[filter_scheduler] weight_classes`` (or ``names``), in that order.
+    An unknown name is a :class:`ConfigError` naming it."""
+    names = tuple(settings.filter_scheduler.weight_classes if names is None else names)
+    registry = _registry()
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ConfigError(
+            option="[filter_scheduler] weight_classes",
+            reason=f"unknown weigher(s) {', '.join(unknown)}; known: {', '.join(sorted(registry))}",
+        )
+    return [registry[n](settings) for n in names]

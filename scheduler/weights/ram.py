@@ -12,9 +12,7 @@ from scheduler.weights import BaseWeigher
 
 class RAMWeigher(BaseWeigher):
     minval: ClassVar[float | None] = 0
-
-    def multiplier(self, host: HostState) -> float:
-        return self.settings.filter_scheduler.ram_weight_multiplier
+    option: ClassVar[str] = "ram_weight_multiplier"
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
         return float(host.free_ram_mb)

@@ -1,0 +1,41 @@
+"""AggregateInstanceExtraSpecsFilter: every unscoped flavor extra spec, and every one
+scoped ``aggregate_instance_extra_specs:``, must be a metadata key of one of the host's
+aggregates with a value that matches it. Specs in any other scope (``capabilities:``,
+``hw:``...) are left to other filters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.filters import BaseFilter, extra_specs_ops
+from scheduler.filters.utils import aggregate_values
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+SCOPE = "aggregate_instance_extra_specs"
+
+
+class AggregateInstanceExtraSpecsFilter(BaseFilter):
+    run_filter_once_per_request = True
+
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        extra_specs = spec.flavor.get("extra_specs") or {}
+        if not extra_specs:
+            return True
+        metadata = aggregate_values(host)
+        for key, req in extra_specs.items():
+            scope, scoped, name = key.partition(":")
+            if scoped and scope != SCOPE:
+                continue
+            name = name if scoped else key
+            values = metadata.get(name)
+            if not values:
+                LOG.debug("%s: extra spec %s is not in its aggregates' metadata", host.host, key)
+                return False
+            if not any(extra_specs_ops.match(value, str(req)) for value in values):
+                LOG.debug("%s: aggregate values %s do not match %r", host.host, values, req)
+                return False
+        return True

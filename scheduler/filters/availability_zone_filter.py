@@ -1,0 +1,37 @@
+"""AvailabilityZoneFilter: when the request names an availability zone, the host must be
+in it. A host's zone is the ``availability_zone`` metadata of its aggregates (a host in
+several zone aggregates is in each of them), else ``default_availability_zone``.
+
+Nova 34 does this in a placement pre-filter; novaq has no placement, so it is a filter
+again, as it was in Nova before 2024.1.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.filters import BaseFilter
+from scheduler.filters.utils import aggregate_values
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+AZ_KEY = "availability_zone"
+
+
+class AvailabilityZoneFilter(BaseFilter):
+    run_filter_once_per_request = True
+
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        wanted = spec.availability_zone
+        if not wanted:
+            return True
+        # NOTE: host.availability_zone is already the aggregate zone(s), comma-joined, or
+        # the default; the aggregates' own values are added in case it is not.
+        zones = {zone.strip() for zone in host.availability_zone.split(",")}
+        zones |= aggregate_values(host).get(AZ_KEY, set())
+        if wanted not in zones:
+            LOG.debug("%s is in zone(s) %s, not %r", host.host, sorted(zones), wanted)
+            return False
+        return True

@@ -1,0 +1,47 @@
+"""IsolatedHostsFilter: keep ``isolated_images`` on ``isolated_hosts``.
+
+With ``restrict_isolated_hosts_to_isolated_images`` (the default), isolated images run
+only on isolated hosts and isolated hosts run only isolated images; without it, isolated
+hosts also take other images::
+
+                     isolated image   other image
+    isolated host    pass             pass if not restricted
+    other host       refuse           pass
+
+With no isolated images configured, an isolated host refuses everything when restricted
+and nothing otherwise. ``spec.image`` is the image name (novaq has no Glance ids); a
+request without an image is never an isolated one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.filters import BaseFilter
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+
+class IsolatedHostsFilter(BaseFilter):
+    run_filter_once_per_request = True
+
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        group = self.settings.filter_scheduler
+        restricted = group.restrict_isolated_hosts_to_isolated_images
+        host_isolated = host.host in group.isolated_hosts
+        image_isolated = bool(spec.image) and spec.image in group.isolated_images
+        if restricted:
+            passes = image_isolated == host_isolated
+        else:
+            passes = host_isolated or not image_isolated
+        if not passes:
+            LOG.debug(
+                "%s (isolated: %s) refuses image %r (isolated: %s)",
+                host.host,
+                host_isolated,
+                spec.image,
+                image_isolated,
+            )
+        return passes

@@ -1,0 +1,26 @@
+"""SameHostFilter: with the ``same_host`` hint (one instance UUID or a list), only hosts
+running at least one of those instances pass."""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.filters import BaseFilter
+from scheduler.filters.utils import hint_values, instance_uuids_overlap
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+HINT = "same_host"
+
+
+class SameHostFilter(BaseFilter):
+    run_filter_once_per_request = True
+
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        uuids = hint_values(spec, HINT)
+        if uuids and not instance_uuids_overlap(host, uuids):
+            LOG.debug("%s runs none of the same_host instances %s", host.host, sorted(uuids))
+            return False
+        return True

@@ -1,0 +1,41 @@
+"""ServerGroupAntiAffinityFilter: for a group with the ``anti-affinity`` policy, a host
+may hold at most ``rules["max_server_per_host"]`` (default 1) members of the group.
+
+An instance already on the host (a resize to the same host) always passes, so the
+source of a move is not refused because of the instance itself.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.filters import BaseFilter
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+POLICY = "anti-affinity"
+DEFAULT_MAX_SERVER_PER_HOST = 1
+
+
+class ServerGroupAntiAffinityFilter(BaseFilter):
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        group = spec.instance_group
+        if not group or group.get("policy") != POLICY:
+            return True
+        if spec.instance_uuid in host.instances:
+            return True
+        members_here = host.instances.intersection(group.get("members") or ())
+        rules = group.get("rules") or {}
+        limit = int(rules.get("max_server_per_host", DEFAULT_MAX_SERVER_PER_HOST))
+        if len(members_here) >= limit:
+            LOG.debug(
+                "%s already holds %d member(s) of anti-affinity group %s (max %d)",
+                host.host,
+                len(members_here),
+                group.get("uuid", "n/a"),
+                limit,
+            )
+            return False
+        return True

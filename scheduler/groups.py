@@ -1,0 +1,40 @@
+"""Server groups as the scheduler needs them: fresh from the database at decision time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import Instance, ServerGroup
+
+
+def load_instance_group(session: Session, group_uuid: str) -> dict[str, Any] | None:
+    group = session.scalars(select(ServerGroup).where(ServerGroup.uuid == group_uuid)).first()
+    if group is None:
+        return None
+    members = [m.instance_uuid for m in group.members]
+    hosts = (
+        sorted(
+            set(
+                session.scalars(
+                    select(Instance.host).where(
+                        Instance.uuid.in_(members),
+                        Instance.deleted == 0,
+                        Instance.host.is_not(None),
+                    )
+                )
+            )
+        )
+        if members
+        else []
+    )
+    return {
+        "uuid": group.uuid,
+        "name": group.name,
+        "policy": group.policy,
+        "rules": dict(group.rules or {}),
+        "members": members,
+        "hosts": hosts,
+    }

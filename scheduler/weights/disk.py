@@ -1,0 +1,18 @@
+"""DiskWeigher: more free local disk weighs more (spreads with a positive multiplier,
+stacks with a negative one); negative free disk is clamped at 0 (minval)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from scheduler.host_state import HostState
+from scheduler.request_spec import RequestSpec
+from scheduler.weights import BaseWeigher
+
+
+class DiskWeigher(BaseWeigher):
+    minval: ClassVar[float | None] = 0
+    option: ClassVar[str] = "disk_weight_multiplier"
+
+    def weigh(self, host: HostState, spec: RequestSpec) -> float:
+        return float(host.free_disk_mb)

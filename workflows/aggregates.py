@@ -1,0 +1,168 @@
+"""Aggregates, availability zones and server groups (API side)."""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import Aggregate, AggregateHost, AggregateMetadata, ServerGroup, ServerGroupMember
+from models.server_group import POLICIES
+from novaq.exceptions import InvalidInput, NotFound
+from novaq.settings import Settings
+from workflows.flavors import check_name
+
+AZ_KEY = "availability_zone"
+
+
+class AggregateNotFound(NotFound):
+    msg_fmt = "Aggregate %(aggregate)s could not be found."
+
+
+class ServerGroupNotFound(NotFound):
+    msg_fmt = "Server group %(group)s could not be found."
+
+
+def aggregate_dict(aggregate: Aggregate) -> dict[str, Any]:
+    metadata = aggregate.metadata_dict
+    return {
+        "id": aggregate.id,
+        "uuid": aggregate.uuid,
+        "name": aggregate.name,
+        "availability_zone": metadata.get(AZ_KEY),
+        "hosts": [h.host for h in aggregate.hosts],
+        "metadata": metadata,
+    }
+
+
+def create_aggregate(session: Session, name: Any, availability_zone: Any = None) -> Aggregate:
+    check_name(name, "aggregate name")
+    if session.scalars(select(Aggregate.id).where(Aggregate.name == name)).first() is not None:
+        raise InvalidInput(reason=f"an aggregate named {name!r} already exists")
+    aggregate = Aggregate(uuid=str(uuid_module.uuid4()), name=name)
+    if availability_zone is not None:
+        check_name(availability_zone, "availability_zone")
+        aggregate.metadata_items = [AggregateMetadata(key=AZ_KEY, value=availability_zone)]
+    session.add(aggregate)
+    session.flush()
+    return aggregate
+
+
+def get_aggregate(session: Session, aggregate_id: Any) -> Aggregate:
+    if isinstance(aggregate_id, bool) or not isinstance(aggregate_id, int):
+        raise InvalidInput(reason=f"aggregate id must be an integer, got {aggregate_id!r}")
+    aggregate = session.get(Aggregate, aggregate_id)
+    if aggregate is None:
+        raise AggregateNotFound(aggregate=aggregate_id)
+    return aggregate
+
+
+def add_host(session: Session, aggregate: Aggregate, host: Any, known_hosts: set[str]) -> None:
+    check_name(host, "host")
+    if host not in known_hosts:
+        raise NotFound(f"Compute host {host} could not be found.")
+    if host in {h.host for h in aggregate.hosts}:
+        raise InvalidInput(reason=f"host {host} is already in aggregate {aggregate.name}")
+    zone = aggregate.metadata_dict.get(AZ_KEY)
+    if zone is not None:
+        _check_single_zone(session, host, zone, aggregate.id)
+    aggregate.hosts.append(AggregateHost(host=host))
+
+
+def _check_single_zone(session: Session, host: str, zone: str, aggregate_id: int) -> None:
+    """Nova refuses a host in two availability zones."""
+    rows = session.execute(
+        select(AggregateMetadata.value)
+        .join(AggregateHost, AggregateHost.aggregate_id == AggregateMetadata.aggregate_id)
+        .where(
+            AggregateHost.host == host,
+            AggregateMetadata.key == AZ_KEY,
+            AggregateMetadata.aggregate_id != aggregate_id,
+        )
+    ).scalars()
+    other = {z for z in rows if z != zone}
+    if other:
+        raise InvalidInput(reason=f"host {host} is already in availability zone {sorted(other)[0]}")
+
+
+def set_metadata(session: Session, aggregate: Aggregate, metadata: Any) -> None:
+    """Set keys; a value of None removes its key (Nova's aggregate set-metadata)."""
+    if not isinstance(metadata, dict) or not metadata:
+        raise InvalidInput(reason="metadata must be a non-empty mapping")
+    items = {m.key: m for m in aggregate.metadata_items}
+    for key, value in metadata.items():
+        check_name(key, "metadata key")
+        if value is None:
+            if key in items:
+                aggregate.metadata_items.remove(items[key])
+            continue
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise InvalidInput(reason=f"metadata {key} must be a string, got {value!r}")
+        if key == AZ_KEY:
+            for host in aggregate.hosts:
+                _check_single_zone(session, host.host, str(value), aggregate.id)
+        if key in items:
+            items[key].value = str(value)
+        else:
+            aggregate.metadata_items.append(AggregateMetadata(key=key, value=str(value)))
+
+
+def known_zones(session: Session, settings: Settings) -> set[str]:
+    zones = set(
+        session.scalars(select(AggregateMetadata.value).where(AggregateMetadata.key == AZ_KEY))
+    )
+    return zones | {settings.default_availability_zone}
+
+
+# -- server groups -------------------------------------------------------------------------
+
+
+def group_dict(group: ServerGroup) -> dict[str, Any]:
+    return {
+        "id": group.uuid,
+        "name": group.name,
+        "policy": group.policy,
+        "rules": dict(group.rules or {}),
+        "members": [m.instance_uuid for m in group.members],
+    }
+
+
+def create_server_group(session: Session, name: Any, policy: Any, rules: Any = None) -> ServerGroup:
+    check_name(name, "server group name")
+    if policy not in POLICIES:
+        raise InvalidInput(reason=f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    rules = dict(rules or {})
+    if set(rules) - {"max_server_per_host"}:
+        raise InvalidInput(
+            reason=f"unknown server group rules {sorted(set(rules) - {'max_server_per_host'})}"
+        )
+    if "max_server_per_host" in rules:
+        value = rules["max_server_per_host"]
+        if (
+            policy != "anti-affinity"
+            or isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < 1
+        ):
+            raise InvalidInput(
+                reason="max_server_per_host is a positive integer, for anti-affinity only"
+            )
+    group = ServerGroup(uuid=str(uuid_module.uuid4()), name=name, policy=policy, rules=rules)
+    session.add(group)
+    session.flush()
+    return group
+
+
+def get_server_group(session: Session, ref: Any) -> ServerGroup:
+    if not isinstance(ref, str):
+        raise InvalidInput(reason=f"group must be a server group id, got {ref!r}")
+    group = session.scalars(select(ServerGroup).where(ServerGroup.uuid == ref)).first()
+    if group is None:
+        raise ServerGroupNotFound(group=ref)
+    return group
+
+
+def add_members(group: ServerGroup, instance_uuids: list[str]) -> None:
+    group.members.extend(ServerGroupMember(instance_uuid=u) for u in instance_uuids)
