@@ -132,7 +132,7 @@ class Scheduler:
             for instance_uuid in claimed:
                 _unplace(db_url, instance_uuid)
             raise
-        return self._with_alternates(selections, rankings)
+        return self._with_alternates(selections, rankings, forced=bool(specs[0].force_hosts))
 
     def select_and_claim(self, db_url: str, spec: RequestSpec) -> Selection | None:
         """One instance: its claimed selection, or None if it was deleted meanwhile."""
@@ -162,12 +162,16 @@ class Scheduler:
         )
 
     def _with_alternates(
-        self, selections: list[Selection], rankings: list[list[HostState]]
+        self,
+        selections: list[Selection],
+        rankings: list[list[HostState]],
+        forced: bool = False,
     ) -> list[Selection]:
         """Up to ``max_attempts - 1`` alternates per instance, never a host selected for
-        any instance of this request (Nova's ``_get_alternate_hosts``)."""
+        any instance of this request (Nova's ``_get_alternate_hosts``); none for a forced
+        host, which Nova never reschedules."""
         chosen = {s.host for s in selections}
-        wanted = self.settings.scheduler.max_attempts - 1
+        wanted = 0 if forced else self.settings.scheduler.max_attempts - 1
         result = []
         for selection, ranked in zip(selections, rankings, strict=True):
             alternates = [

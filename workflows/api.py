@@ -124,6 +124,11 @@ def boot(
     hints = _check_hints(hints)
     settings = _settings()
     availability_zone = availability_zone or settings.default_schedule_zone
+    force_hosts: tuple[str, ...] = ()
+    if isinstance(availability_zone, str) and ":" in availability_zone:
+        # Nova's "zone:host" boot syntax: force the host, bypassing the filters.
+        zone, _, forced = availability_zone.partition(":")
+        availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
     with session_scope(_db()) as session:
         flavor_row = flavors.get_flavor(session, flavor)
         snapshot, flavor_id = flavors.flavor_dict(flavor_row), flavor_row.id
@@ -151,6 +156,7 @@ def boot(
                 num_instances=count,
                 pci_requests=pci_requests,
                 image_properties=settings.image_properties(image),
+                force_hosts=force_hosts,
             )
             session.add(_new_instance(spec, display, flavor_id))
             actions.start_action(session, spec.instance_uuid, "create", request_id)

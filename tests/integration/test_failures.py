@@ -42,12 +42,13 @@ def broken_host(services: str, two_hosts: Cluster, tmp_path: Path) -> Iterator[W
         session.execute(delete(ComputeNode).where(ComputeNode.host == "broken"))
 
 
-def test_spawn_failure_errors_with_fault_and_releases_then_the_host_goes_down(
+def test_spawn_failure_on_a_forced_host_errors_with_fault_and_releases_then_the_host_goes_down(
     services: str, broken_host: Worker
 ) -> None:
     with contextlib.suppress(FlavorExists):
         api.create_flavor("it.fail", 1, 1024, 1)
-    [uuid] = api.boot("doomed", "it.fail", "cirros")
+    # "zone:host" forces the host, as Nova's boot does: no alternates, no reschedule.
+    [uuid] = api.boot("doomed", "it.fail", "cirros", availability_zone="nova:broken")
     view = api.wait(uuid, "ERROR", timeout=60)
     assert view["fault"]["message"] == "Hypervisor error: simulated host refuses to start guests"
     assert view["host"] is None
@@ -73,6 +74,41 @@ def test_spawn_failure_errors_with_fault_and_releases_then_the_host_goes_down(
         time.sleep(0.5)
     api.delete(uuid)
     assert api.show(uuid)["status"] == "DELETED"
+
+
+def test_a_build_failing_on_its_host_lands_on_an_alternate_and_the_host_weighs_less(
+    services: str, broken_host: Worker
+) -> None:
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor("it.fail", 1, 1024, 1)
+    # The broken host has by far the most free RAM, so it is chosen first...
+    [uuid] = api.boot("rescued", "it.fail", "cirros")
+    view = api.wait(uuid, "ACTIVE", timeout=60)
+    assert view["host"] in {"host1", "host2"}
+    [action] = api.list_actions(uuid)
+    assert [(e["event"], e["result"], e["host"]) for e in action["events"]] == [
+        ("compute__do_build_and_run_instance", "Error", "broken"),
+        ("compute__do_build_and_run_instance", "Success", view["host"]),
+    ]
+    assert view["fault"]["message"].startswith("Hypervisor error")  # the failed attempt
+    with session_scope(services) as session:
+        node = session.scalars(select(ComputeNode).where(ComputeNode.host == "broken")).one()
+        assert node.stats["failed_builds"] == 1
+        assert (
+            session.scalar(
+                select(func.count())
+                .select_from(Allocation)
+                .where(Allocation.compute_node_id == node.id)
+            )
+            == 0
+        )
+    # ... and after one failed build the BuildFailureWeigher keeps the next one away from it.
+    [second] = api.boot("next", "it.fail", "cirros")
+    assert api.wait(second, "ACTIVE", timeout=60)["host"] in {"host1", "host2"}
+    assert [e["host"] for e in api.list_actions(second)[0]["events"]] == [api.show(second)["host"]]
+    for server in (uuid, second):
+        api.delete(server)
+        api.wait(server, "DELETED", timeout=30)
 
 
 @pytest.fixture
