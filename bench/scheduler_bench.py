@@ -106,6 +106,9 @@ def populate(url: str, hosts: int) -> None:
             ],
         )
         session.add(Flavor(flavorid="b", name="bench", vcpus=1, memory_mb=512, root_gb=1))
+    if url.startswith("postgresql"):  # what autovacuum would have done by now
+        with get_engine(url).connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
 
 
 def new_instance(url: str) -> str:
@@ -195,7 +198,7 @@ def main() -> int:
     args = parser.parse_args()
     print(
         f"{'database':<11}{'hosts':>7}{'ms/decision':>13}{'p90 ms':>9}{'decisions/s':>13}"
-        f"{'SQL/decision':>14}{'load ms':>9}"
+        f"{'SQL/decision':>14}{'all-host load ms':>18}"
     )
     for database in args.databases.split(","):
         for hosts in (int(h) for h in args.hosts.split(",")):
@@ -209,7 +212,7 @@ def main() -> int:
                     drop_pg(name)
             print(
                 f"{database:<11}{hosts:>7}{r['ms']:>13.1f}{r['p90']:>9.1f}{r['per_s']:>13.1f}"
-                f"{r['statements']:>14.0f}{r['load_ms']:>9.1f}"
+                f"{r['statements']:>14.0f}{r['load_ms']:>18.1f}"
             )
     return 0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, intpk, str255, timestamp, uuid36
@@ -14,7 +14,10 @@ from models.base import Base, intpk, str255, timestamp, uuid36
 
 class ComputeNode(Base):
     __tablename__ = "compute_nodes"
-    __table_args__ = (UniqueConstraint("host", "hypervisor_hostname", "deleted"),)
+    __table_args__ = (
+        UniqueConstraint("host", "hypervisor_hostname", "deleted"),
+        Index("ix_compute_nodes_host", "host"),
+    )
 
     id: Mapped[intpk]
     uuid: Mapped[uuid36] = mapped_column(unique=True)

@@ -89,6 +89,7 @@ class LibvirtGroup(_Group):
 
 class SchedulerGroup(_Group):
     max_attempts: int = Field(default=3, ge=1)
+    max_placement_results: int = Field(default=1000, ge=1)
     discover_hosts_in_cells_interval: int = Field(default=-1, ge=-1)
 
 

@@ -4,11 +4,13 @@ the database in a constant number of queries (never one per host)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ARRAY, Integer, String, and_, any_, bindparam, cast, func, select
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest
@@ -139,14 +141,62 @@ IO_TASK_STATES = (
 )
 
 
-def load_host_states(session: Session, settings: Settings) -> list[HostState]:
-    """Every live compute node with its service, PCI pools, aggregates and instances, in a
-    constant number of queries whatever the number of hosts (plain rows, no ORM objects:
-    this runs for every scheduling decision)."""
-    node_cols = ComputeNode.__table__.c
-    rows = session.execute(
+NODE_COLUMNS = (
+    ComputeNode.id,
+    ComputeNode.host,
+    ComputeNode.hypervisor_hostname,
+    ComputeNode.hypervisor_type,
+    ComputeNode.hypervisor_version,
+    ComputeNode.cpu_info,
+    ComputeNode.vcpus,
+    ComputeNode.vcpus_used,
+    ComputeNode.memory_mb,
+    ComputeNode.memory_mb_used,
+    ComputeNode.local_gb,
+    ComputeNode.local_gb_used,
+    ComputeNode.reserved_vcpus,
+    ComputeNode.reserved_memory_mb,
+    ComputeNode.reserved_disk_gb,
+    ComputeNode.cpu_allocation_ratio,
+    ComputeNode.ram_allocation_ratio,
+    ComputeNode.disk_allocation_ratio,
+    ComputeNode.stats,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """Host states of one request, and what the capacity pre-filter kept."""
+
+    hosts: list[HostState]
+    prefilter: str
+
+
+def load_host_states(
+    session: Session,
+    settings: Settings,
+    request: ResourceRequest | None = None,
+    hosts: Sequence[str] = (),
+) -> list[HostState]:
+    return load_candidates(session, settings, request, hosts).hosts
+
+
+def load_candidates(
+    session: Session,
+    settings: Settings,
+    request: ResourceRequest | None = None,
+    hosts: Sequence[str] = (),
+) -> Candidates:
+    """The compute nodes a request may land on, with their services, PCI pools,
+    aggregates and instances, in a constant number of queries whatever the number of hosts.
+
+    With a ``request``, a placement-style pre-filter runs in SQL first: enabled services
+    with room for the request under the allocation ratios, at most
+    ``[scheduler] max_placement_results`` of them (Nova's limit on allocation candidates).
+    ``hosts`` (forced or requested hosts) replaces the pre-filter."""
+    query = (
         select(
-            node_cols,
+            *NODE_COLUMNS,
             Service.disabled,
             Service.forced_down,
             Service.last_seen_up,
@@ -159,11 +209,33 @@ def load_host_states(session: Session, settings: Settings) -> list[HostState]:
             and_(Service.host == ComputeNode.host, Service.binary == COMPUTE, Service.deleted == 0),
         )
         .where(ComputeNode.deleted == 0)
-        .order_by(ComputeNode.host, ComputeNode.hypervisor_hostname)
-    ).all()
-    pools = _free_pci_pools(session)
+        .order_by(ComputeNode.id)
+    )
+    prefilter = ""
+    # The candidate nodes as a subquery, so the per-host queries below need no long IN list.
+    chosen = (
+        select(ComputeNode.id)
+        .select_from(ComputeNode)
+        .outerjoin(
+            Service,
+            and_(Service.host == ComputeNode.host, Service.binary == COMPUTE, Service.deleted == 0),
+        )
+        .where(ComputeNode.deleted == 0)
+    )
+    if hosts:
+        chosen = chosen.where(ComputeNode.host.in_(list(hosts)))
+    elif request is not None:
+        chosen = chosen.where(Service.disabled.is_(False), *_room_for(request))
+        chosen = chosen.order_by(ComputeNode.id).limit(settings.scheduler.max_placement_results)
+    rows = session.execute(query.where(ComputeNode.id.in_(select(chosen.subquery().c.id)))).all()
+    if request is not None and not hosts:
+        prefilter = f"capacity pre-filter (placement): {len(rows)} hosts with room for " + (
+            f"VCPU={request.vcpus}, MEMORY_MB={request.memory_mb}, DISK_GB={request.disk_gb}"
+        )
+    node_ids = [row.id for row in rows]
+    pools = _free_pci_pools(session, node_ids)
     aggregates = _aggregates_by_host(session)
-    instances = _instances_by_host(session)
+    instances = _instances_by_host(session, sorted({row.host for row in rows}))
     now = utcnow()
     states = []
     for row in rows:
@@ -174,10 +246,32 @@ def load_host_states(session: Session, settings: Settings) -> list[HostState]:
         uuids, io_ops = instances.get(state.host, (set(), 0))
         state.instances, state.num_instances, state.num_io_ops = set(uuids), len(uuids), io_ops
         states.append(state)
-    return states
+    return Candidates(states, prefilter)
+
+
+def _room_for(request: ResourceRequest) -> list[Any]:
+    """Placement's capacity check as SQL: (total - reserved) * ratio - allocated >= asked,
+    and no more than the physical total for one consumer (max_unit)."""
+    node = ComputeNode
+    return [
+        node.vcpus >= request.vcpus,
+        node.memory_mb >= request.memory_mb,
+        node.local_gb >= request.disk_gb,
+        (node.vcpus - node.reserved_vcpus) * node.cpu_allocation_ratio
+        - (node.vcpus_used - node.reserved_vcpus)
+        >= request.vcpus,
+        (node.memory_mb - node.reserved_memory_mb) * node.ram_allocation_ratio
+        - (node.memory_mb_used - node.reserved_memory_mb)
+        >= request.memory_mb,
+        (node.local_gb - node.reserved_disk_gb) * node.disk_allocation_ratio
+        - (node.local_gb_used - node.reserved_disk_gb)
+        >= request.disk_gb,
+    ]
 
 
 def _availability_zone(aggregates: tuple[AggregateInfo, ...], settings: Settings) -> str:
+    if not aggregates:
+        return settings.default_availability_zone
     zones = sorted(
         a.metadata["availability_zone"] for a in aggregates if "availability_zone" in a.metadata
     )
@@ -210,14 +304,25 @@ def _aggregates_by_host(session: Session) -> dict[str, tuple[AggregateInfo, ...]
     return {host: tuple(infos) for host, infos in by_host.items()}
 
 
-def _instances_by_host(session: Session) -> dict[str, tuple[set[str], int]]:
+def one_of(session: Session, column: Any, values: Sequence[Any], sql_type: Any) -> Any:
+    """``column IN values`` as one bound array on PostgreSQL (a thousand separate
+    parameters cost more to send than the query does to run), a plain IN elsewhere."""
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(cast(bindparam(None, list(values)), ARRAY(sql_type)))
+    return column.in_(list(values))
+
+
+def _instances_by_host(session: Session, hosts: Sequence[str]) -> dict[str, tuple[set[str], int]]:
     """Instance uuids per host and Nova's io_workload count (building, or an IO task)."""
     result: dict[str, tuple[set[str], int]] = {}
-    for host, uuid, vm_state, task_state in session.execute(
+    if not hosts:
+        return result
+    rows = session.execute(
         select(Instance.host, Instance.uuid, Instance.vm_state, Instance.task_state).where(
-            Instance.deleted == 0, Instance.host.is_not(None)
+            Instance.deleted == 0, one_of(session, Instance.host, hosts, String)
         )
-    ):
+    )
+    for host, uuid, vm_state, task_state in rows:
         uuids, io_ops = result.get(host, (set(), 0))
         uuids.add(uuid)
         if vm_state == "building" or task_state in IO_TASK_STATES:
@@ -226,7 +331,11 @@ def _instances_by_host(session: Session) -> dict[str, tuple[set[str], int]]:
     return result
 
 
-def _free_pci_pools(session: Session) -> dict[int, dict[tuple[str, str, str], int]]:
+def _free_pci_pools(
+    session: Session, node_ids: Sequence[int]
+) -> dict[int, dict[tuple[str, str, str], int]]:
+    if not node_ids:
+        return {}
     rows = session.execute(
         select(
             PciDevice.compute_node_id,
@@ -235,9 +344,16 @@ def _free_pci_pools(session: Session) -> dict[int, dict[tuple[str, str, str], in
             PciDevice.dev_type,
             func.count(),
         )
-        .where(PciDevice.status == AVAILABLE, PciDevice.deleted == 0)
+        .where(
+            PciDevice.status == AVAILABLE,
+            PciDevice.deleted == 0,
+            one_of(session, PciDevice.compute_node_id, node_ids, Integer),
+        )
         .group_by(
-            PciDevice.compute_node_id, PciDevice.vendor_id, PciDevice.product_id, PciDevice.dev_type
+            PciDevice.compute_node_id,
+            PciDevice.vendor_id,
+            PciDevice.product_id,
+            PciDevice.dev_type,
         )
     ).all()
     pools: dict[int, dict[tuple[str, str, str], int]] = {}
@@ -253,6 +369,12 @@ def _service_up(row: Any, settings: Settings, now: dt.datetime) -> bool:
     return abs((now - last).total_seconds()) <= settings.effective_service_down_time
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_cpu_info(text: str) -> dict[str, Any]:
+    # Most nodes of a cloud share one CPU description: parse each distinct one once.
+    return dict(json.loads(text))
+
+
 def _supported_instances(arch: str, hv_type: str) -> tuple[tuple[str, str, str], ...]:
     # libvirt reports QEMU on a KVM host too; Nova's libvirt driver advertises both.
     if hv_type in ("qemu", "kvm"):
@@ -261,7 +383,7 @@ def _supported_instances(arch: str, hv_type: str) -> tuple[tuple[str, str, str],
 
 
 def _host_state(row: Any, settings: Settings, now: dt.datetime) -> HostState:
-    cpu_info = json.loads(row.cpu_info or "{}")
+    cpu_info = _parse_cpu_info(row.cpu_info or "{}")
     stats = dict(row.stats or {})
     arch = cpu_info.get("arch") or "x86_64"
     hv_type = (row.hypervisor_type or "").lower()

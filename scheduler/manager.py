@@ -35,7 +35,7 @@ from novaq.exceptions import (
 from novaq.settings import Settings
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
-from scheduler.host_state import HostState, load_host_states
+from scheduler.host_state import HostState, load_candidates
 from scheduler.request_spec import RequestSpec, Selection
 from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
 
@@ -60,7 +60,7 @@ class Scheduler:
         return hosts
 
     def rank(
-        self, hosts: list[HostState], spec: RequestSpec, first: bool = True
+        self, hosts: list[HostState], spec: RequestSpec, first: bool = True, prefilter: str = ""
     ) -> list[HostState]:
         """Filtered hosts best first. Filters that run once per request are skipped after
         the first instance, as Nova does. Raises ``NoValidHost`` naming what each filter
@@ -72,6 +72,8 @@ class Scheduler:
         else:
             filters = [f for f in self.filters if first or not f.run_filter_once_per_request]
             passing, report = run_filters(filters, hosts, spec)
+            if prefilter:
+                report.insert(0, prefilter)
         if not passing:
             detail = "; ".join(report) or "no compute hosts"
             raise NoValidHost(reason=f"Filters: {detail}.")
@@ -94,8 +96,11 @@ class Scheduler:
     def schedule(self, db_url: str, specs: Sequence[RequestSpec]) -> list[Selection]:
         """Place every instance of one request, or none (Nova: a multi-create that cannot
         place all its instances fails whole). Instances deleted meanwhile are skipped."""
+        first = specs[0]
+        targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
         with session_scope(db_url) as session:
-            hosts = load_host_states(session, self.settings)
+            candidates = load_candidates(session, self.settings, first.resources, targets)
+            hosts = candidates.hosts
             group = load_instance_group(session, specs[0].group) if specs[0].group else None
             placed = {s.instance_uuid: _existing_selection(session, s.instance_uuid) for s in specs}
         selections: list[Selection] = []
@@ -111,7 +116,7 @@ class Scheduler:
                     )
                     rankings.append([])
                     continue
-                ranked = self.rank(hosts, spec, first=index == 0)
+                ranked = self.rank(hosts, spec, first=index == 0, prefilter=candidates.prefilter)
                 chosen = self._claim_first(db_url, ranked, spec)
                 if chosen is None:
                     continue  # deleted while being scheduled

@@ -28,13 +28,22 @@ class RequestSpec:
     # {"uuid", "name", "policy", "rules": {"max_server_per_host": 1}, "members": [uuids],
     #  "hosts": [hosts of the members]}
     instance_group: dict[str, Any] | None = None
+    # Computed once: filters ask for it for every host.
+    _resources: ResourceRequest | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_resources", ResourceRequest.from_flavor(self.flavor, self.pci_requests)
+        )
 
     @property
     def resources(self) -> ResourceRequest:
-        return ResourceRequest.from_flavor(self.flavor, self.pci_requests)
+        assert self._resources is not None
+        return self._resources
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["_resources"]
         data["ignore_hosts"] = list(self.ignore_hosts)
         data["force_hosts"] = list(self.force_hosts)
         data["pci_requests"] = [r.to_dict() for r in self.pci_requests]

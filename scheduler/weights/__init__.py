@@ -39,6 +39,8 @@ class BaseWeigher:
         if not self.option:
             return 1.0
         default = float(getattr(self.settings.filter_scheduler, self.option))
+        if not host.aggregates:  # the common case, and the hot path at 10,000 hosts
+            return default
         return aggregate_multiplier(host, self.option, default)
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
@@ -110,6 +112,7 @@ def weigh_hosts(
     totals = [0.0] * len(hosts)
     if len(hosts) <= 1:
         return list(zip(totals, hosts, strict=True))
+    debug = LOG.isEnabledFor(logging.DEBUG)  # the per-host detail costs at 1,000 hosts
     for weigher in weighers:
         raw = [weigher.weigh(h, spec) for h in hosts]
         normalized = normalize(raw, weigher.minval, weigher.maxval)
@@ -117,8 +120,10 @@ def weigh_hosts(
         for i, (host, value) in enumerate(zip(hosts, normalized, strict=True)):
             multiplier = weigher.multiplier(host)
             totals[i] += multiplier * value
-            scores[(host.host, host.nodename)] = f"{multiplier} * {value} (raw {raw[i]})"
-        LOG.debug("%s: %s", type(weigher).__name__, scores)
+            if debug:
+                scores[(host.host, host.nodename)] = f"{multiplier} * {value} (raw {raw[i]})"
+        if debug:
+            LOG.debug("%s: %s", type(weigher).__name__, scores)
     return sorted(zip(totals, hosts, strict=True), key=lambda pair: -pair[0])
 
 
