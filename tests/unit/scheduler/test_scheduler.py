@@ -141,3 +141,66 @@ def test_pci_passthrough_filter_needs_enough_free_devices() -> None:
     assert pci.host_passes(_host("two", pci_pools={key: 2}), spec)
     assert not pci.host_passes(_host("one", pci_pools={key: 1}), spec)
     assert pci.host_passes(_host("none"), spec_for("x"))
+
+
+def test_multi_create_consumes_the_chosen_hosts_between_its_instances(db_url: str) -> None:
+    # Each host has room for one 16 GB server; two instances must land on two hosts.
+    for host in ("a", "b"):
+        make_compute_node(db_url, host, memory_mb=16384 + 512)
+    big = flavor_dict(memory_mb=16384)
+    uuids = [make_instance(db_url, flavor=big) for _ in range(2)]
+    selections = Scheduler(make_settings()).schedule(db_url, [spec_for(u, big) for u in uuids])
+    assert sorted(s.host for s in selections) == ["a", "b"]
+
+
+def test_a_multi_create_that_cannot_place_all_places_none(db_url: str) -> None:
+    make_compute_node(db_url, "a", memory_mb=16384 + 512)
+    big = flavor_dict(memory_mb=16384)
+    uuids = [make_instance(db_url, flavor=big) for _ in range(2)]
+    with pytest.raises(NoValidHost):
+        Scheduler(make_settings()).schedule(db_url, [spec_for(u, big) for u in uuids])
+    with session_scope(db_url) as session:
+        assert all(consumer_allocations(session, u) == {} for u in uuids)
+        assert all(get_instance(session, u).host is None for u in uuids)
+
+
+def test_alternates_never_include_a_host_chosen_for_the_request(db_url: str) -> None:
+    for host in ("a", "b", "c", "d"):
+        make_compute_node(db_url, host)
+    uuids = [make_instance(db_url) for _ in range(2)]
+    selections = Scheduler(make_settings()).schedule(db_url, [spec_for(u) for u in uuids])
+    chosen = {s.host for s in selections}
+    for selection in selections:
+        assert len(selection.alternates) == 2
+        assert not chosen & {a[0] for a in selection.alternates}
+
+
+def test_a_forced_host_bypasses_the_filters_and_gets_no_alternates(db_url: str) -> None:
+    make_compute_node(db_url, "a")
+    make_compute_node(db_url, "b")
+    with session_scope(db_url) as session:
+        session.execute(update(Service).where(Service.host == "b").values(disabled=True))
+    uuid = make_instance(db_url)
+    [selection] = Scheduler(make_settings()).schedule(db_url, [spec_for(uuid, force_hosts=("b",))])
+    assert (selection.host, selection.alternates) == ("b", ())
+
+
+def test_hard_anti_affinity_is_checked_again_inside_the_claim(db_url: str) -> None:
+    from models import ServerGroup, ServerGroupMember
+    from scheduler.manager import check_group_policy
+
+    make_compute_node(db_url, "a")
+    first, second = make_instance(db_url, host="a", node="a"), make_instance(db_url)
+    with session_scope(db_url) as session:
+        session.add(
+            ServerGroup(
+                uuid="g1",
+                name="g",
+                policy="anti-affinity",
+                rules={},
+                members=[ServerGroupMember(instance_uuid=u) for u in (first, second)],
+            )
+        )
+    group = {"policy": "anti-affinity", "rules": {}, "members": [first, second]}
+    with session_scope(db_url) as session, pytest.raises(Exception, match="anti-affinity"):
+        check_group_policy(session, group, second, "a")
