@@ -9,6 +9,7 @@ one connection. Refuses to know about the database, Celery or scheduling.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from pathlib import Path
@@ -98,3 +99,8 @@ def clear_drivers() -> None:
         _simulated.clear()
     for driver in drivers:
         driver.close()
+
+
+# Close connections before the interpreter tears libvirt's module down (otherwise
+# virConnect.__del__ runs against a half-destroyed module at exit).
+atexit.register(clear_drivers)
