@@ -10,7 +10,14 @@ from models.db import dispose_after_fork
 
 app = Celery("novaq", task_cls="tasks.base:NovaqTask")
 app.config_from_object("celeryconfig")
-app.conf.include = ["tasks.scheduler", "tasks.compute", "tasks.errbacks", "tasks.periodic"]
+app.conf.include = [
+    "tasks.scheduler",
+    "tasks.compute",
+    "tasks.lifecycle",
+    "tasks.moves",
+    "tasks.errbacks",
+    "tasks.periodic",
+]
 
 
 @worker_process_init.connect

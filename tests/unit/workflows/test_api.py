@@ -21,7 +21,7 @@ from novaq.exceptions import (
     ServiceUnavailable,
 )
 from tasks import app
-from workflows import api
+from workflows import api, api_common
 
 
 def _count(db_url: str, model: Any) -> int:
@@ -117,7 +117,7 @@ def test_boot_with_the_database_down_is_a_clear_error(monkeypatch: pytest.Monkey
     from novaq import settings as settings_module
 
     broken = settings_module.load_settings(database_url="postgresql://nobody@127.0.0.1:1/none")
-    monkeypatch.setattr(api, "_settings", lambda: broken)
+    monkeypatch.setattr(api_common, "settings", lambda: broken)
     with pytest.raises(ServiceUnavailable, match="database"):
         api.list_flavors()
 

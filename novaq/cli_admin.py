@@ -1,0 +1,201 @@
+"""``novaq`` commands for operators: services, hypervisors, aggregates, server groups,
+the audit and its heals."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from novaq.cli_base import api, console, handle_errors, json_option, main, render
+
+# -- hosts and services --------------------------------------------------------------------
+
+
+@main.command("service-list")
+@json_option
+@handle_errors
+def service_list(as_json: bool) -> None:
+    """List services with their state (up/down) and status (enabled/disabled)."""
+    render(
+        api().list_services(),
+        (
+            "id",
+            "binary",
+            "host",
+            "status",
+            "state",
+            "forced_down",
+            "report_count",
+            "last_seen_up",
+            "disabled_reason",
+        ),
+        as_json,
+    )
+
+
+@main.command("hypervisor-list")
+@json_option
+@handle_errors
+def hypervisor_list(as_json: bool) -> None:
+    """List compute nodes and their usage."""
+    render(
+        api().list_hosts(),
+        (
+            "host",
+            "node",
+            "state",
+            "status",
+            "vcpus",
+            "vcpus_used",
+            "memory_mb",
+            "memory_mb_used",
+            "local_gb",
+            "local_gb_used",
+            "running_vms",
+        ),
+        as_json,
+    )
+
+
+@main.command("aggregate-create")
+@click.argument("name")
+@click.argument("availability_zone", required=False)
+@json_option
+@handle_errors
+def aggregate_create(name: str, availability_zone: str | None, as_json: bool) -> None:
+    """Create a host aggregate, optionally an availability zone."""
+    render(api().create_aggregate(name, availability_zone), AGGREGATE_COLUMNS, as_json)
+
+
+AGGREGATE_COLUMNS = ("id", "name", "availability_zone", "hosts", "metadata")
+
+
+@main.command("aggregate-add-host")
+@click.argument("aggregate_id", type=int)
+@click.argument("host")
+@json_option
+@handle_errors
+def aggregate_add_host(aggregate_id: int, host: str, as_json: bool) -> None:
+    """Add a compute host to an aggregate."""
+    render(api().add_host_to_aggregate(aggregate_id, host), AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("aggregate-set-metadata")
+@click.argument("aggregate_id", type=int)
+@click.argument("items", nargs=-1, required=True, metavar="KEY=VALUE|KEY")
+@json_option
+@handle_errors
+def aggregate_set_metadata(aggregate_id: int, items: tuple[str, ...], as_json: bool) -> None:
+    """Set aggregate metadata (a bare KEY removes it)."""
+    metadata: dict[str, str | None] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        metadata[key] = value if sep else None
+    render(api().set_aggregate_metadata(aggregate_id, metadata), AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("aggregate-list")
+@json_option
+@handle_errors
+def aggregate_list(as_json: bool) -> None:
+    """List aggregates."""
+    render(api().list_aggregates(), AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("server-group-create")
+@click.argument("name")
+@click.argument(
+    "policy",
+    type=click.Choice(["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]),
+)
+@click.option("--max-server-per-host", type=int, default=None)
+@json_option
+@handle_errors
+def server_group_create(
+    name: str, policy: str, max_server_per_host: int | None, as_json: bool
+) -> None:
+    """Create a server group."""
+    rules = {"max_server_per_host": max_server_per_host} if max_server_per_host else None
+    render(
+        api().create_server_group(name, policy, rules),
+        ("id", "name", "policy", "rules", "members"),
+        as_json,
+    )
+
+
+@main.command("server-group-list")
+@json_option
+@handle_errors
+def server_group_list(as_json: bool) -> None:
+    """List server groups."""
+    render(api().list_server_groups(), ("id", "name", "policy", "rules", "members"), as_json)
+
+
+@main.command("audit")
+@json_option
+@handle_errors
+def audit_command(as_json: bool) -> None:
+    """Check the accounting: exit 3 when a leak is found (as nova-manage placement audit)."""
+    report = api().audit()
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        _print_audit(report)
+    sys.exit(3 if report["leaks"] else 0)
+
+
+def _print_audit(report: dict[str, Any]) -> None:
+    table = Table(
+        "host/node",
+        "by allocations",
+        "by instances+moves",
+        "by hypervisor",
+        "capacity",
+        "leaks",
+        title="Accounting audit",
+    )
+    for node in report["nodes"]:
+        usage = node["usage"]
+        table.add_row(
+            f"{node['host']}/{node['node']}",
+            _resources(usage["allocations"]),
+            _resources(usage["instances_and_migrations"]),
+            _resources(usage["hypervisor"]) if usage["hypervisor"] else "unavailable",
+            _resources({rc: int(v) for rc, v in node["capacity"].items()}),
+            str(node["leaks"]),
+        )
+    console.print(table)
+    for node in report["nodes"]:
+        for note in node["overcommit"]:
+            console.print(f"[yellow]overcommit[/] {node['host']}: {escape(note)}")
+        for f in node["discrepancies"]:
+            colour = "red" if f["severity"] == "leak" else "yellow"
+            console.print(
+                f"[{colour}]{f['severity']}[/] {node['host']} {f['kind']} "
+                f"{f['consumer'] or ''}: {f['detail']}"
+            )
+    verdict = "[red]LEAKS FOUND[/]" if report["leaks"] else "[green]no leak[/]"
+    console.print(f"{verdict}: {report['leaks']} accounting discrepancies")
+
+
+def _resources(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items() if k != "guests")
+
+
+@main.command("heal-list")
+@click.option("--host")
+@click.option("--limit", type=int, default=50, show_default=True)
+@json_option
+@handle_errors
+def heal_list(host: str | None, limit: int, as_json: bool) -> None:
+    """What the resource tracker corrected in the accounting, newest first."""
+    render(
+        api().list_heals(host=host, limit=limit),
+        ("created_at", "host", "node", "action", "consumer_uuid", "resources", "reason"),
+        as_json,
+    )

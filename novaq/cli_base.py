@@ -1,0 +1,100 @@
+"""The ``novaq`` command group and what its commands share: error handling, rendering,
+finding a local cluster.
+
+Each command parses its arguments, calls one function of ``workflows.api`` (or the cluster
+launcher) and renders the result; a ``novaq`` error becomes one red line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from novaq.exceptions import NovaqError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+err_console = Console(stderr=True)
+
+
+def handle_errors(func: F) -> F:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except NovaqError as exc:
+            err_console.print(f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(str(exc))}")
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def find_local_cluster() -> None:
+    """Point this process at a ``novaq up`` cluster running from the same state directory:
+    its embedded broker's URL file and its cluster config, unless the environment already
+    names a broker or a config."""
+    from novaq.settings import get_settings, load_settings
+
+    state_dir = load_settings().state_dir.resolve()
+    url_file = state_dir / "broker" / "url"
+    config = state_dir / "cluster.toml"
+    if "NOVAQ_BROKER_URL" not in os.environ and url_file.is_file():
+        os.environ["NOVAQ_BROKER_URL"] = url_file.read_text().strip()
+    if "NOVAQ_CONFIG" not in os.environ and config.is_file():
+        os.environ["NOVAQ_CONFIG"] = str(config)
+    get_settings.cache_clear()
+
+
+@functools.cache
+def api() -> Any:
+    # Imported late: the API binds to the settings of the environment at first use.
+    find_local_cluster()
+    from workflows import api as public_api
+
+    return public_api
+
+
+def render(
+    rows: Sequence[dict[str, Any]] | dict[str, Any],
+    columns: Iterable[str],
+    as_json: bool,
+    title: str | None = None,
+) -> None:
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    if isinstance(rows, dict):
+        table = Table("Property", "Value", title=title)
+        for key in columns:
+            table.add_row(key, _cell(rows.get(key)))
+    else:
+        cols = list(columns)
+        table = Table(*cols, title=title)
+        for row in rows:
+            table.add_row(*(_cell(row.get(c)) for c in cols))
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.group()
+def main() -> None:
+    """novaq: the compute side of a Nova-style cloud, on Celery."""

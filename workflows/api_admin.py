@@ -1,0 +1,164 @@
+"""The public API for operators: hosts, services, aggregates, zones, server groups,
+the accounting audit and its heals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from compute.audit import audit_nodes
+from compute.servicegroup import COMPUTE, is_up, service_dict
+from models import Aggregate, ComputeNode, ResourceHeal, ServerGroup, Service
+from models.db import session_scope
+from novaq.exceptions import InvalidInput
+from workflows import aggregates, dispatch, views
+from workflows import api_common as common
+
+
+def list_hosts() -> list[dict[str, Any]]:
+    s = common.settings()
+    with session_scope(common.db_url()) as session:
+        services = {
+            sv.host: service_dict(sv, s)
+            for sv in session.scalars(
+                select(Service).where(Service.binary == COMPUTE, Service.deleted == 0)
+            )
+        }
+        nodes = session.scalars(
+            select(ComputeNode).where(ComputeNode.deleted == 0).order_by(ComputeNode.host)
+        )
+        return [views.host_dict(n, services.get(n.host)) for n in nodes]
+
+
+def list_services() -> list[dict[str, Any]]:
+    s = common.settings()
+    with session_scope(common.db_url()) as session:
+        rows = session.scalars(
+            select(Service).where(Service.deleted == 0).order_by(Service.binary, Service.host)
+        )
+        return [service_dict(sv, s) for sv in rows]
+
+
+# -- aggregates, availability zones and server groups --------------------------------------
+
+
+def create_aggregate(name: str, availability_zone: str | None = None) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        return aggregates.aggregate_dict(
+            aggregates.create_aggregate(session, name, availability_zone)
+        )
+
+
+def add_host_to_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        aggregate = aggregates.get_aggregate(session, aggregate_id)
+        known = set(session.scalars(select(Service.host).where(Service.binary == COMPUTE)))
+        aggregates.add_host(session, aggregate, host, known)
+        session.flush()
+        return aggregates.aggregate_dict(aggregate)
+
+
+def remove_host_from_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        aggregate = aggregates.get_aggregate(session, aggregate_id)
+        rows = [h for h in aggregate.hosts if h.host == host]
+        if not rows:
+            raise InvalidInput(reason=f"host {host!r} is not in aggregate {aggregate.name}")
+        aggregate.hosts.remove(rows[0])
+        session.flush()
+        return aggregates.aggregate_dict(aggregate)
+
+
+def set_aggregate_metadata(aggregate_id: int, metadata: dict[str, Any]) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        aggregate = aggregates.get_aggregate(session, aggregate_id)
+        aggregates.set_metadata(session, aggregate, metadata)
+        session.flush()
+        return aggregates.aggregate_dict(aggregate)
+
+
+def list_aggregates() -> list[dict[str, Any]]:
+    with session_scope(common.db_url()) as session:
+        return [
+            aggregates.aggregate_dict(a)
+            for a in session.scalars(select(Aggregate).order_by(Aggregate.id))
+        ]
+
+
+def create_server_group(
+    name: str, policy: str, rules: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        return aggregates.group_dict(aggregates.create_server_group(session, name, policy, rules))
+
+
+def list_server_groups() -> list[dict[str, Any]]:
+    with session_scope(common.db_url()) as session:
+        rows = session.scalars(select(ServerGroup).order_by(ServerGroup.id))
+        return [aggregates.group_dict(g) for g in rows]
+
+
+def audit(timeout: float = 10.0) -> dict[str, Any]:
+    """The accounting check: per node, usage by allocations, by instances and moves, and by
+    the hypervisor (asked live on every up host), with every discrepancy. ``leaks`` counts
+    the discrepancies that are accounting errors (see ``compute.audit``)."""
+    from tasks.compute import hypervisor_view
+
+    s = common.settings()
+    with session_scope(common.db_url()) as session:
+        up_hosts = [
+            sv.host
+            for sv in session.scalars(
+                select(Service).where(Service.binary == COMPUTE, Service.deleted == 0)
+            )
+            if is_up(sv, s)
+        ]
+    hypervisors: dict[str, dict[str, Any] | None] = {}
+    if up_hosts:
+        dispatch.check_broker()
+        pending = {h: dispatch.send(hypervisor_view.si(host=h)) for h in up_hosts}
+        for host, result in pending.items():
+            try:
+                hypervisors[host] = result.get(timeout=timeout)
+            except Exception:  # noqa: BLE001 - a host that does not answer is reported as such
+                hypervisors[host] = None
+            finally:
+                result.forget()
+    with session_scope(common.db_url()) as session:
+        return audit_nodes(session, hypervisors)
+
+
+def list_heals(host: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """What ``update_available_resource`` corrected, newest first."""
+    query = select(ResourceHeal).order_by(ResourceHeal.id.desc()).limit(limit)
+    if host:
+        query = query.where(ResourceHeal.host == host)
+    with session_scope(common.db_url()) as session:
+        return [
+            {
+                "created_at": h.created_at.isoformat(),
+                "host": h.host,
+                "node": h.node,
+                "consumer_uuid": h.consumer_uuid,
+                "action": h.action,
+                "resources": h.resources,
+                "reason": h.reason,
+            }
+            for h in session.scalars(query)
+        ]
+
+
+__all__ = [
+    "add_host_to_aggregate",
+    "audit",
+    "create_aggregate",
+    "create_server_group",
+    "list_aggregates",
+    "list_heals",
+    "list_hosts",
+    "list_server_groups",
+    "list_services",
+    "remove_host_from_aggregate",
+    "set_aggregate_metadata",
+]

@@ -1,0 +1,49 @@
+"""Helpers every part of the public API shares: settings, ids, service liveness."""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from typing import Any
+
+from sqlalchemy import select
+
+from compute.servicegroup import COMPUTE, is_up
+from models import InstanceAction, Service
+from novaq.exceptions import InstanceNotFound, InvalidInput
+from novaq.settings import Settings, get_settings
+
+
+def settings() -> Settings:
+    return get_settings()
+
+
+def db_url() -> str:
+    return settings().sqlalchemy_url
+
+
+def new_request_id() -> str:
+    return f"req-{uuid_module.uuid4()}"
+
+
+def check_uuid(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(reason=f"instance uuid must be a string, got {value!r}")
+    try:
+        return str(uuid_module.UUID(value))
+    except ValueError:
+        raise InstanceNotFound(uuid=value) from None
+
+
+def host_is_up(session: Any, host: str, s: Settings) -> bool:
+    service = session.scalars(
+        select(Service).where(Service.host == host, Service.binary == COMPUTE, Service.deleted == 0)
+    ).first()
+    return service is not None and is_up(service, s)
+
+
+def last_action(session: Any, uuid: str, action: str) -> InstanceAction | None:
+    return session.scalars(
+        select(InstanceAction)
+        .where(InstanceAction.instance_uuid == uuid, InstanceAction.action == action)
+        .order_by(InstanceAction.id.desc())
+    ).first()

@@ -1,0 +1,310 @@
+"""The public API for servers: flavors, boot, delete, and what a server looks like."""
+
+from __future__ import annotations
+
+import time
+import uuid as uuid_module
+from typing import Any
+
+from sqlalchemy import select
+
+from compute import instance_actions as actions
+from compute.delete import local_delete
+from compute.instance_state import get_instance
+from compute.pci import requests_from_extra_specs
+from compute.states import TaskState, VmState
+from models import Instance, InstanceAction, utcnow
+from models.db import session_scope
+from novaq.exceptions import (
+    InstanceErrored,
+    InstanceInvalidState,
+    InvalidInput,
+    WaitTimeout,
+)
+from scheduler.request_spec import RequestSpec
+from workflows import aggregates, dispatch, flavors, views
+from workflows import api_common as common
+from workflows.build import build_workflow
+from workflows.delete import delete_workflow
+
+MAX_COUNT = 100
+
+
+# -- flavors -------------------------------------------------------------------------------
+
+
+def create_flavor(
+    name: str,
+    vcpus: int,
+    memory_mb: int,
+    root_gb: int,
+    ephemeral_gb: int = 0,
+    swap: int = 0,
+    extra_specs: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        flavor = flavors.create_flavor(
+            session,
+            name,
+            vcpus,
+            memory_mb,
+            root_gb,
+            ephemeral_gb,
+            swap,
+            extra_specs,
+            settings=common.settings(),
+        )
+        return flavors.flavor_dict(flavor)
+
+
+def list_flavors() -> list[dict[str, Any]]:
+    from models import Flavor
+
+    with session_scope(common.db_url()) as session:
+        rows = session.scalars(select(Flavor).where(Flavor.disabled.is_(False)).order_by(Flavor.id))
+        return [flavors.flavor_dict(f) for f in rows]
+
+
+# -- build and delete ----------------------------------------------------------------------
+
+
+def boot(
+    name: str,
+    flavor: str,
+    image: str,
+    count: int = 1,
+    availability_zone: str | None = None,
+    group: str | None = None,
+    hints: dict[str, Any] | None = None,
+) -> list[str]:
+    """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR)."""
+    flavors.check_name(name, "server name")
+    flavors.check_name(image, "image")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+        raise InvalidInput(reason=f"count must be an integer from 1 to {MAX_COUNT}, got {count!r}")
+    hints = _check_hints(hints)
+    settings = common.settings()
+    availability_zone = availability_zone or settings.default_schedule_zone
+    force_hosts: tuple[str, ...] = ()
+    if isinstance(availability_zone, str) and ":" in availability_zone:
+        # Nova's "zone:host" boot syntax: force the host, bypassing the filters.
+        zone, _, forced = availability_zone.partition(":")
+        availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
+    with session_scope(common.db_url()) as session:
+        flavor_row = flavors.get_flavor(session, flavor)
+        snapshot, flavor_id = flavors.flavor_dict(flavor_row), flavor_row.id
+        if availability_zone is not None:
+            flavors.check_name(availability_zone, "availability_zone")
+            if availability_zone not in aggregates.known_zones(session, settings):
+                raise InvalidInput(
+                    reason=f"availability zone {availability_zone!r} is not available"
+                )
+        group_uuid = None if group is None else aggregates.get_server_group(session, group).uuid
+    pci_requests = tuple(requests_from_extra_specs(snapshot["extra_specs"], common.settings()))
+    dispatch.check_broker()
+    request_id = common.new_request_id()
+    with session_scope(common.db_url()) as session:
+        specs = []
+        for index in range(count):
+            display = name if count == 1 else f"{name}-{index + 1}"
+            spec = RequestSpec(
+                instance_uuid=str(uuid_module.uuid4()),
+                flavor=snapshot,
+                image=image,
+                availability_zone=availability_zone,
+                hints=hints,
+                group=group_uuid,
+                num_instances=count,
+                pci_requests=pci_requests,
+                image_properties=settings.image_properties(image),
+                force_hosts=force_hosts,
+            )
+            session.add(_new_instance(spec, display, flavor_id))
+            actions.start_action(session, spec.instance_uuid, "create", request_id)
+            specs.append(spec)
+        if group_uuid is not None:
+            aggregates.add_members(
+                aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
+            )
+    _send_or_undo([build_workflow(request_id, specs)], specs)
+    return [s.instance_uuid for s in specs]
+
+
+HINTS = ("same_host", "different_host")
+
+
+def _check_hints(hints: Any) -> dict[str, Any]:
+    """Scheduler hints novaq knows: ``same_host`` / ``different_host`` (instance uuids)."""
+    if hints is None:
+        return {}
+    if not isinstance(hints, dict):
+        raise InvalidInput(reason=f"hints must be a mapping, got {hints!r}")
+    unknown = set(hints) - set(HINTS)
+    if unknown:
+        raise InvalidInput(reason=f"unknown scheduler hint(s): {', '.join(sorted(unknown))}")
+    checked: dict[str, Any] = {}
+    for key, value in hints.items():
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InvalidInput(reason=f"hint {key} must be an instance uuid or a list of them")
+        checked[key] = [common.check_uuid(v) for v in values]
+    return checked
+
+
+def _new_instance(spec: RequestSpec, display_name: str, flavor_id: int) -> Instance:
+    flavor = spec.flavor
+    return Instance(
+        uuid=spec.instance_uuid,
+        display_name=display_name,
+        flavor_id=flavor_id,
+        flavor=flavor,
+        image_ref=spec.image,
+        vcpus=flavor["vcpus"],
+        memory_mb=flavor["memory_mb"],
+        root_gb=flavor["root_gb"],
+        ephemeral_gb=flavor["ephemeral_gb"],
+        vm_state=VmState.BUILDING,
+        task_state=TaskState.SCHEDULING,
+        power_state=0,
+        availability_zone=spec.availability_zone,
+        request_spec=spec.to_dict(),
+        system_metadata={},
+    )
+
+
+def _send_or_undo(workflows: list[Any], specs: list[RequestSpec]) -> None:
+    """Publish; if the broker fails after the commit, delete the rows just written, so a
+    failed request leaves nothing behind."""
+    try:
+        for workflow in workflows:
+            dispatch.send(workflow)
+    except Exception:
+        with session_scope(common.db_url()) as session:
+            for spec in specs:
+                instance = get_instance(session, spec.instance_uuid)
+                if instance.task_state == TaskState.SCHEDULING and instance.host is None:
+                    session.delete(instance)
+        raise
+
+
+def delete(uuid: str) -> str:
+    """Delete a server (any state). Returns the action's request id."""
+    uuid = common.check_uuid(uuid)
+    s = common.settings()
+    request_id = common.new_request_id()
+    with session_scope(common.db_url()) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        if instance.task_state == TaskState.DELETING:
+            # Nova ignores a repeated delete while one is in progress.
+            previous = common.last_action(session, uuid, "delete")
+            if previous is not None:
+                return previous.request_id
+        host = instance.host
+        host_up = host is not None and common.host_is_up(session, host, s)
+    if not host_up:
+        # Nova's local delete: no host, or a host that is down.
+        with session_scope(common.db_url()) as session:
+            actions.start_action(session, uuid, "delete", request_id)
+        local_delete(common.db_url(), uuid, request_id)
+        return request_id
+    assert host is not None
+    dispatch.check_broker()
+    with session_scope(common.db_url()) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        instance.task_state = TaskState.DELETING
+        instance.updated_at = utcnow()
+        actions.start_action(session, uuid, "delete", request_id)
+    dispatch.send(delete_workflow(uuid, request_id, host))
+    return request_id
+
+
+# -- queries -------------------------------------------------------------------------------
+
+
+def show(uuid: str) -> dict[str, Any]:
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        return views.instance_dict(session, get_instance(session, uuid))
+
+
+def list_instances(**filters: Any) -> list[dict[str, Any]]:
+    """Servers, newest last. Filters: host, name, vm_state, status, deleted (bool)."""
+    known = {"host", "name", "vm_state", "status", "deleted"}
+    unknown = set(filters) - known
+    if unknown:
+        raise InvalidInput(reason=f"unknown filter(s): {', '.join(sorted(unknown))}")
+    query = select(Instance).order_by(Instance.id)
+    if not filters.get("deleted"):
+        query = query.where(Instance.deleted == 0)
+    if "host" in filters:
+        query = query.where(Instance.host == filters["host"])
+    if "name" in filters:
+        query = query.where(Instance.display_name == filters["name"])
+    if "vm_state" in filters:
+        query = query.where(Instance.vm_state == filters["vm_state"])
+    with session_scope(common.db_url()) as session:
+        rows = [views.instance_dict(session, i) for i in session.scalars(query)]
+    if "status" in filters:
+        rows = [r for r in rows if r["status"] == str(filters["status"]).upper()]
+    return rows
+
+
+def list_actions(uuid: str) -> list[dict[str, Any]]:
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        get_instance(session, uuid)
+        rows = session.scalars(
+            select(InstanceAction)
+            .where(InstanceAction.instance_uuid == uuid)
+            .order_by(InstanceAction.id)
+        )
+        return [views.action_dict(a) for a in rows]
+
+
+def wait(uuid: str, status: str, timeout: float = 120.0, interval: float = 0.2) -> dict[str, Any]:
+    """Poll until the server shows ``status``; raise with the fault if it goes to ERROR."""
+    wanted = status.upper()
+    deadline = time.monotonic() + timeout
+    while True:
+        view = show(uuid)
+        if view["status"] == wanted and (wanted == "ERROR" or view["task_state"] is None):
+            return view
+        if view["status"] == "ERROR" and wanted != "ERROR":
+            fault = view["fault"]["message"] if view["fault"] else "no fault recorded"
+            raise InstanceErrored(uuid=uuid, fault=fault)
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(uuid=uuid, status=wanted, timeout=timeout, actual=view["status"])
+        time.sleep(interval)
+
+
+def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
+    """Ask the server's host for its live view of the guest (power state, vcpus, memory,
+    PCI addresses, domain XML)."""
+    from tasks.compute import get_diagnostics
+
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        if instance.host is None:
+            raise InstanceInvalidState(
+                action="diagnostics",
+                uuid=uuid,
+                vm_state=instance.vm_state,
+                task_state=instance.task_state,
+            )
+        host = instance.host
+    dispatch.check_broker()
+    return dispatch.call(get_diagnostics.si(instance_uuid=uuid, host=host), timeout)
+
+
+__all__ = [
+    "boot",
+    "create_flavor",
+    "delete",
+    "diagnostics",
+    "list_actions",
+    "list_flavors",
+    "list_instances",
+    "show",
+    "wait",
+]
