@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute.claims import release_in_session, retry_on_conflict
 from compute.instance_state import get_instance
+from compute.moves import drop_moves
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope
@@ -44,6 +45,7 @@ def local_delete(db_url: str, instance_uuid: str, request_id: str) -> None:
         if instance.deleted:
             return
         release_in_session(session, instance_uuid)
+        drop_moves(session, instance_uuid)
         mark_deleted(instance)
         actions.finish_action(session, instance_uuid, request_id)
 
@@ -79,6 +81,7 @@ def terminate_instance(
 def _release_and_mark(session: Session, instance_uuid: str) -> None:
     instance = get_instance(session, instance_uuid)
     release_in_session(session, instance_uuid)
+    drop_moves(session, instance_uuid)
     if not instance.deleted:
         mark_deleted(instance)
 

@@ -56,7 +56,8 @@ def in_progress_migrations(session: Session, node: ComputeNode) -> list[Migratio
         session.scalars(
             select(Migration)
             .where(or_(on_source, on_dest), Migration.status.not_in(TERMINAL_MIGRATION))
-            .where(Migration.deleted == 0)
+            # Not yet placed: the instance still holds its source as an instance.
+            .where(Migration.deleted == 0, Migration.dest_node.is_not(None))
             .order_by(Migration.id)
         )
     )

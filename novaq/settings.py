@@ -209,6 +209,7 @@ class Settings(BaseSettings):
     max_concurrent_builds: int = Field(default=10, ge=0)
     instance_build_timeout: int = Field(default=0, ge=0)
     default_availability_zone: str = Field(default="nova", min_length=1)
+    allow_resize_to_same_host: bool = False
     default_schedule_zone: str | None = None
     update_resources_interval: int = 0
 

@@ -199,6 +199,76 @@ class Scheduler:
         )
 
 
+class MoveScheduler:
+    """Destination selection for a resize or cold migration: the same filters and weighers,
+    and a move claim (the migration takes the source, the instance claims the destination)
+    with the migration's destination written in the same transaction."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def select(self, db_url: str, spec: RequestSpec, migration_uuid: str) -> Selection:
+        from compute.moves import get_migration, node_id
+
+        with session_scope(db_url) as session:
+            migration = get_migration(session, migration_uuid)
+            if migration.dest_compute is not None:  # a redelivered request: already placed
+                dest_id = node_id(session, migration.dest_compute, migration.dest_node)
+                return Selection(
+                    migration.dest_compute,
+                    migration.dest_node or "",
+                    dest_id,
+                    instance_uuid=spec.instance_uuid,
+                )
+            source_id = node_id(session, migration.source_compute, migration.source_node)
+            targets = (spec.requested_host,) if spec.requested_host else ()
+            candidates = load_candidates(session, self.scheduler.settings, spec.resources, targets)
+        ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
+        lost = []
+        for index, host in enumerate(ranked):
+            try:
+                retry_on_conflict(
+                    db_url,
+                    lambda s, h=host: _claim_move(s, h, spec, migration_uuid, source_id),
+                )
+            except ResourcesUnavailable as exc:
+                lost.append(f"{host.host}: {exc}")
+                continue
+            wanted = self.scheduler.settings.scheduler.max_attempts - 1
+            alternates = tuple(
+                (h.host, h.nodename, h.compute_node_id) for h in ranked[index + 1 :]
+            )[:wanted]
+            return Selection(
+                host.host, host.nodename, host.compute_node_id, alternates, spec.instance_uuid
+            )
+        raise NoValidHost(
+            reason="Every host that passed the filters was taken by other claims meanwhile ("
+            + "; ".join(lost)
+            + ")."
+        )
+
+
+def _claim_move(
+    session: Session, host: HostState, spec: RequestSpec, migration_uuid: str, source_id: int
+) -> None:
+    from compute.claims import move_claim_in_session
+    from compute.moves import get_migration
+
+    move_claim_in_session(
+        session,
+        spec.instance_uuid,
+        migration_uuid,
+        source_id,
+        host.compute_node_id,
+        spec.resources,
+    )
+    if spec.instance_group:
+        check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
+    cas_update(session, spec.instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
+    migration = get_migration(session, migration_uuid)
+    migration.dest_compute, migration.dest_node = host.host, host.nodename
+
+
 def check_group_policy(
     session: Session, group: dict[str, Any], instance_uuid: str, host: str
 ) -> None:

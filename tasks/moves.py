@@ -1,4 +1,126 @@
 """Tasks of moves (resize, cold migrate, confirm, revert): thin wrappers over
-``compute/moves.py``."""
+``compute/moves.py``; the scheduler step replaces itself with the host-bound chain."""
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from celery.utils.log import get_task_logger
+
+from compute import moves
+from models.db import session_scope
+from novaq.exceptions import NoValidHost
+from scheduler.groups import load_instance_group
+from scheduler.manager import MoveScheduler
+from scheduler.request_spec import RequestSpec
+from tasks import context
+from tasks.celery import app
+from tasks.compute import _check_host
+from workflows.moves import move_chain
+
+LOG = get_task_logger(__name__)
+
+
+def _ctx(migration_uuid: str, request_id: str, host: str) -> moves.StepContext:
+    _check_host(host)
+    return moves.StepContext(context.db_url(), context.driver(), migration_uuid, request_id, host)
+
+
+def move_spec(migration_uuid: str) -> tuple[RequestSpec, str]:
+    """The request of a move, built from the migration and the instance's boot request."""
+    s = context.settings()
+    with session_scope(context.db_url()) as session:
+        migration = moves.get_migration(session, migration_uuid)
+        base = RequestSpec.from_dict(dict(migration.context["request_spec"]))
+        resize = migration.migration_type == "resize"
+        same_host_ok = resize and s.allow_resize_to_same_host
+        spec = dataclasses.replace(
+            base,
+            flavor=dict(migration.new_flavor),
+            pci_requests=tuple(moves.pci_requests(migration.context.get("new_pci_requests"))),
+            ignore_hosts=() if same_host_ok else (migration.source_compute or "",),
+            requested_host=migration.context.get("requested_host"),
+            force_hosts=(),
+            instance_group=load_instance_group(session, base.group) if base.group else None,
+        )
+        return spec, migration.source_compute or ""
+
+
+@app.task(bind=True, name="scheduler.select_for_move")
+def select_for_move(self: Any, migration_uuid: str, instance_uuid: str, request_id: str) -> Any:
+    spec, source = move_spec(migration_uuid)
+    try:
+        selection = MoveScheduler(context.scheduler()).select(
+            context.db_url(), spec, migration_uuid
+        )
+    except NoValidHost as exc:
+        moves.fail_scheduling(context.db_url(), migration_uuid, exc)
+        raise
+    alternates = [list(a) for a in selection.alternates]
+    return self.replace(
+        move_chain(migration_uuid, instance_uuid, request_id, source, selection.host, alternates)
+    )
+
+
+@app.task(bind=True, name="compute.prep_resize")
+def prep_resize(
+    self: Any,
+    migration_uuid: str,
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    alternates: list[list[Any]] | None = None,
+) -> Any:
+    ctx = _ctx(migration_uuid, request_id, host)
+    try:
+        moves.prep_resize(ctx)
+    except Exception as exc:
+        tries = tuple((str(h), str(n), int(i)) for h, n, i in alternates or ())
+        moved = moves.reschedule_move(context.db_url(), migration_uuid, tries, exc, host)
+        if moved is None:
+            raise
+        (next_host, _, _), remaining = moved
+        LOG.warning(
+            "prep_resize of %s failed on %s, rescheduled to %s", instance_uuid, host, next_host
+        )
+        self.request.chain = None  # the rest of this chain was bound to the old destination
+        with session_scope(context.db_url()) as session:
+            source = moves.get_migration(session, migration_uuid).source_compute or ""
+        return self.replace(
+            move_chain(
+                migration_uuid,
+                instance_uuid,
+                request_id,
+                source,
+                next_host,
+                [list(a) for a in remaining],
+            )
+        )
+    return {"instance_uuid": instance_uuid, "step": "prep_resize", "host": host}
+
+
+def _step(name: str, run: Any) -> Any:
+    @app.task(name=f"compute.{name}")
+    def task(migration_uuid: str, instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+        run(_ctx(migration_uuid, request_id, host))
+        return {"instance_uuid": instance_uuid, "step": name, "host": host}
+
+    task.__doc__ = run.__doc__
+    return task
+
+
+resize_instance = _step("resize_instance", moves.resize_instance)
+finish_resize = _step("finish_resize", moves.finish_resize)
+confirm_resize = _step("confirm_resize", moves.confirm_resize)
+revert_resize = _step("revert_resize", moves.revert_resize)
+finish_revert_resize = _step("finish_revert_resize", moves.finish_revert_resize)
+
+
+@app.task(name="scheduler.on_move_error", count_deliveries=False)
+def on_move_error(request: Any, exc: BaseException, traceback: Any) -> None:
+    kwargs = request.kwargs or {}
+    migration_uuid = kwargs.get("migration_uuid")
+    if migration_uuid:
+        LOG.warning("Move %s failed in %s: %r", migration_uuid, request.task, exc)
+        moves.abort_move(context.db_url(), migration_uuid, exc, kwargs.get("host"))

@@ -37,6 +37,36 @@ os.environ.update(
     # messages of a SIGKILLed worker within the test's patience.
     NOVAQ_CELERY__VISIBILITY_TIMEOUT="15",
     NOVAQ_CELERY__UNACKED_RESTORE_INTERVAL="2",
+    NOVAQ_ALLOW_RESIZE_TO_SAME_HOST="true",
+    NOVAQ_CONFIG=str(_STATE / "novaq.toml"),
+)
+# Both hosts carry two Quadro M4000 GPUs, at different addresses, so a test can tell which
+# host's devices a guest has.
+(_STATE / "novaq.toml").write_text(
+    """
+[[pci.alias]]
+name = "QuadroM4000-video"
+vendor_id = "10de"
+product_id = "13f1"
+
+[[pci.device_spec]]
+vendor_id = "10de"
+product_id = "13f1"
+
+[[hosts]]
+name = "host1"
+pci_devices = [
+    { address = "0000:08:00.0", vendor_id = "10de", product_id = "13f1" },
+    { address = "0000:88:00.0", vendor_id = "10de", product_id = "13f1" },
+]
+
+[[hosts]]
+name = "host2"
+pci_devices = [
+    { address = "0000:09:00.0", vendor_id = "10de", product_id = "13f1" },
+    { address = "0000:89:00.0", vendor_id = "10de", product_id = "13f1" },
+]
+"""
 )
 
 

@@ -1,0 +1,432 @@
+"""Resize and cold migration on the hosts (Nova's prep_resize → resize_instance →
+finish_resize, then confirm_resize or revert_resize → finish_revert_resize), and the one
+undo of a move that failed.
+
+Allocations are kept as placement keeps them: while a move is in flight the migration
+holds the source (old flavor and old PCI devices) and the instance holds the destination
+(new flavor and new devices); confirm frees the source, revert frees the destination and
+gives the source back to the instance. As in Nova's libvirt driver, resize_instance
+takes the guest down on the source (its disks "move"); revert starts it again there.
+
+Every step moves task_state with a compare-and-swap that also accepts its own in-flight
+state, so a step redelivered after its worker died resumes instead of sticking.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from compute import instance_actions as actions
+from compute.claims import (
+    ResourceRequest,
+    claim_in_session,
+    confirm_move_in_session,
+    move_consumer,
+    release_in_session,
+    retry_on_conflict,
+)
+from compute.instance_state import cas_update, get_instance
+from compute.pci import PciRequest, held_devices
+from compute.resource_tracker import get_node
+from compute.states import TaskState, VmState
+from models import Instance, Migration, utcnow
+from models.db import session_scope
+from novaq.exceptions import NotFound, ResourcesUnavailable
+from virt import power_state
+from virt.driver import ComputeDriver, GuestSpec
+
+LOG = logging.getLogger(__name__)
+
+IN_PROGRESS = (
+    "pre-migrating",
+    "migrating",
+    "post-migrating",
+    "finished",
+    "confirming",
+    "reverting",
+)
+
+
+class MigrationNotFound(NotFound):
+    msg_fmt = "Migration %(migration)s could not be found."
+
+
+def get_migration(session: Session, migration_uuid: str) -> Migration:
+    migration = session.scalars(select(Migration).where(Migration.uuid == migration_uuid)).first()
+    if migration is None:
+        raise MigrationNotFound(migration=migration_uuid)
+    return migration
+
+
+def active_migration(session: Session, instance_uuid: str) -> Migration | None:
+    return session.scalars(
+        select(Migration)
+        .where(Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS))
+        .order_by(Migration.id.desc())
+    ).first()
+
+
+def pci_requests(data: list[dict[str, Any]] | None) -> list[PciRequest]:
+    return [PciRequest.from_dict(p) for p in data or ()]
+
+
+def new_request(migration: Migration) -> ResourceRequest:
+    return ResourceRequest.from_flavor(
+        migration.new_flavor, pci_requests(migration.context.get("new_pci_requests"))
+    )
+
+
+def node_id(session: Session, host: str | None, node: str | None) -> int:
+    row = get_node(session, host or "", node or "")
+    if row is None:
+        raise ResourcesUnavailable(node=f"{host}/{node}", reason="compute node is gone")
+    return row.id
+
+
+def guest_spec(instance: Instance, flavor: dict[str, Any], addresses: list[str]) -> GuestSpec:
+    from compute.build import instance_name
+
+    return GuestSpec(
+        uuid=instance.uuid,
+        name=instance_name(instance),
+        vcpus=flavor["vcpus"],
+        memory_mb=flavor["memory_mb"],
+        root_gb=flavor["root_gb"],
+        ephemeral_gb=flavor.get("ephemeral_gb", 0),
+        swap_mb=flavor.get("swap", 0),
+        image=instance.image_ref,
+        pci_addresses=tuple(addresses),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    db_url: str
+    driver: ComputeDriver
+    migration_uuid: str
+    request_id: str
+    host: str
+
+
+@contextmanager
+def step(ctx: StepContext, event: str) -> Iterator[str]:
+    """One move step recorded as an action event; yields the instance uuid."""
+    with session_scope(ctx.db_url) as session:
+        instance_uuid = get_migration(session, ctx.migration_uuid).instance_uuid
+    with actions.event_reporter(ctx.db_url, instance_uuid, ctx.request_id, event, ctx.host):
+        yield instance_uuid
+
+
+def _set_migration(session: Session, migration_uuid: str, status: str, **values: Any) -> None:
+    migration = get_migration(session, migration_uuid)
+    migration.status = status
+    migration.updated_at = utcnow()
+    for key, value in values.items():
+        setattr(migration, key, value)
+
+
+# -- the forward path ------------------------------------------------------------------------
+
+
+def prep_resize(ctx: StepContext) -> None:
+    """On the destination: check the claim the scheduler made is here, and record what the
+    move holds (Nova's MigrationContext: the old and new PCI devices)."""
+    with step(ctx, "compute_prep_resize") as instance_uuid:
+        ctx.driver.get_available_resource()  # the destination's hypervisor answers
+        with session_scope(ctx.db_url) as session:
+            migration = get_migration(session, ctx.migration_uuid)
+            cas_update(session, instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
+            dest = node_id(session, migration.dest_compute, migration.dest_node)
+            source = node_id(session, migration.source_compute, migration.source_node)
+            context = dict(migration.context)
+            context["new_pci_devices"] = [
+                d.address for d in held_devices(session, instance_uuid, dest)
+            ]
+            context["old_pci_devices"] = [
+                d.address for d in held_devices(session, migration.uuid, source)
+            ]
+            migration.context = context
+            instance = get_instance(session, instance_uuid)
+            sysmeta = dict(instance.system_metadata or {})
+            sysmeta.setdefault("old_vm_state", instance.vm_state)
+            instance.system_metadata = sysmeta
+
+
+def resize_instance(ctx: StepContext) -> None:
+    """On the source: power the guest off and take it down (its disks move), then point
+    the instance at the destination."""
+    with step(ctx, "compute_resize_instance") as instance_uuid:
+        with session_scope(ctx.db_url) as session:
+            cas_update(
+                session,
+                instance_uuid,
+                expected_task_state=[TaskState.RESIZE_PREP, TaskState.RESIZE_MIGRATING],
+                task_state=TaskState.RESIZE_MIGRATING,
+            )
+            _set_migration(session, ctx.migration_uuid, "migrating")
+        ctx.driver.destroy(instance_uuid)
+        with session_scope(ctx.db_url) as session:
+            migration = get_migration(session, ctx.migration_uuid)
+            cas_update(
+                session,
+                instance_uuid,
+                expected_task_state=[TaskState.RESIZE_MIGRATING],
+                task_state=TaskState.RESIZE_MIGRATED,
+                host=migration.dest_compute,
+                node=migration.dest_node,
+            )
+            _set_migration(session, ctx.migration_uuid, "post-migrating")
+
+
+def finish_resize(ctx: StepContext) -> None:
+    """On the destination: the instance takes the new flavor and its guest starts with
+    exactly the devices the new flavor asks for; a stopped server stays stopped."""
+    with step(ctx, "compute_finish_resize") as instance_uuid:
+        with session_scope(ctx.db_url) as session:
+            migration = get_migration(session, ctx.migration_uuid)
+            cas_update(
+                session,
+                instance_uuid,
+                expected_task_state=[TaskState.RESIZE_MIGRATED, TaskState.RESIZE_FINISH],
+                task_state=TaskState.RESIZE_FINISH,
+            )
+            instance = get_instance(session, instance_uuid)
+            _take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
+            dest = node_id(session, migration.dest_compute, migration.dest_node)
+            addresses = [d.address for d in held_devices(session, instance_uuid, dest)]
+            spec = guest_spec(instance, migration.new_flavor, addresses)
+            stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
+        info = ctx.driver.spawn(spec)
+        if stopped:
+            ctx.driver.power_off(instance_uuid)
+            info = ctx.driver.get_info(instance_uuid)
+        with session_scope(ctx.db_url) as session:
+            cas_update(
+                session,
+                instance_uuid,
+                expected_task_state=[TaskState.RESIZE_FINISH],
+                vm_state=VmState.RESIZED,
+                task_state=None,
+                power_state=info.power_state,
+            )
+            _set_migration(session, ctx.migration_uuid, "finished")
+
+
+def _take_flavor(
+    instance: Instance, flavor: dict[str, Any], pci: list[dict[str, Any]] | None
+) -> None:
+    instance.flavor = dict(flavor)
+    instance.vcpus, instance.memory_mb = flavor["vcpus"], flavor["memory_mb"]
+    instance.root_gb, instance.ephemeral_gb = flavor["root_gb"], flavor.get("ephemeral_gb", 0)
+    spec = dict(instance.request_spec or {})
+    spec["flavor"] = dict(flavor)
+    spec["pci_requests"] = list(pci or [])
+    instance.request_spec = spec
+
+
+# -- confirm and revert ------------------------------------------------------------------------
+
+
+def confirm_resize(ctx: StepContext) -> None:
+    """On the source: drop what the migration holds there; the server settles as ACTIVE,
+    or SHUTOFF if its guest is off (Nova)."""
+    with step(ctx, "compute_confirm_resize") as instance_uuid:
+        # The source guest went down in resize_instance: only the accounting is left here.
+
+        def work(session: Session) -> None:
+            migration = get_migration(session, ctx.migration_uuid)
+            if migration.status == "confirmed":
+                return
+            source = node_id(session, migration.source_compute, migration.source_node)
+            confirm_move_in_session(session, migration.uuid, source)
+            instance = get_instance(session, instance_uuid)
+            vm_state = (
+                VmState.STOPPED if instance.power_state == power_state.SHUTDOWN else VmState.ACTIVE
+            )
+            cas_update(
+                session,
+                instance_uuid,
+                expected_vm_state=[VmState.RESIZED],
+                expected_task_state=[None],
+                vm_state=vm_state,
+            )
+            _pop_old_vm_state(instance)
+            _set_migration(session, ctx.migration_uuid, "confirmed")
+
+        retry_on_conflict(ctx.db_url, work)
+
+
+def revert_resize(ctx: StepContext) -> None:
+    """On the destination: take the new guest down, free the destination and give the
+    source back to the instance, in one transaction (so no audit ever sees a gap)."""
+    with step(ctx, "compute_revert_resize") as instance_uuid:
+        ctx.driver.destroy(instance_uuid)
+
+        def work(session: Session) -> None:
+            migration = get_migration(session, ctx.migration_uuid)
+            if migration.status == "reverted":
+                return
+            give_back_source(session, migration)
+            instance = get_instance(session, instance_uuid)
+            instance.host, instance.node = migration.source_compute, migration.source_node
+            _set_migration(session, ctx.migration_uuid, "reverted")
+
+        retry_on_conflict(ctx.db_url, work)
+
+
+def finish_revert_resize(ctx: StepContext) -> None:
+    """On the source: start the guest again with its old flavor and old devices."""
+    with step(ctx, "compute_finish_revert_resize") as instance_uuid:
+        with session_scope(ctx.db_url) as session:
+            migration = get_migration(session, ctx.migration_uuid)
+            instance = get_instance(session, instance_uuid)
+            source = node_id(session, migration.source_compute, migration.source_node)
+            addresses = [d.address for d in held_devices(session, instance_uuid, source)]
+            spec = guest_spec(instance, migration.old_flavor, addresses)
+            stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
+        info = ctx.driver.spawn(spec)
+        if stopped:
+            ctx.driver.power_off(instance_uuid)
+            info = ctx.driver.get_info(instance_uuid)
+        with session_scope(ctx.db_url) as session:
+            instance = get_instance(session, instance_uuid)
+            cas_update(
+                session,
+                instance_uuid,
+                expected_task_state=[TaskState.RESIZE_REVERTING],
+                vm_state=VmState.STOPPED if stopped else VmState.ACTIVE,
+                task_state=None,
+                power_state=info.power_state,
+            )
+            _pop_old_vm_state(instance)
+
+
+def give_back_source(session: Session, migration: Migration) -> None:
+    """Revert the accounting of a move: the instance's destination claim goes, the
+    migration's source allocation (and devices) go back to the instance, and the
+    instance takes its old flavor again."""
+    instance = get_instance(session, migration.instance_uuid)
+    if migration.dest_node is not None:
+        dest = node_id(session, migration.dest_compute, migration.dest_node)
+        release_in_session(session, instance.uuid, dest)
+    source = node_id(session, migration.source_compute, migration.source_node)
+    move_consumer(session, migration.uuid, instance.uuid, source)
+    _take_flavor(instance, migration.old_flavor, migration.context.get("old_pci_requests"))
+
+
+def _pop_old_vm_state(instance: Instance) -> None:
+    sysmeta = dict(instance.system_metadata or {})
+    sysmeta.pop("old_vm_state", None)
+    instance.system_metadata = sysmeta
+
+
+# -- failure -------------------------------------------------------------------------------------
+
+
+def abort_move(db_url: str, migration_uuid: str, exc: BaseException, host: str | None) -> bool:
+    """The one undo of a move that failed: the accounting follows the instance (back to
+    the source if it is still there, kept on the destination if the instance already
+    moved), the migration goes to ``error``, the instance to ERROR with a fault.
+    Idempotent: False once the migration has ended."""
+
+    def work(session: Session) -> bool:
+        migration = get_migration(session, migration_uuid)
+        if migration.status not in IN_PROGRESS:
+            return False
+        instance = get_instance(session, migration.instance_uuid)
+        if instance.host == migration.source_compute and instance.node == migration.source_node:
+            give_back_source(session, migration)
+        else:
+            source = node_id(session, migration.source_compute, migration.source_node)
+            confirm_move_in_session(session, migration.uuid, source)
+            _take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
+        instance.vm_state, instance.task_state = VmState.ERROR, None
+        instance.updated_at = utcnow()
+        actions.add_fault(session, instance.uuid, exc, host)
+        actions.finish_action(session, instance.uuid, migration.request_id or "", actions.ERROR)
+        _set_migration(session, migration_uuid, "error")
+        return True
+
+    done = retry_on_conflict(db_url, work)
+    if done:
+        LOG.warning("Migration %s failed, instance now ERROR: %s", migration_uuid, exc)
+    return done
+
+
+def fail_scheduling(db_url: str, migration_uuid: str, exc: BaseException) -> None:
+    """No host for the move: the server stays where it was, in the state it was, with the
+    fault and a failed event (Nova's conductor rollback); the migration goes to error."""
+    with session_scope(db_url) as session:
+        migration = get_migration(session, migration_uuid)
+        if migration.status != "pre-migrating":
+            return
+        instance = get_instance(session, migration.instance_uuid)
+        if instance.task_state == TaskState.RESIZE_PREP:
+            instance.task_state = None
+        _pop_old_vm_state(instance)
+        actions.add_fault(session, instance.uuid, exc, None)
+        actions.record_event(
+            session,
+            instance.uuid,
+            migration.request_id or "",
+            "conductor_migrate_server",
+            None,
+            exc,
+        )
+        _set_migration(session, migration_uuid, "error")
+
+
+def reschedule_move(
+    db_url: str,
+    migration_uuid: str,
+    alternates: tuple[tuple[str, str, int], ...],
+    exc: BaseException,
+    failed_host: str,
+) -> tuple[tuple[str, str, int], tuple[tuple[str, str, int], ...]] | None:
+    """prep_resize failed on the destination: move the destination claim to the first
+    alternate that can take it (Nova's reschedule of a resize), with a fault."""
+    for index, alternate in enumerate(alternates):
+        alt_host, alt_node, alt_id = alternate
+
+        def work(
+            session: Session, host: str = alt_host, node: str = alt_node, nid: int = alt_id
+        ) -> None:
+            migration = get_migration(session, migration_uuid)
+            dest = node_id(session, migration.dest_compute, migration.dest_node)
+            release_in_session(session, migration.instance_uuid, dest)
+            claim_in_session(session, nid, migration.instance_uuid, new_request(migration))
+            migration.dest_compute, migration.dest_node = host, node
+            actions.add_fault(session, migration.instance_uuid, exc, failed_host)
+
+        try:
+            retry_on_conflict(db_url, work)
+        except ResourcesUnavailable as claim_error:
+            LOG.info(
+                "Migration %s: alternate %s cannot take it: %s",
+                migration_uuid,
+                alt_host,
+                claim_error,
+            )
+            continue
+        return alternate, alternates[index + 1 :]
+    return None
+
+
+def drop_moves(session: Session, instance_uuid: str) -> None:
+    """A deleted server ends its moves: what their migrations hold is released (Nova
+    confirms a resized server before deleting it)."""
+    for migration in session.scalars(
+        select(Migration).where(
+            Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS)
+        )
+    ):
+        release_in_session(session, migration.uuid)
+        migration.status = "confirmed" if migration.status == "finished" else "error"
+        migration.updated_at = utcnow()

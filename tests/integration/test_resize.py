@@ -1,0 +1,232 @@
+"""Resize and cold migrate across two real hosts, checked through show, diagnostics and
+the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU must not exist."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from models import Service
+from models.db import session_scope
+from novaq.exceptions import FlavorExists
+from tests.integration.workers import Cluster
+from workflows import api
+
+pytestmark = pytest.mark.integration
+GPU_ALIAS = "QuadroM4000-video"
+
+
+def _flavor(name: str, vcpus: int, memory_mb: int, gpus: int = 0) -> str:
+    specs = {"pci_passthrough:alias": f"{GPU_ALIAS}:{gpus}"} if gpus else None
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor(name, vcpus, memory_mb, 10, extra_specs=specs)
+    return name
+
+
+def _hostdevs(uuid: str) -> list[str]:
+    """The PCI addresses in the guest's live domain XML, as the host's libvirt has it."""
+    xml = api.diagnostics(uuid)["xml"]
+    return sorted(
+        f"{int(d, 16):04x}:{int(b, 16):02x}:{int(s, 16):02x}.{int(f, 16)}"
+        for d, b, s, f in re.findall(
+            r"<address domain='0x([0-9a-f]+)' bus='0x([0-9a-f]+)' slot='0x([0-9a-f]+)' "
+            r"function='0x([0-9a-f]+)'",
+            xml,
+        )
+    )
+
+
+def _clean_audit() -> None:
+    report = api.audit()
+    assert report["leaks"] == 0, [n["discrepancies"] for n in report["nodes"]]
+
+
+def _boot(name: str, flavor: str) -> dict[str, Any]:
+    [uuid] = api.boot(name, flavor, "cirros")
+    return api.wait(uuid, "ACTIVE", timeout=60)
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[str]]:
+    uuids: list[str] = []
+    yield uuids
+    for uuid in uuids:
+        with contextlib.suppress(Exception):
+            api.delete(uuid)
+            api.wait(uuid, "DELETED", timeout=30)
+
+
+def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]) -> None:
+    server = _boot("r1", _flavor("it.16g", 2, 16000))
+    cleanup.append(server["uuid"])
+    source = server["host"]
+    api.resize(server["uuid"], _flavor("it.17g", 4, 17000))  # both cannot fit on one host
+    view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
+    assert view["host"] != source and view["flavor"]["name"] == "it.17g"
+    assert api.diagnostics(server["uuid"])["vcpus"] == 4
+    [migration] = api.list_migrations(instance_uuid=server["uuid"])
+    assert (migration["status"], migration["source_compute"], migration["dest_compute"]) == (
+        "finished",
+        source,
+        view["host"],
+    )
+    by_host = {h["host"]: h for h in api.list_hosts()}
+    assert by_host[source]["memory_mb_used"] == 512 + 16000  # the migration holds the source
+    assert by_host[view["host"]]["memory_mb_used"] == 512 + 17000
+    _clean_audit()
+    api.confirm_resize(server["uuid"])
+    view = api.wait(server["uuid"], "ACTIVE", timeout=60)
+    assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "confirmed"
+    assert {h["host"]: h["memory_mb_used"] for h in api.list_hosts()}[source] == 512
+    events = [e["event"] for a in api.list_actions(server["uuid"]) for e in a["events"]]
+    assert events[-4:] == [
+        "compute_prep_resize",
+        "compute_resize_instance",
+        "compute_finish_resize",
+        "compute_confirm_resize",
+    ]
+    _clean_audit()
+
+
+def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: list[str]) -> None:
+    server = _boot("r2", _flavor("it.16g", 2, 16000))
+    cleanup.append(server["uuid"])
+    api.resize(server["uuid"], _flavor("it.17g", 4, 17000))
+    dest = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)["host"]
+    api.revert_resize(server["uuid"])
+    view = api.wait(server["uuid"], "ACTIVE", timeout=60)
+    assert view["host"] == server["host"] and view["flavor"]["name"] == "it.16g"
+    assert api.diagnostics(server["uuid"])["vcpus"] == 2
+    assert {h["host"]: h["memory_mb_used"] for h in api.list_hosts()}[dest] == 512
+    assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "reverted"
+    _clean_audit()
+
+
+def test_same_host_resize_when_the_other_host_is_disabled(
+    services: str, two_hosts: Cluster, cleanup: list[str]
+) -> None:
+    server = _boot("r3", _flavor("it.small", 1, 1024))
+    cleanup.append(server["uuid"])
+    other = "host2" if server["host"] == "host1" else "host1"
+    with session_scope(services) as session:
+        session.execute(update(Service).where(Service.host == other).values(disabled=True))
+    try:
+        api.resize(server["uuid"], _flavor("it.medium", 2, 2048))
+        view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
+        assert view["host"] == server["host"]
+        node = {h["host"]: h for h in api.list_hosts()}[server["host"]]
+        assert node["memory_mb_used"] == 512 + 1024 + 2048  # both held during the resize
+        _clean_audit()
+        api.confirm_resize(server["uuid"])
+        api.wait(server["uuid"], "ACTIVE", timeout=60)
+        assert api.diagnostics(server["uuid"])["memory_mb"] == 2048
+        node = {h["host"]: h for h in api.list_hosts()}[server["host"]]
+        assert node["memory_mb_used"] == 512 + 2048
+    finally:
+        with session_scope(services) as session:
+            session.execute(update(Service).where(Service.host == other).values(disabled=False))
+    _clean_audit()
+
+
+def test_cold_migrate_never_picks_the_current_host(two_hosts: Cluster, cleanup: list[str]) -> None:
+    server = _boot("m1", _flavor("it.small", 1, 1024))
+    cleanup.append(server["uuid"])
+    api.migrate(server["uuid"])
+    view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
+    assert view["host"] != server["host"] and view["flavor"]["name"] == "it.small"
+    assert api.list_migrations(instance_uuid=server["uuid"])[0]["migration_type"] == "migration"
+    api.confirm_resize(server["uuid"])
+    api.wait(server["uuid"], "ACTIVE", timeout=60)
+    _clean_audit()
+
+
+@pytest.mark.parametrize("finish", ["confirm", "revert"])
+def test_gpu_resize_one_to_two_gives_the_guest_two_hostdevs(
+    two_hosts: Cluster, cleanup: list[str], finish: str
+) -> None:
+    server = _boot("gpu", _flavor("it.gpu1", 8, 8192, gpus=1))
+    cleanup.append(server["uuid"])
+    source = server["host"]
+    [old_device] = _hostdevs(server["uuid"])
+    api.resize(server["uuid"], _flavor("it.gpu2", 16, 16384, gpus=2))
+    view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
+    dest = view["host"]
+    dest_gpus = {
+        "host1": ["0000:08:00.0", "0000:88:00.0"],
+        "host2": ["0000:09:00.0", "0000:89:00.0"],
+    }[dest]
+    assert dest != source
+    assert _hostdevs(server["uuid"]) == dest_gpus  # two <hostdev>, the destination's devices
+    assert (
+        sorted(
+            d["address"]
+            for d in view["pci_devices"]
+            if d["status"] == "allocated" and d["compute_node_id"] != _node_id(source)
+        )
+        == dest_gpus
+    )
+    _clean_audit()
+    if finish == "confirm":
+        api.confirm_resize(server["uuid"])
+        view = api.wait(server["uuid"], "ACTIVE", timeout=60)
+        assert _hostdevs(server["uuid"]) == dest_gpus
+        assert [d["address"] for d in view["pci_devices"]] == dest_gpus  # old one freed
+    else:
+        api.revert_resize(server["uuid"])
+        view = api.wait(server["uuid"], "ACTIVE", timeout=60)
+        assert view["host"] == source
+        assert _hostdevs(server["uuid"]) == [old_device]
+        assert [d["address"] for d in view["pci_devices"]] == [old_device]
+    _clean_audit()
+
+
+def test_gpu_resize_two_to_one(two_hosts: Cluster, cleanup: list[str]) -> None:
+    server = _boot("gpu2", _flavor("it.gpu2", 16, 16384, gpus=2))
+    cleanup.append(server["uuid"])
+    api.resize(server["uuid"], _flavor("it.gpu1", 8, 8192, gpus=1))
+    view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
+    assert len(_hostdevs(server["uuid"])) == 1
+    api.confirm_resize(server["uuid"])
+    view = api.wait(server["uuid"], "ACTIVE", timeout=60)
+    assert len(view["pci_devices"]) == 1
+    _clean_audit()
+
+
+def _node_id(host: str) -> int:
+    from models import ComputeNode
+    from workflows.api_common import db_url
+
+    with session_scope(db_url()) as session:
+        return session.query(ComputeNode.id).filter_by(host=host, deleted=0).scalar()
+
+
+def test_resize_to_a_flavor_no_host_can_take_leaves_the_server_active(
+    two_hosts: Cluster, cleanup: list[str]
+) -> None:
+    server = _boot("r4", _flavor("it.small", 1, 1024))
+    cleanup.append(server["uuid"])
+    api.resize(server["uuid"], _flavor("it.huge", 2, 10**6))
+    deadline_view = None
+    for _ in range(100):
+        deadline_view = api.show(server["uuid"])
+        if deadline_view["task_state"] is None:
+            break
+        import time
+
+        time.sleep(0.2)
+    assert deadline_view is not None
+    assert deadline_view["status"] == "ACTIVE" and deadline_view["host"] == server["host"]
+    assert deadline_view["fault"]["message"].startswith("No valid host was found")
+    assert deadline_view["flavor"]["name"] == "it.small"
+    resize_action = api.list_actions(server["uuid"])[-1]
+    assert resize_action["action"] == "resize"
+    assert [(e["event"], e["result"]) for e in resize_action["events"]] == [
+        ("conductor_migrate_server", "Error")
+    ]
+    assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "error"
+    _clean_audit()

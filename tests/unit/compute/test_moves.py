@@ -1,0 +1,167 @@
+"""The move steps on fake hypervisors: states, allocations, PCI and the undo."""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from typing import Any
+
+import pytest
+
+from compute import moves
+from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.instance_state import get_instance
+from models import Migration
+from models.db import session_scope
+from novaq.exceptions import HypervisorError
+from scheduler.manager import MoveScheduler, Scheduler
+from tests.factories import (
+    flavor_dict,
+    host_resources,
+    make_compute_node,
+    make_instance,
+    make_settings,
+    spec_for,
+)
+from virt.driver import GuestSpec
+from virt.fake import FakeDriver
+
+OLD, NEW = flavor_dict(1, 1024, 1), flavor_dict(2, 2048, 2)
+
+
+def _setup(db_url: str, vm_state: str = "active") -> tuple[str, str, dict[str, FakeDriver]]:
+    drivers = {h: FakeDriver(host_resources(h)) for h in ("src", "dst")}
+    nodes = {h: make_compute_node(db_url, h) for h in drivers}
+    uuid = make_instance(
+        db_url,
+        flavor=OLD,
+        host="src",
+        node="src",
+        vm_state=vm_state,
+        task_state="resize_prep",
+        request_spec={"flavor": OLD},
+    )
+    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(OLD))
+    drivers["src"].spawn(GuestSpec(uuid=uuid, name="i", vcpus=1, memory_mb=1024, root_gb=1))
+    migration_uuid = str(uuid_module.uuid4())
+    with session_scope(db_url) as session:
+        session.add(
+            Migration(
+                uuid=migration_uuid,
+                instance_uuid=uuid,
+                migration_type="resize",
+                status="pre-migrating",
+                source_compute="src",
+                source_node="src",
+                old_flavor=OLD,
+                new_flavor=NEW,
+                request_id="req-test",
+                context={"request_spec": {"flavor": OLD}},
+            )
+        )
+        from compute.instance_actions import start_action
+
+        start_action(session, uuid, "resize", "req-test")
+    spec = spec_for(uuid, NEW, ignore_hosts=("src",))
+    MoveScheduler(Scheduler(make_settings())).select(db_url, spec, migration_uuid)
+    return uuid, migration_uuid, drivers
+
+
+def _ctx(
+    db_url: str, migration: str, drivers: dict[str, FakeDriver], host: str
+) -> moves.StepContext:
+    return moves.StepContext(db_url, drivers[host], migration, "req-test", host)
+
+
+def _held(db_url: str, consumer: str) -> dict[str, int]:
+    with session_scope(db_url) as session:
+        return consumer_allocations(session, consumer)
+
+
+def _state(db_url: str, uuid: str) -> tuple[Any, ...]:
+    with session_scope(db_url) as session:
+        i = get_instance(session, uuid)
+        return i.vm_state, i.task_state, i.host, i.flavor["vcpus"]
+
+
+def _forward(db_url: str, migration: str, drivers: dict[str, FakeDriver]) -> None:
+    moves.prep_resize(_ctx(db_url, migration, drivers, "dst"))
+    moves.resize_instance(_ctx(db_url, migration, drivers, "src"))
+    moves.finish_resize(_ctx(db_url, migration, drivers, "dst"))
+
+
+def test_the_forward_path_ends_in_verify_resize_on_the_destination(db_url: str) -> None:
+    uuid, migration, drivers = _setup(db_url)
+    assert _held(db_url, migration) == {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 1}
+    _forward(db_url, migration, drivers)
+    assert _state(db_url, uuid) == ("resized", None, "dst", 2)
+    assert drivers["src"].list_instance_uuids() == [] and drivers["dst"].get_info(uuid).vcpus == 2
+
+
+def test_a_redelivered_step_resumes_instead_of_sticking(db_url: str) -> None:
+    uuid, migration, drivers = _setup(db_url)
+    moves.prep_resize(_ctx(db_url, migration, drivers, "dst"))
+    moves.resize_instance(_ctx(db_url, migration, drivers, "src"))
+    with session_scope(db_url) as session:  # the worker died inside finish_resize
+        get_instance(session, uuid).task_state = "resize_finish"
+    moves.finish_resize(_ctx(db_url, migration, drivers, "dst"))
+    assert _state(db_url, uuid) == ("resized", None, "dst", 2)
+
+
+def test_confirm_frees_the_source_and_revert_gives_it_back(db_url: str) -> None:
+    uuid, migration, drivers = _setup(db_url)
+    _forward(db_url, migration, drivers)
+    with session_scope(db_url) as session:
+        session.query(Migration).filter_by(uuid=migration).update({"status": "reverting"})
+        get_instance(session, uuid).task_state = "resize_reverting"
+    moves.revert_resize(_ctx(db_url, migration, drivers, "dst"))
+    moves.finish_revert_resize(_ctx(db_url, migration, drivers, "src"))
+    assert _state(db_url, uuid) == ("active", None, "src", 1)
+    assert _held(db_url, uuid) == {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 1}
+    assert _held(db_url, migration) == {}
+    assert drivers["dst"].list_instance_uuids() == [] and drivers["src"].get_info(uuid).vcpus == 1
+
+
+def test_a_stopped_server_stays_stopped_through_a_resize(db_url: str) -> None:
+    uuid, migration, drivers = _setup(db_url, vm_state="stopped")
+    _forward(db_url, migration, drivers)
+    assert drivers["dst"].get_info(uuid).power_state == 4
+    with session_scope(db_url) as session:
+        session.query(Migration).filter_by(uuid=migration).update({"status": "confirming"})
+    moves.confirm_resize(_ctx(db_url, migration, drivers, "src"))
+    assert _state(db_url, uuid)[0] == "stopped"
+
+
+@pytest.mark.parametrize("failed_after", ["prep", "resize"])
+def test_abort_puts_the_accounting_where_the_instance_is(db_url: str, failed_after: str) -> None:
+    uuid, migration, drivers = _setup(db_url)
+    moves.prep_resize(_ctx(db_url, migration, drivers, "dst"))
+    if failed_after == "resize":
+        moves.resize_instance(_ctx(db_url, migration, drivers, "src"))
+    assert moves.abort_move(db_url, migration, HypervisorError(reason="boom"), "dst")
+    assert not moves.abort_move(db_url, migration, HypervisorError(reason="boom"), "dst")
+    vm_state, task_state, host, vcpus = _state(db_url, uuid)
+    assert (vm_state, task_state) == ("error", None)
+    assert _held(db_url, migration) == {}
+    if failed_after == "prep":
+        assert (host, vcpus) == ("src", 1) and _held(db_url, uuid)["VCPU"] == 1
+    else:
+        assert (host, vcpus) == ("dst", 2) and _held(db_url, uuid)["VCPU"] == 2
+
+
+def test_prep_failure_moves_the_destination_claim_to_an_alternate(db_url: str) -> None:
+    uuid, migration, drivers = _setup(db_url)
+    third = make_compute_node(db_url, "alt")
+    moved = moves.reschedule_move(
+        db_url, migration, (("alt", "alt", third),), HypervisorError(reason="prep failed"), "dst"
+    )
+    assert moved is not None and moved[0][0] == "alt"
+    with session_scope(db_url) as session:
+        assert moves.get_migration(session, migration).dest_compute == "alt"
+        assert consumer_allocations(session, uuid, third)["VCPU"] == 2
+    by_node = {}
+    for host in ("dst", "alt"):
+        with session_scope(db_url) as session:
+            from compute.resource_tracker import get_node
+
+            by_node[host] = get_node(session, host, host).vcpus_used  # type: ignore[union-attr]
+    assert by_node == {"dst": 0, "alt": 2}
