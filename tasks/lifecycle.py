@@ -1,3 +1,96 @@
-"""Compute-queue tasks for the life of a server: thin wrappers over ``compute/lifecycle.py``."""
+"""Compute-queue tasks for the life of a server: thin wrappers over ``compute/lifecycle.py``.
+
+Each is routed to ``compute.<host>`` by its ``host`` keyword; ``on_lifecycle_error`` is the
+errback the API links to every one of them (it runs in the worker where the step failed).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from celery.utils.log import get_task_logger
+
+from compute import lifecycle
+from tasks import context
+from tasks.celery import app
+from tasks.compute import _check_host
+
+LOG = get_task_logger(__name__)
+
+Operation = Callable[..., str]
+
+
+def _run(
+    operation: Operation, instance_uuid: str, request_id: str, host: str, **kw: Any
+) -> dict[str, str]:
+    _check_host(host)
+    outcome = operation(context.db_url(), context.driver(), instance_uuid, request_id, host, **kw)
+    return {"instance_uuid": instance_uuid, "outcome": outcome}
+
+
+@app.task(name="compute.stop_instance")
+def stop_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.stop_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="compute.start_instance")
+def start_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.start_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="compute.reboot_instance")
+def reboot_instance(
+    instance_uuid: str, request_id: str, host: str, hard: bool = False
+) -> dict[str, str]:
+    return _run(lifecycle.reboot_instance, instance_uuid, request_id, host, hard=bool(hard))
+
+
+@app.task(name="compute.pause_instance")
+def pause_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.pause_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="compute.unpause_instance")
+def unpause_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.unpause_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="compute.suspend_instance")
+def suspend_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.suspend_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="compute.resume_instance")
+def resume_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.resume_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="compute.rescue_instance")
+def rescue_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.rescue_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="compute.unrescue_instance")
+def unrescue_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
+    return _run(lifecycle.unrescue_instance, instance_uuid, request_id, host)
+
+
+@app.task(name="scheduler.on_lifecycle_error", count_deliveries=False)
+def on_lifecycle_error(request: Any, exc: BaseException, traceback: Any) -> None:
+    """Undo a lifecycle step that failed before its own handling ran (delivery limit,
+    wrong host); a no-op when the step already compensated."""
+    kwargs = request.kwargs or {}
+    name = str(request.task).removeprefix("compute.").removesuffix("_instance")
+    if name == "reboot" and kwargs.get("hard"):
+        name = "reboot_hard"
+    if name not in lifecycle.OPERATIONS or not kwargs.get("instance_uuid"):
+        return
+    lifecycle.abort(
+        context.db_url(),
+        kwargs["instance_uuid"],
+        kwargs.get("request_id", ""),
+        kwargs.get("host", ""),
+        name,
+        exc,
+    )

@@ -1,6 +1,216 @@
 """The public API for the life of a server: stop, start, reboot, pause, suspend, rescue,
-shelve, lock and their reverses, each refused in a state Nova refuses it."""
+lock and their reverses, each refused in a state Nova refuses it.
+
+A request is checked in this order, before anything is written or enqueued: the uuid,
+the instance (not deleted), the gate (``workflows/gate.py``: lock, vm_state, task_state,
+``launched_at``), the host (set, and its compute service up: Nova's
+``check_instance_host(check_is_up=True)``), the broker. Then one transaction sets the
+API's task_state by compare-and-swap (Nova's ``instance.save(expected_task_state=[None])``)
+and starts the action; only after the commit is the step sent to ``compute.<host>``.
+
+lock and unlock never leave the API: they write ``locked`` / ``locked_reason`` in
+``system_metadata`` and record the action with its ``api_lock`` / ``api_unlock`` event.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import contextlib
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from compute import instance_actions as actions
+from compute.instance_state import cas_update, get_instance
+from compute.states import TaskState
+from models import Instance, InstanceAction
+from models.db import session_scope
+from novaq.exceptions import InstanceNotFound, InvalidInput, UnexpectedTaskStateError
+from workflows import api_common as common
+from workflows import dispatch, gate, views
+from workflows.lifecycle import lifecycle_step
+
+MAX_REASON_LENGTH = 255
+
+
+def stop(uuid: str) -> str:
+    """Power a server off (ACTIVE or ERROR → SHUTOFF). Returns the request id."""
+    return _request(uuid, "stop", "stop", TaskState.POWERING_OFF)
+
+
+def start(uuid: str) -> str:
+    """Power a stopped server on (SHUTOFF → ACTIVE)."""
+    return _request(uuid, "start", "start", TaskState.POWERING_ON)
+
+
+def reboot(uuid: str, hard: bool = False) -> str:
+    """Reboot: soft from ACTIVE only; hard also from SHUTOFF, PAUSED, SUSPENDED, ERROR and
+    while another reboot, a pause, a suspend or a resume is in flight (Nova's
+    ``ALLOW_REBOOT``)."""
+    if not isinstance(hard, bool):
+        raise InvalidInput(reason=f"hard must be a boolean, got {hard!r}")
+    if hard:
+        return _request(uuid, "reboot", "reboot_hard", TaskState.REBOOTING_HARD, hard=True)
+    return _request(uuid, "reboot", "reboot", TaskState.REBOOTING, hard=False)
+
+
+def pause(uuid: str) -> str:
+    return _request(uuid, "pause", "pause", TaskState.PAUSING)
+
+
+def unpause(uuid: str) -> str:
+    return _request(uuid, "unpause", "unpause", TaskState.UNPAUSING)
+
+
+def suspend(uuid: str) -> str:
+    return _request(uuid, "suspend", "suspend", TaskState.SUSPENDING)
+
+
+def resume(uuid: str) -> str:
+    return _request(uuid, "resume", "resume", TaskState.RESUMING)
+
+
+def rescue(uuid: str) -> str:
+    """Rescue (ACTIVE, SHUTOFF or ERROR → RESCUE); see ``compute/lifecycle.py`` for what
+    novaq's rescue does to the guest."""
+    return _request(uuid, "rescue", "rescue", TaskState.RESCUING)
+
+
+def unrescue(uuid: str) -> str:
+    return _request(uuid, "unrescue", "unrescue", TaskState.UNRESCUING)
+
+
+def lock(uuid: str, reason: str | None = None) -> dict[str, Any]:
+    """Lock a server: every other operation of the gate is refused until ``unlock``.
+    Locking a locked server changes nothing (Nova, for the owner). Returns the server."""
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH):
+        raise InvalidInput(
+            reason=f"lock reason must be a string of at most {MAX_REASON_LENGTH} characters"
+        )
+    return _set_lock(uuid, "lock", reason)
+
+
+def unlock(uuid: str) -> dict[str, Any]:
+    """Unlock a server (its lock reason dropped). Returns the server."""
+    return _set_lock(uuid, "unlock", None)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _request(uuid: str, action: str, gate_action: str, task_state: str, **extra: Any) -> str:
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        host = _checked_host(session, get_instance(session, uuid, with_deleted=False), gate_action)
+    dispatch.check_broker()
+    request_id = common.new_request_id()
+    with session_scope(common.db_url()) as session:
+        # NOTE: checked again under the write: a concurrent request may have won meanwhile.
+        instance = get_instance(session, uuid, with_deleted=False)
+        gate.check_instance_state(instance, gate_action)
+        previous = instance.task_state
+        _set_task_state(session, instance, gate_action, task_state)
+        actions.start_action(session, uuid, action, request_id)
+    try:
+        dispatch.send(lifecycle_step(action, uuid, request_id, host, **extra))
+    except Exception:
+        _undo_request(uuid, request_id, task_state, previous)
+        raise
+    return request_id
+
+
+def _checked_host(session: Session, instance: Instance, gate_action: str) -> str:
+    gate.check_instance_state(instance, gate_action)
+    host = instance.host
+    if host is None:
+        raise gate.InstanceNotReady(
+            uuid=instance.uuid,
+            action=gate_action,
+            vm_state=instance.vm_state,
+            task_state=instance.task_state,
+        )
+    if not common.host_is_up(session, host, common.settings()):
+        raise gate.InstanceHostDown(action=gate_action, uuid=instance.uuid, host=host)
+    return host
+
+
+def _set_task_state(session: Session, instance: Instance, gate_action: str, task: str) -> None:
+    rule = gate.rule_for(gate_action)
+    expected: dict[str, Any] = {}
+    tasks = gate.expected_task_states(gate_action)
+    if tasks is not None:
+        expected["expected_task_state"] = tasks
+    if rule.vm_states is not None:
+        expected["expected_vm_state"] = sorted(rule.vm_states)
+    try:
+        cas_update(session, instance.uuid, task_state=task, **expected)
+    except UnexpectedTaskStateError:
+        raise gate.InstanceInvalidState(
+            action=gate_action,
+            uuid=instance.uuid,
+            vm_state=instance.vm_state,
+            task_state=instance.task_state,
+        ) from None
+
+
+def _undo_request(uuid: str, request_id: str, task_state: str, previous: str | None) -> None:
+    """The broker failed after the commit: put the task_state back and drop the action,
+    so a failed request leaves nothing behind."""
+    with session_scope(common.db_url()) as session:
+        with contextlib.suppress(UnexpectedTaskStateError, InstanceNotFound):
+            cas_update(session, uuid, expected_task_state=[task_state], task_state=previous)
+        session.execute(
+            delete(InstanceAction).where(
+                InstanceAction.instance_uuid == uuid, InstanceAction.request_id == request_id
+            )
+        )
+
+
+def _set_lock(uuid: str, action: str, reason: str | None) -> dict[str, Any]:
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        instance = _locked_row(session, uuid)
+        gate.check_instance_state(instance, action)
+        meta = dict(instance.system_metadata or {})
+        if action == "lock" and meta.get("locked"):
+            return views.instance_dict(session, instance)
+        if action == "lock":
+            meta["locked"] = True
+            if reason:
+                meta["locked_reason"] = reason
+        else:
+            meta.pop("locked", None)
+            meta.pop("locked_reason", None)
+        instance.system_metadata = meta
+        request_id = common.new_request_id()
+        actions.start_action(session, uuid, action, request_id)
+        session.flush()
+        actions.record_event(session, uuid, request_id, f"api_{action}", None)
+        return views.instance_dict(session, instance)
+
+
+def _locked_row(session: Session, uuid: str) -> Instance:
+    instance = session.scalars(
+        select(Instance)
+        .where(Instance.uuid == uuid, Instance.deleted == 0)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).first()
+    if instance is None:
+        raise InstanceNotFound(uuid=uuid)
+    return instance
+
+
+__all__ = [
+    "lock",
+    "pause",
+    "reboot",
+    "rescue",
+    "resume",
+    "start",
+    "stop",
+    "suspend",
+    "unlock",
+    "unpause",
+    "unrescue",
+]

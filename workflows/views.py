@@ -34,6 +34,8 @@ def instance_dict(session: Session, instance: Instance) -> dict[str, Any]:
         "flavor": dict(instance.flavor),
         "pci_devices": [device_dict(d) for d in instance_devices(session, instance.uuid)],
         "availability_zone": instance.availability_zone,
+        "locked": bool((instance.system_metadata or {}).get("locked")),
+        "locked_reason": (instance.system_metadata or {}).get("locked_reason"),
         "created_at": _iso(instance.created_at),
         "launched_at": _iso(instance.launched_at),
         "terminated_at": _iso(instance.terminated_at),

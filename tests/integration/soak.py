@@ -15,7 +15,7 @@ from typing import Any
 
 from tests.integration.workers import Cluster
 
-SETTLED = {"ACTIVE", "ERROR", "DELETED"}
+SETTLED = {"ACTIVE", "ERROR", "DELETED", "SHUTOFF"}
 FLAVORS = (("soak.small", 1, 512, 1), ("soak.medium", 2, 1024, 2), ("soak.large", 4, 4096, 5))
 
 
@@ -56,6 +56,7 @@ def run_soak(
     kill_at = {int(cycles * (k + 1) / (kills + 1)) for k in range(kills)}
     live: list[str] = []
     every: list[str] = []
+    resizing: set[str] = set()
     started = time.monotonic()
     for cycle in range(cycles):
         if cycle in kill_at:
@@ -67,10 +68,15 @@ def run_soak(
             time.sleep(rng.uniform(0.0, 0.08))
             _kill_and_restart(cluster, victim)
             report.kills += 1
-        if live and rng.random() < 0.4:
+        _resolve_one(api, resizing, rng, report)
+        roll = rng.random()
+        if live and roll < 0.35:
             uuid = live.pop(rng.randrange(len(live)))
+            resizing.discard(uuid)
             api.delete(uuid)
             report.operations["delete"] += 1
+        elif live and roll < 0.55:
+            _try_resize(api, rng.choice(live), rng, resizing, report)
         else:
             name = rng.choice(FLAVORS)[0]
             uuids = api.boot(f"soak-{cycle}", name, "cirros", count=rng.choice((1, 1, 2)))
@@ -79,6 +85,9 @@ def run_soak(
             report.operations["boot"] += len(uuids)
         time.sleep(rng.uniform(0, 0.05))
     report.seconds = time.monotonic() - started
+    _settle(api, every, settle_timeout_s, report, also={"VERIFY_RESIZE"})
+    while resizing:  # confirm or revert every resize still waiting
+        _resolve_one(api, resizing, rng, report, force=True)
     _settle(api, every, settle_timeout_s, report)
     views = [api.show(u) for u in every]
     report.statuses = Counter(v["status"] for v in views)
@@ -94,6 +103,48 @@ def run_soak(
     return report
 
 
+def _try_resize(
+    api: Any, uuid: str, rng: random.Random, resizing: set[str], report: SoakReport
+) -> None:
+    view = api.show(uuid)
+    if view["status"] != "ACTIVE" or view["task_state"] is not None or uuid in resizing:
+        return
+    choices = [f[0] for f in FLAVORS if f[0] != view["flavor"]["name"]]
+    try:
+        if rng.random() < 0.3:
+            api.migrate(uuid)
+            report.operations["migrate"] += 1
+        else:
+            api.resize(uuid, rng.choice(choices))
+            report.operations["resize"] += 1
+    except Exception as exc:  # noqa: BLE001 - a state race with the soak's own steps
+        report.operations[f"refused: {type(exc).__name__}"] += 1
+        return
+    resizing.add(uuid)
+
+
+def _resolve_one(
+    api: Any, resizing: set[str], rng: random.Random, report: SoakReport, force: bool = False
+) -> None:
+    """Confirm or revert one resize that reached VERIFY_RESIZE; forget ended ones."""
+    for uuid in list(resizing):
+        view = api.show(uuid)
+        if view["status"] in ("ACTIVE", "ERROR", "DELETED") and view["task_state"] is None:
+            resizing.discard(uuid)
+            continue
+        if view["status"] == "VERIFY_RESIZE" and view["task_state"] is None:
+            if rng.random() < 0.5:
+                api.confirm_resize(uuid)
+                report.operations["confirm"] += 1
+            else:
+                api.revert_resize(uuid)
+                report.operations["revert"] += 1
+            resizing.discard(uuid)
+            return
+    if force and resizing:
+        time.sleep(0.2)
+
+
 def _kill_and_restart(cluster: Cluster, victim: str) -> None:
     worker = cluster.workers[victim]
     worker.stop(signal.SIGKILL)
@@ -102,19 +153,21 @@ def _kill_and_restart(cluster: Cluster, victim: str) -> None:
     cluster.wait_ready({f"compute@{victim}"})
 
 
-def _settle(api: Any, uuids: list[str], timeout_s: float, report: SoakReport) -> None:
+def _settle(
+    api: Any, uuids: list[str], timeout_s: float, report: SoakReport, also: set[str] | None = None
+) -> None:
     started = time.monotonic()
     deadline = started + timeout_s
     pending = list(uuids)
     while pending and time.monotonic() < deadline:
-        pending = [u for u in pending if not _settled(api.show(u))]
+        pending = [u for u in pending if not _settled(api.show(u), also or set())]
         time.sleep(0.5)
     report.settle_seconds += time.monotonic() - started
     report.stuck = [f"{u}: {api.show(u)['status']}/{api.show(u)['task_state']}" for u in pending]
 
 
-def _settled(view: dict[str, Any]) -> bool:
-    return view["status"] in SETTLED and view["task_state"] is None
+def _settled(view: dict[str, Any], also: set[str]) -> bool:
+    return view["status"] in SETTLED | also and view["task_state"] is None
 
 
 def usage_mismatches(api: Any) -> list[str]:

@@ -157,3 +157,35 @@ def test_a_worker_killed_mid_spawn_errors_the_build_at_restart_and_leaks_nothing
     slow = next(h for h in api.list_hosts() if h["host"] == "slow")
     assert (slow["vcpus_used"], slow["memory_mb_used"]) == (0, 512)
     api.delete(uuid)
+
+
+def test_a_worker_killed_in_the_middle_of_a_resize_resumes_and_leaks_nothing(
+    services: str, slow_host: Worker, two_hosts: Cluster
+) -> None:
+    import signal
+
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor("it.small.kill", 1, 1024, 1)
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor("it.medium.kill", 2, 2048, 1)
+    [uuid] = api.boot("moving", "it.small.kill", "cirros", availability_zone="nova:host1")
+    api.wait(uuid, "ACTIVE", timeout=30)
+    api.resize(uuid, "it.medium.kill")  # the slow host has the most free RAM: it is chosen
+    deadline = time.monotonic() + 30
+    while api.show(uuid)["task_state"] != "resize_finish":
+        assert time.monotonic() < deadline, api.show(uuid)
+        time.sleep(0.1)
+    assert api.show(uuid)["host"] == "slow"
+    slow_host.stop(signal.SIGKILL)  # mid finish_resize, its guest half started
+    slow_host.start()
+    two_hosts.wait_ready({"compute@slow"})
+    view = api.wait(uuid, "VERIFY_RESIZE", timeout=90)  # the step comes back and resumes
+    assert view["task_state"] is None and view["flavor"]["name"] == "it.medium.kill"
+    assert api.diagnostics(uuid)["vcpus"] == 2
+    report = api.audit()
+    assert report["leaks"] == 0, report
+    api.confirm_resize(uuid)
+    api.wait(uuid, "ACTIVE", timeout=30)
+    api.delete(uuid)
+    api.wait(uuid, "DELETED", timeout=30)
+    assert api.audit()["leaks"] == 0
