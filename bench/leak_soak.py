@@ -98,6 +98,13 @@ def main() -> int:
         f"audit after deleting all: {report.audit['leaks']} leaks; "
         f"usage mismatches: {len(report.usage_mismatches)}"
     )
+    for detail in report.stuck_details:
+        print("  was stuck:", detail)
+    for line in report.usage_mismatches_live + report.usage_mismatches:
+        print("  mismatch:", line)
+    for node in report.audit_live["nodes"] + report.audit["nodes"]:
+        for finding in node["discrepancies"]:
+            print("  discrepancy:", node["host"], finding)
     clean = not (
         report.stuck
         or report.audit_live["leaks"]

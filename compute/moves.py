@@ -330,34 +330,50 @@ def _pop_old_vm_state(instance: Instance) -> None:
 # -- failure -------------------------------------------------------------------------------------
 
 
+MOVE_TASK_STATES = (
+    TaskState.RESIZE_PREP,
+    TaskState.RESIZE_MIGRATING,
+    TaskState.RESIZE_MIGRATED,
+    TaskState.RESIZE_FINISH,
+    TaskState.RESIZE_REVERTING,
+)
+
+
 def abort_move(db_url: str, migration_uuid: str, exc: BaseException, host: str | None) -> bool:
     """The one undo of a move that failed: the accounting follows the instance (back to
     the source if it is still there, kept on the destination if the instance already
-    moved), the migration goes to ``error``, the instance to ERROR with a fault.
-    Idempotent: False once the migration has ended."""
+    moved), the migration goes to ``error``, the instance to ERROR with a fault. A move
+    whose accounting already ended (a revert that failed while restarting the guest on
+    the source) only errors the instance out. Idempotent: False once nothing is left."""
 
     def work(session: Session) -> bool:
         migration = get_migration(session, migration_uuid)
-        if migration.status not in IN_PROGRESS:
-            return False
         instance = get_instance(session, migration.instance_uuid)
-        if instance.host == migration.source_compute and instance.node == migration.source_node:
-            give_back_source(session, migration)
-        else:
-            source = node_id(session, migration.source_compute, migration.source_node)
-            confirm_move_in_session(session, migration.uuid, source)
-            _take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
+        in_flight = migration.status in IN_PROGRESS
+        if not in_flight and instance.task_state not in MOVE_TASK_STATES:
+            return False
+        if in_flight:
+            _settle_accounting(session, migration, instance)
+            _set_migration(session, migration_uuid, "error")
         instance.vm_state, instance.task_state = VmState.ERROR, None
         instance.updated_at = utcnow()
         actions.add_fault(session, instance.uuid, exc, host)
         actions.finish_action(session, instance.uuid, migration.request_id or "", actions.ERROR)
-        _set_migration(session, migration_uuid, "error")
         return True
 
     done = retry_on_conflict(db_url, work)
     if done:
         LOG.warning("Migration %s failed, instance now ERROR: %s", migration_uuid, exc)
     return done
+
+
+def _settle_accounting(session: Session, migration: Migration, instance: Instance) -> None:
+    if instance.host == migration.source_compute and instance.node == migration.source_node:
+        give_back_source(session, migration)
+    else:
+        source = node_id(session, migration.source_compute, migration.source_node)
+        confirm_move_in_session(session, migration.uuid, source)
+        _take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
 
 
 def fail_scheduling(db_url: str, migration_uuid: str, exc: BaseException) -> None:

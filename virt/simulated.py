@@ -187,6 +187,12 @@ class SimulatedHostDriver:
         return self._rng.random() < self.profile.spawn_failure_rate
 
     def destroy(self, uuid: str) -> None:
+        # NOTE: the record goes first: a worker killed between the two steps then loses a
+        # guest that was going anyway, instead of bringing a destroyed guest back to life.
+        canonical = canonical_uuid(uuid)
+        if canonical is not None:
+            with self._lock_for(uuid):
+                self.record_path(canonical).unlink(missing_ok=True)
         self._mutate(uuid, self._driver.destroy)
 
     def power_off(self, uuid: str) -> None:

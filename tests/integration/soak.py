@@ -32,6 +32,7 @@ class SoakReport:
     audit: dict[str, Any] = field(default_factory=dict)
     usage_mismatches: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
+    stuck_details: list[dict[str, Any]] = field(default_factory=list)
 
 
 def ensure_flavors(api: Any) -> None:
@@ -164,6 +165,14 @@ def _settle(
         time.sleep(0.5)
     report.settle_seconds += time.monotonic() - started
     report.stuck = [f"{u}: {api.show(u)['status']}/{api.show(u)['task_state']}" for u in pending]
+    for uuid in pending:
+        report.stuck_details.append(
+            {
+                "show": api.show(uuid),
+                "actions": api.list_actions(uuid),
+                "migrations": api.list_migrations(instance_uuid=uuid),
+            }
+        )
 
 
 def _settled(view: dict[str, Any], also: set[str]) -> bool:

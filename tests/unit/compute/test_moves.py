@@ -165,3 +165,16 @@ def test_prep_failure_moves_the_destination_claim_to_an_alternate(db_url: str) -
 
             by_node[host] = get_node(session, host, host).vcpus_used  # type: ignore[union-attr]
     assert by_node == {"dst": 0, "alt": 2}
+
+
+def test_a_revert_that_fails_restarting_the_guest_errors_the_server_out(db_url: str) -> None:
+    uuid, migration, drivers = _setup(db_url)
+    _forward(db_url, migration, drivers)
+    with session_scope(db_url) as session:
+        session.query(Migration).filter_by(uuid=migration).update({"status": "reverting"})
+        get_instance(session, uuid).task_state = "resize_reverting"
+    moves.revert_resize(_ctx(db_url, migration, drivers, "dst"))  # accounting back on src
+    assert moves.abort_move(db_url, migration, HypervisorError(reason="no start"), "src")
+    assert _state(db_url, uuid)[:2] == ("error", None)
+    assert _held(db_url, uuid) == {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 1}
+    assert not moves.abort_move(db_url, migration, HypervisorError(reason="again"), "src")
