@@ -38,7 +38,12 @@ from compute.resource_tracker import get_node
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
 from models.db import session_scope
-from novaq.exceptions import NotFound, ResourcesUnavailable
+from novaq.exceptions import (
+    InstanceNotFound,
+    NotFound,
+    ResourcesUnavailable,
+    UnexpectedTaskStateError,
+)
 from virt import power_state
 from virt.driver import ComputeDriver, GuestSpec
 
@@ -203,11 +208,8 @@ def finish_resize(ctx: StepContext) -> None:
             addresses = [d.address for d in held_devices(session, instance_uuid, dest)]
             spec = guest_spec(instance, migration.new_flavor, addresses)
             stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
-        info = ctx.driver.spawn(spec)
-        if stopped:
-            ctx.driver.power_off(instance_uuid)
-            info = ctx.driver.get_info(instance_uuid)
-        with session_scope(ctx.db_url) as session:
+        info = _start_guest(ctx.driver, spec, stopped)
+        with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
             cas_update(
                 session,
                 instance_uuid,
@@ -217,6 +219,26 @@ def finish_resize(ctx: StepContext) -> None:
                 power_state=info.power_state,
             )
             _set_migration(session, ctx.migration_uuid, "finished")
+
+
+def _start_guest(driver: ComputeDriver, spec: GuestSpec, stopped: bool) -> Any:
+    info = driver.spawn(spec)
+    if stopped:  # Nova powers the guest on only if the server was not stopped
+        driver.power_off(spec.uuid)
+        info = driver.get_info(spec.uuid)
+    return info
+
+
+@contextmanager
+def _or_take_down(driver: ComputeDriver, instance_uuid: str) -> Iterator[None]:
+    """If the server was deleted while its guest was starting, take the guest down again
+    so nothing runs for a server that no longer exists (as a build does)."""
+    try:
+        yield
+    except (UnexpectedTaskStateError, InstanceNotFound):
+        LOG.info("Instance %s was deleted during a move; destroying its new guest", instance_uuid)
+        driver.destroy(instance_uuid)
+        raise
 
 
 def _take_flavor(
@@ -291,11 +313,8 @@ def finish_revert_resize(ctx: StepContext) -> None:
             addresses = [d.address for d in held_devices(session, instance_uuid, source)]
             spec = guest_spec(instance, migration.old_flavor, addresses)
             stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
-        info = ctx.driver.spawn(spec)
-        if stopped:
-            ctx.driver.power_off(instance_uuid)
-            info = ctx.driver.get_info(instance_uuid)
-        with session_scope(ctx.db_url) as session:
+        info = _start_guest(ctx.driver, spec, stopped)
+        with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
             instance = get_instance(session, instance_uuid)
             cas_update(
                 session,

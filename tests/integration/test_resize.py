@@ -61,13 +61,18 @@ def cleanup() -> Iterator[list[str]]:
             api.wait(uuid, "DELETED", timeout=30)
 
 
+def _used() -> dict[str, int]:
+    return {h["host"]: h["memory_mb_used"] for h in api.list_hosts()}
+
+
 def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("r1", _flavor("it.16g", 2, 16000))
+    idle = _used()
+    server = _boot("r1", _flavor("rs.16g", 2, 16000))
     cleanup.append(server["uuid"])
     source = server["host"]
-    api.resize(server["uuid"], _flavor("it.17g", 4, 17000))  # both cannot fit on one host
+    api.resize(server["uuid"], _flavor("rs.17g", 4, 17000))  # both cannot fit on one host
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
-    assert view["host"] != source and view["flavor"]["name"] == "it.17g"
+    assert view["host"] != source and view["flavor"]["name"] == "rs.17g"
     assert api.diagnostics(server["uuid"])["vcpus"] == 4
     [migration] = api.list_migrations(instance_uuid=server["uuid"])
     assert (migration["status"], migration["source_compute"], migration["dest_compute"]) == (
@@ -75,14 +80,14 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
         source,
         view["host"],
     )
-    by_host = {h["host"]: h for h in api.list_hosts()}
-    assert by_host[source]["memory_mb_used"] == 512 + 16000  # the migration holds the source
-    assert by_host[view["host"]]["memory_mb_used"] == 512 + 17000
+    used = _used()
+    assert used[source] == idle[source] + 16000  # the migration holds the source
+    assert used[view["host"]] == idle[view["host"]] + 17000
     _clean_audit()
     api.confirm_resize(server["uuid"])
     view = api.wait(server["uuid"], "ACTIVE", timeout=60)
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "confirmed"
-    assert {h["host"]: h["memory_mb_used"] for h in api.list_hosts()}[source] == 512
+    assert _used()[source] == idle[source]
     events = [e["event"] for a in api.list_actions(server["uuid"]) for e in a["events"]]
     assert events[-4:] == [
         "compute_prep_resize",
@@ -94,15 +99,16 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
 
 
 def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("r2", _flavor("it.16g", 2, 16000))
+    idle = _used()
+    server = _boot("r2", _flavor("rs.16g", 2, 16000))
     cleanup.append(server["uuid"])
-    api.resize(server["uuid"], _flavor("it.17g", 4, 17000))
+    api.resize(server["uuid"], _flavor("rs.17g", 4, 17000))
     dest = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)["host"]
     api.revert_resize(server["uuid"])
     view = api.wait(server["uuid"], "ACTIVE", timeout=60)
-    assert view["host"] == server["host"] and view["flavor"]["name"] == "it.16g"
+    assert view["host"] == server["host"] and view["flavor"]["name"] == "rs.16g"
     assert api.diagnostics(server["uuid"])["vcpus"] == 2
-    assert {h["host"]: h["memory_mb_used"] for h in api.list_hosts()}[dest] == 512
+    assert _used()[dest] == idle[dest]
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "reverted"
     _clean_audit()
 
@@ -110,23 +116,26 @@ def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: l
 def test_same_host_resize_when_the_other_host_is_disabled(
     services: str, two_hosts: Cluster, cleanup: list[str]
 ) -> None:
-    server = _boot("r3", _flavor("it.small", 1, 1024))
+    server = _boot("r3", _flavor("rs.small", 1, 1024))
     cleanup.append(server["uuid"])
     other = "host2" if server["host"] == "host1" else "host1"
     with session_scope(services) as session:
         session.execute(update(Service).where(Service.host == other).values(disabled=True))
+
+    def used() -> int:
+        return {h["host"]: h for h in api.list_hosts()}[server["host"]]["memory_mb_used"]
+
     try:
-        api.resize(server["uuid"], _flavor("it.medium", 2, 2048))
+        before = used()
+        api.resize(server["uuid"], _flavor("rs.medium", 2, 2048))
         view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
         assert view["host"] == server["host"]
-        node = {h["host"]: h for h in api.list_hosts()}[server["host"]]
-        assert node["memory_mb_used"] == 512 + 1024 + 2048  # both held during the resize
+        assert used() == before + 2048  # old and new flavor both held during the resize
         _clean_audit()
         api.confirm_resize(server["uuid"])
         api.wait(server["uuid"], "ACTIVE", timeout=60)
         assert api.diagnostics(server["uuid"])["memory_mb"] == 2048
-        node = {h["host"]: h for h in api.list_hosts()}[server["host"]]
-        assert node["memory_mb_used"] == 512 + 2048
+        assert used() == before - 1024 + 2048
     finally:
         with session_scope(services) as session:
             session.execute(update(Service).where(Service.host == other).values(disabled=False))
@@ -134,11 +143,11 @@ def test_same_host_resize_when_the_other_host_is_disabled(
 
 
 def test_cold_migrate_never_picks_the_current_host(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("m1", _flavor("it.small", 1, 1024))
+    server = _boot("m1", _flavor("rs.small", 1, 1024))
     cleanup.append(server["uuid"])
     api.migrate(server["uuid"])
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
-    assert view["host"] != server["host"] and view["flavor"]["name"] == "it.small"
+    assert view["host"] != server["host"] and view["flavor"]["name"] == "rs.small"
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["migration_type"] == "migration"
     api.confirm_resize(server["uuid"])
     api.wait(server["uuid"], "ACTIVE", timeout=60)
@@ -149,11 +158,11 @@ def test_cold_migrate_never_picks_the_current_host(two_hosts: Cluster, cleanup: 
 def test_gpu_resize_one_to_two_gives_the_guest_two_hostdevs(
     two_hosts: Cluster, cleanup: list[str], finish: str
 ) -> None:
-    server = _boot("gpu", _flavor("it.gpu1", 8, 8192, gpus=1))
+    server = _boot("gpu", _flavor("rs.gpu1", 8, 8192, gpus=1))
     cleanup.append(server["uuid"])
     source = server["host"]
     [old_device] = _hostdevs(server["uuid"])
-    api.resize(server["uuid"], _flavor("it.gpu2", 16, 16384, gpus=2))
+    api.resize(server["uuid"], _flavor("rs.gpu2", 16, 16384, gpus=2))
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
     dest = view["host"]
     dest_gpus = {
@@ -186,9 +195,9 @@ def test_gpu_resize_one_to_two_gives_the_guest_two_hostdevs(
 
 
 def test_gpu_resize_two_to_one(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("gpu2", _flavor("it.gpu2", 16, 16384, gpus=2))
+    server = _boot("gpu2", _flavor("rs.gpu2", 16, 16384, gpus=2))
     cleanup.append(server["uuid"])
-    api.resize(server["uuid"], _flavor("it.gpu1", 8, 8192, gpus=1))
+    api.resize(server["uuid"], _flavor("rs.gpu1", 8, 8192, gpus=1))
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
     assert len(_hostdevs(server["uuid"])) == 1
     api.confirm_resize(server["uuid"])
@@ -208,9 +217,9 @@ def _node_id(host: str) -> int:
 def test_resize_to_a_flavor_no_host_can_take_leaves_the_server_active(
     two_hosts: Cluster, cleanup: list[str]
 ) -> None:
-    server = _boot("r4", _flavor("it.small", 1, 1024))
+    server = _boot("r4", _flavor("rs.small", 1, 1024))
     cleanup.append(server["uuid"])
-    api.resize(server["uuid"], _flavor("it.huge", 2, 10**6))
+    api.resize(server["uuid"], _flavor("rs.huge", 2, 10**6))
     deadline_view = None
     for _ in range(100):
         deadline_view = api.show(server["uuid"])
@@ -222,7 +231,7 @@ def test_resize_to_a_flavor_no_host_can_take_leaves_the_server_active(
     assert deadline_view is not None
     assert deadline_view["status"] == "ACTIVE" and deadline_view["host"] == server["host"]
     assert deadline_view["fault"]["message"].startswith("No valid host was found")
-    assert deadline_view["flavor"]["name"] == "it.small"
+    assert deadline_view["flavor"]["name"] == "rs.small"
     resize_action = api.list_actions(server["uuid"])[-1]
     assert resize_action["action"] == "resize"
     assert [(e["event"], e["result"]) for e in resize_action["events"]] == [

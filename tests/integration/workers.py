@@ -13,6 +13,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the test process dies, so no stray worker of
+    an interrupted run consumes the next run's queues with the wrong database."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 class WorkersNotReady(RuntimeError):
     pass
 
@@ -34,6 +43,7 @@ class Worker:
             stderr=subprocess.STDOUT,
             cwd=ROOT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         handle.close()
         return self
