@@ -162,6 +162,17 @@ class FlowerGroup(_Group):
     basic_auth: SecretStr | None = None
 
 
+class NotificationsGroup(_Group):
+    """``[notifications]``. novaq emits only versioned notifications, so its default is
+    ``versioned`` (Nova's ``unversioned`` would silence them); ``unversioned`` turns them off."""
+
+    notification_format: str = Field(default="versioned", pattern=r"^(both|versioned|unversioned)$")
+
+    @property
+    def versioned(self) -> bool:
+        return self.notification_format in ("both", "versioned")
+
+
 class CeleryGroup(_Group):
     """Worker tuning that Nova has no name for (see shared/reference/CELERY_RELIABILITY.md)."""
 
@@ -208,6 +219,8 @@ class Settings(BaseSettings):
     reserved_host_cpus: int = Field(default=0, ge=0)
     max_concurrent_builds: int = Field(default=10, ge=0)
     instance_build_timeout: int = Field(default=0, ge=0)
+    reclaim_instance_interval: int = 0
+    shelved_offload_time: int = Field(default=0, ge=-1)
     default_availability_zone: str = Field(default="nova", min_length=1)
     allow_resize_to_same_host: bool = False
     default_schedule_zone: str | None = None
@@ -219,6 +232,7 @@ class Settings(BaseSettings):
     compute: ComputeGroup = ComputeGroup()
     pci: PciGroup = PciGroup()
     flower: FlowerGroup = FlowerGroup()
+    notifications: NotificationsGroup = NotificationsGroup()
     celery: CeleryGroup = CeleryGroup()
 
     @field_validator("database_url", "broker_url", "result_backend", "libvirt_uri")

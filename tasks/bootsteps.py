@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from compute import recovery, resource_tracker, servicegroup
+from compute import notifications, recovery, resource_tracker, servicegroup
 from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tasks import context
@@ -80,6 +80,8 @@ class NovaqServiceStep(bootsteps.StartStopStep):
 
     def start(self, worker: Any) -> None:
         s = context.settings()
+        if s.notifications.versioned:
+            notifications.install(notifications.kombu_publisher(worker.app.connection_for_write))
         queues = consumed_queues(worker)
         computes = {q for q in queues if q.startswith("compute.")}
         services = []
@@ -100,6 +102,7 @@ class NovaqServiceStep(bootsteps.StartStopStep):
             self.heartbeats.append(beat)
 
     def stop(self, worker: Any) -> None:
+        notifications.install(None)
         for beat in self.heartbeats:
             beat.stop()
         self.heartbeats.clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compute import build, delete, resource_tracker
+from compute import build, delete, notifications, resource_tracker
 from novaq.exceptions import ConfigError
 from scheduler.request_spec import Selection
 from tasks import context
@@ -39,15 +39,29 @@ def build_and_run_instance(
         alternates=tuple((str(h), str(n), int(i)) for h, n, i in alternates or ()),
     )
     threshold = context.settings().compute.consecutive_build_service_disable_threshold
-    result = build.build_and_run_instance(
-        context.db_url(),
-        context.driver(),
-        instance_uuid,
-        request_id,
-        host,
-        tries,
-        track_failures=threshold != 0,
-    )
+    db_url = context.db_url()
+    notifications.emit(db_url, "instance.create.start", instance_uuid, host, request_id)
+    try:
+        result = build.build_and_run_instance(
+            db_url,
+            context.driver(),
+            instance_uuid,
+            request_id,
+            host,
+            tries,
+            track_failures=threshold != 0,
+        )
+    except Exception:
+        notifications.emit(
+            db_url, "instance.create.error", instance_uuid, host, request_id, "ERROR"
+        )
+        raise
+    if result.outcome == "active":
+        notifications.emit(db_url, "instance.create.end", instance_uuid, host, request_id)
+    elif result.outcome == "rescheduled":  # Nova: a reschedule is a create.error
+        notifications.emit(
+            db_url, "instance.create.error", instance_uuid, host, request_id, "ERROR"
+        )
     if result.outcome == "rescheduled" and result.next_host is not None:
         next_host, next_node, next_id = result.next_host
         selection = Selection(next_host, next_node, next_id, result.alternates, instance_uuid)
@@ -58,9 +72,10 @@ def build_and_run_instance(
 @app.task(name="compute.terminate_instance")
 def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
     _check_host(host)
-    outcome = delete.terminate_instance(
-        context.db_url(), context.driver(), instance_uuid, request_id, host
-    )
+    with notifications.notified(context.db_url(), "delete", instance_uuid, host, request_id):
+        outcome = delete.terminate_instance(
+            context.db_url(), context.driver(), instance_uuid, request_id, host
+        )
     return {"instance_uuid": instance_uuid, "outcome": outcome}
 
 

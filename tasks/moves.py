@@ -8,7 +8,7 @@ from typing import Any
 
 from celery.utils.log import get_task_logger
 
-from compute import moves
+from compute import moves, notifications
 from models.db import session_scope
 from novaq.exceptions import NoValidHost
 from scheduler.groups import load_instance_group
@@ -74,7 +74,8 @@ def prep_resize(
 ) -> Any:
     ctx = _ctx(migration_uuid, request_id, host)
     try:
-        moves.prep_resize(ctx)
+        with notifications.notified(ctx.db_url, "resize_prep", instance_uuid, host, request_id):
+            moves.prep_resize(ctx)
     except Exception as exc:
         tries = tuple((str(h), str(n), int(i)) for h, n, i in alternates or ())
         moved = moves.reschedule_move(context.db_url(), migration_uuid, tries, exc, host)
@@ -100,21 +101,24 @@ def prep_resize(
     return {"instance_uuid": instance_uuid, "step": "prep_resize", "host": host}
 
 
-def _step(name: str, run: Any) -> Any:
+def _step(name: str, run: Any, event: str) -> Any:
     @app.task(name=f"compute.{name}")
     def task(migration_uuid: str, instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-        run(_ctx(migration_uuid, request_id, host))
+        ctx = _ctx(migration_uuid, request_id, host)
+        with notifications.notified(ctx.db_url, event, instance_uuid, host, request_id):
+            run(ctx)
         return {"instance_uuid": instance_uuid, "step": name, "host": host}
 
     task.__doc__ = run.__doc__
     return task
 
 
-resize_instance = _step("resize_instance", moves.resize_instance)
-finish_resize = _step("finish_resize", moves.finish_resize)
-confirm_resize = _step("confirm_resize", moves.confirm_resize)
-revert_resize = _step("revert_resize", moves.revert_resize)
-finish_revert_resize = _step("finish_revert_resize", moves.finish_revert_resize)
+# Versioned notification names, as Nova's (NOVA_BEHAVIOUR.md §10).
+resize_instance = _step("resize_instance", moves.resize_instance, "resize")
+finish_resize = _step("finish_resize", moves.finish_resize, "resize_finish")
+confirm_resize = _step("confirm_resize", moves.confirm_resize, "resize_confirm")
+revert_resize = _step("revert_resize", moves.revert_resize, "resize_revert")
+finish_revert_resize = _step("finish_revert_resize", moves.finish_revert_resize, "resize_revert")
 
 
 @app.task(name="scheduler.on_move_error", count_deliveries=False)

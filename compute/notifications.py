@@ -1,0 +1,155 @@
+"""Nova's versioned notifications (``instance.<action>.start|end|error``), published on the
+broker's ``notifications`` topic exchange with routing key ``versioned_notifications.<priority>``
+in oslo.messaging's envelope, so tools written for Nova's notification stream can read
+them.
+
+A worker's bootstep installs the publisher; without one (plain function calls in tests),
+nothing is sent. Emitting never breaks an operation: a publishing error is logged.
+``[notifications] notification_format``: ``versioned`` or ``both`` emit; ``unversioned``
+emits nothing (novaq has no legacy notifications).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import uuid as uuid_module
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kombu import Exchange
+
+from compute.instance_actions import latest_fault
+from compute.instance_state import get_instance
+from models import Instance, utcnow
+from models.db import session_scope
+from virt.power_state import NAMES as POWER_STATE_NAMES
+
+LOG = logging.getLogger(__name__)
+
+EXCHANGE = Exchange("notifications", type="topic", durable=True)
+TOPIC = "versioned_notifications"
+
+Publisher = Callable[[dict[str, Any], str], None]
+_publisher: Publisher | None = None
+
+
+def install(publisher: Publisher | None) -> None:
+    """Set (or, with None, remove) this process's publisher."""
+    global _publisher
+    _publisher = publisher
+
+
+def kombu_publisher(connection_factory: Callable[[], Any]) -> Publisher:
+    """A publisher over a kombu connection (the Celery app's ``connection_for_write``)."""
+
+    def publish(message: dict[str, Any], priority: str) -> None:
+        with connection_factory() as connection:
+            producer = connection.Producer(serializer="json")
+            producer.publish(
+                message,
+                exchange=EXCHANGE,
+                routing_key=f"{TOPIC}.{priority.lower()}",
+                declare=[EXCHANGE],
+                retry=True,
+                retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.2},
+            )
+
+    return publish
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.replace(tzinfo=dt.UTC).isoformat() if value else None
+
+
+def instance_payload(session: Any, instance: Instance, request_id: str | None) -> dict[str, Any]:
+    flavor = instance.flavor or {}
+    fault = latest_fault(session, instance.uuid)
+    data = {
+        "uuid": instance.uuid,
+        "display_name": instance.display_name,
+        "host": instance.host,
+        "node": instance.node,
+        "state": instance.vm_state,
+        "task_state": instance.task_state,
+        "power_state": POWER_STATE_NAMES.get(instance.power_state, "pending"),
+        "image_uuid": instance.image_ref,
+        "availability_zone": instance.availability_zone,
+        "flavor": {
+            "nova_object.name": "FlavorPayload",
+            "nova_object.data": {
+                "name": flavor.get("name"),
+                "flavorid": flavor.get("id"),
+                "vcpus": flavor.get("vcpus"),
+                "memory_mb": flavor.get("memory_mb"),
+                "root_gb": flavor.get("root_gb"),
+                "ephemeral_gb": flavor.get("ephemeral_gb"),
+                "swap": flavor.get("swap"),
+                "extra_specs": flavor.get("extra_specs", {}),
+            },
+        },
+        "created_at": _iso(instance.created_at),
+        "launched_at": _iso(instance.launched_at),
+        "terminated_at": _iso(instance.terminated_at),
+        "deleted_at": _iso(instance.deleted_at),
+        "request_id": request_id,
+        "action_initiator_user": None,
+        "fault": None
+        if fault is None
+        else {
+            "nova_object.name": "ExceptionPayload",
+            "nova_object.data": {"exception": fault.message, "exception_message": fault.message},
+        },
+    }
+    return {
+        "nova_object.name": "InstanceActionPayload",
+        "nova_object.namespace": "nova",
+        "nova_object.version": "1.8",
+        "nova_object.data": data,
+    }
+
+
+def emit(
+    db_url: str,
+    event_type: str,
+    instance_uuid: str,
+    host: str | None,
+    request_id: str | None = None,
+    priority: str = "INFO",
+) -> None:
+    """Publish one versioned notification about an instance (best effort)."""
+    if _publisher is None:
+        return
+    try:
+        with session_scope(db_url) as session:
+            payload = instance_payload(session, get_instance(session, instance_uuid), request_id)
+        message = {
+            "message_id": str(uuid_module.uuid4()),
+            "publisher_id": f"nova-compute:{host or 'api'}",
+            "event_type": event_type,
+            "priority": priority,
+            "timestamp": utcnow().isoformat(sep=" "),
+            "payload": payload,
+        }
+        _publisher(message, priority)
+    except Exception:  # noqa: BLE001 - a notification never fails the operation
+        LOG.exception("Could not emit %s for %s", event_type, instance_uuid)
+
+
+@contextlib.contextmanager
+def notified(
+    db_url: str,
+    action: str,
+    instance_uuid: str,
+    host: str | None,
+    request_id: str | None = None,
+) -> Iterator[None]:
+    """``instance.<action>.start`` before, ``.end`` after, ``.error`` (ERROR) on failure."""
+    emit(db_url, f"instance.{action}.start", instance_uuid, host, request_id)
+    try:
+        yield
+    except Exception:
+        emit(db_url, f"instance.{action}.error", instance_uuid, host, request_id, "ERROR")
+        raise
+    emit(db_url, f"instance.{action}.end", instance_uuid, host, request_id)
