@@ -259,7 +259,7 @@ def fail_build(
 
     def undo(session: Session) -> bool:
         try:
-            instance = get_instance(session, instance_uuid)
+            instance = get_instance(session, instance_uuid, lock=True)
         except InstanceNotFound:
             return False
         if instance.deleted or instance.vm_state != VmState.BUILDING:

@@ -41,7 +41,9 @@ def local_delete(db_url: str, instance_uuid: str, request_id: str) -> None:
     """Delete an instance with no host in one transaction (no guest to destroy)."""
 
     def work(session: Session) -> None:
-        instance = get_instance(session, instance_uuid)
+        # NOTE: the row lock first: a claim committing meanwhile (the scheduler placing the
+        # instance) is then seen by the release below, instead of leaking.
+        instance = get_instance(session, instance_uuid, lock=True)
         if instance.deleted:
             return
         release_in_session(session, instance_uuid)
@@ -79,7 +81,7 @@ def terminate_instance(
 
 
 def _release_and_mark(session: Session, instance_uuid: str) -> None:
-    instance = get_instance(session, instance_uuid)
+    instance = get_instance(session, instance_uuid, lock=True)
     release_in_session(session, instance_uuid)
     drop_moves(session, instance_uuid)
     if not instance.deleted:

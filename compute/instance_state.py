@@ -19,10 +19,17 @@ from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
 _ANY = object()
 
 
-def get_instance(session: Session, uuid: str, *, with_deleted: bool = True) -> Instance:
+def get_instance(
+    session: Session, uuid: str, *, with_deleted: bool = True, lock: bool = False
+) -> Instance:
+    """The instance row; ``lock`` takes its row lock first (SELECT … FOR UPDATE), so what
+    the transaction reads next (its allocations) cannot change under a concurrent claim
+    that also writes this row."""
     query = select(Instance).where(Instance.uuid == uuid)
     if not with_deleted:
         query = query.where(Instance.deleted == 0)
+    if lock:
+        query = query.with_for_update()
     instance = session.scalars(query.execution_options(populate_existing=True)).first()
     if instance is None:
         raise InstanceNotFound(uuid=uuid)
