@@ -1,8 +1,8 @@
 """What each node *should* account: the consumers that may hold allocations on it and how
 much, by Nova's rules. Heal and audit both start from this one answer.
 
-- an instance on the node (``host``/``node``), not deleted, not offloaded, with no move
-  in flight, holds its flavor under its own uuid;
+- an instance on the node (``host``/``node``), not deleted, not offloaded (unless being
+  unshelved onto the node), with no move in flight, holds its flavor under its own uuid;
 - a move in flight (migration not in a terminal status) holds the source node under the
   migration's uuid (old flavor) and the destination under the instance's uuid (new
   flavor); a same-host resize holds both on one node, as placement does.
@@ -23,6 +23,7 @@ from models import ComputeNode, Instance, Migration
 
 TERMINAL_MIGRATION = ("confirmed", "reverted", "error", "failed", "completed", "cancelled", "done")
 NOT_COUNTED_VM_STATES = ("deleted", "shelved_offloaded")
+UNSHELVE_TASK_STATES = ("unshelving", "spawning")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,13 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
             Instance.host == node.host,
             Instance.node == node.hypervisor_hostname,
             Instance.deleted == 0,
-            Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
+            or_(
+                Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
+                # Nova's allow_resource_removal: an offloaded instance being unshelved
+                # here holds its claim (novaq claims when scheduling, hence unshelving).
+                (Instance.vm_state == "shelved_offloaded")
+                & Instance.task_state.in_(UNSHELVE_TASK_STATES),
+            ),
         )
     )
     for instance in instances:

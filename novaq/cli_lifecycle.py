@@ -24,6 +24,9 @@ OPERATIONS = {
     "resume": ("resume", "ACTIVE"),
     "rescue": ("rescue", "RESCUE"),
     "unrescue": ("unrescue", "ACTIVE"),
+    "shelve-offload": ("shelve_offload", "SHELVED_OFFLOADED"),
+    "unshelve": ("unshelve", "ACTIVE"),
+    "restore": ("restore", "ACTIVE"),
 }
 
 uuids_argument = click.argument("uuids", nargs=-1, required=True)
@@ -95,3 +98,16 @@ def lock(uuids: tuple[str, ...], reason: str | None) -> None:
 def unlock(uuids: tuple[str, ...]) -> None:
     """Unlock servers."""
     _accept("unlock", uuids, lambda uuid: _lock(uuid, "unlock"))
+
+
+@main.command()
+@uuids_argument
+@wait_option("SHELVED_OFFLOADED (SHELVED when shelved_offload_time is not 0)")
+@handle_errors
+def shelve(uuids: tuple[str, ...], wait_s: float | None) -> None:
+    """Shelve servers (then SHELVED_OFFLOADED, as shelved_offload_time is 0 by default)."""
+    from novaq.settings import get_settings
+
+    _accept("shelve", uuids, api().shelve)
+    offloaded = get_settings().shelved_offload_time == 0
+    _wait(uuids, "SHELVED_OFFLOADED" if offloaded else "SHELVED", wait_s)

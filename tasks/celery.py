@@ -14,6 +14,8 @@ app.conf.include = [
     "tasks.scheduler",
     "tasks.compute",
     "tasks.lifecycle",
+    "tasks.shelve",
+    "tasks.soft_delete",
     "tasks.moves",
     "tasks.errbacks",
     "tasks.periodic",

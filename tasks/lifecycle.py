@@ -11,7 +11,7 @@ from typing import Any
 
 from celery.utils.log import get_task_logger
 
-from compute import lifecycle
+from compute import lifecycle, notifications
 from tasks import context
 from tasks.celery import app
 from tasks.compute import _check_host
@@ -21,11 +21,29 @@ LOG = get_task_logger(__name__)
 Operation = Callable[..., str]
 
 
+# Nova's versioned notification name of each operation (NOVA_BEHAVIOUR.md §10).
+EVENTS = {
+    "stop_instance": "power_off",
+    "start_instance": "power_on",
+    "reboot_instance": "reboot",
+    "pause_instance": "pause",
+    "unpause_instance": "unpause",
+    "suspend_instance": "suspend",
+    "resume_instance": "resume",
+    "rescue_instance": "rescue",
+    "unrescue_instance": "unrescue",
+}
+
+
 def _run(
     operation: Operation, instance_uuid: str, request_id: str, host: str, **kw: Any
 ) -> dict[str, str]:
     _check_host(host)
-    outcome = operation(context.db_url(), context.driver(), instance_uuid, request_id, host, **kw)
+    event = EVENTS.get(operation.__name__, operation.__name__.removesuffix("_instance"))
+    with notifications.notified(context.db_url(), event, instance_uuid, host, request_id):
+        outcome = operation(
+            context.db_url(), context.driver(), instance_uuid, request_id, host, **kw
+        )
     return {"instance_uuid": instance_uuid, "outcome": outcome}
 
 

@@ -15,20 +15,24 @@ lock and unlock never leave the API: they write ``locked`` / ``locked_reason`` i
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
+from celery.canvas import Signature
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
 from compute.instance_state import cas_update, get_instance
-from compute.states import TaskState
+from compute.states import TaskState, VmState
 from models import Instance, InstanceAction
 from models.db import session_scope
 from novaq.exceptions import InstanceNotFound, InvalidInput, UnexpectedTaskStateError
 from workflows import api_common as common
 from workflows import dispatch, gate, views
+from workflows.delete import soft_delete_step
 from workflows.lifecycle import lifecycle_step
+from workflows.shelve import shelve_step, unshelve_workflow
 
 MAX_REASON_LENGTH = 255
 
@@ -80,6 +84,78 @@ def unrescue(uuid: str) -> str:
     return _request(uuid, "unrescue", "unrescue", TaskState.UNRESCUING)
 
 
+def shelve(uuid: str) -> str:
+    """Shelve (ACTIVE, SHUTOFF, PAUSED or SUSPENDED → SHELVED; with
+    ``shelved_offload_time == 0``, Nova's default, on at once to SHELVED_OFFLOADED)."""
+    return _request(uuid, "shelve", "shelve", TaskState.SHELVING, step=_shelve_step("shelve"))
+
+
+def shelve_offload(uuid: str) -> str:
+    """Offload a SHELVED server: its guest destroyed, its resources released, no host."""
+    return _request(
+        uuid,
+        "shelveOffload",
+        "shelve_offload",
+        TaskState.SHELVING_OFFLOADING,
+        step=_shelve_step("shelve_offload"),
+    )
+
+
+def unshelve(uuid: str) -> str:
+    """Unshelve: a SHELVED server is started on its host; a SHELVED_OFFLOADED one is
+    scheduled again (a host selected and claimed) and spawned there."""
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        if instance.vm_state == VmState.SHELVED_OFFLOADED:
+            gate.check_instance_state(instance, "unshelve")
+        else:
+            _checked_host(session, instance, "unshelve")
+    dispatch.check_broker()
+    request_id = common.new_request_id()
+    with session_scope(common.db_url()) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        gate.check_instance_state(instance, "unshelve")
+        _set_task_state(session, instance, "unshelve", TaskState.UNSHELVING)
+        actions.start_action(session, uuid, "unshelve", request_id)
+    try:
+        dispatch.send(unshelve_workflow(uuid, request_id))
+    except Exception:
+        _undo_request(uuid, request_id, TaskState.UNSHELVING, None)
+        raise
+    return request_id
+
+
+def restore(uuid: str) -> str:
+    """Restore a SOFT_DELETED server (ACTIVE again). Without a host, Nova sets ACTIVE in
+    the API at once."""
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        instance = _locked_row(session, uuid)
+        if instance.host is None:
+            gate.check_instance_state(instance, "restore")
+            request_id = common.new_request_id()
+            instance.vm_state, instance.deleted_at = VmState.ACTIVE, None
+            actions.start_action(session, uuid, "restore", request_id)
+            session.flush()
+            actions.record_event(session, uuid, request_id, "api_restore", None)
+            return request_id
+        deleted_at = instance.deleted_at
+    return _request(
+        uuid,
+        "restore",
+        "restore",
+        TaskState.RESTORING,
+        step=lambda u, r, h: soft_delete_step("restore", u, r, h),
+        values={"deleted_at": None},
+        undo_values={"deleted_at": deleted_at},
+    )
+
+
+def _shelve_step(action: str) -> Callable[[str, str, str], Signature]:
+    return lambda uuid, request_id, host: shelve_step(action, uuid, request_id, host)
+
+
 def lock(uuid: str, reason: str | None = None) -> dict[str, Any]:
     """Lock a server: every other operation of the gate is refused until ``unlock``.
     Locking a locked server changes nothing (Nova, for the owner). Returns the server."""
@@ -98,7 +174,19 @@ def unlock(uuid: str) -> dict[str, Any]:
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _request(uuid: str, action: str, gate_action: str, task_state: str, **extra: Any) -> str:
+def _request(
+    uuid: str,
+    action: str,
+    gate_action: str,
+    task_state: str,
+    step: Callable[[str, str, str], Signature] | None = None,
+    values: dict[str, Any] | None = None,
+    undo_values: dict[str, Any] | None = None,
+    **extra: Any,
+) -> str:
+    """Gate, host, broker; then the task_state (and ``values``) by compare-and-swap with
+    the action started; then the host step: ``step(uuid, request_id, host)``, by default
+    the lifecycle step of ``action``."""
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
         host = _checked_host(session, get_instance(session, uuid, with_deleted=False), gate_action)
@@ -109,12 +197,16 @@ def _request(uuid: str, action: str, gate_action: str, task_state: str, **extra:
         instance = get_instance(session, uuid, with_deleted=False)
         gate.check_instance_state(instance, gate_action)
         previous = instance.task_state
-        _set_task_state(session, instance, gate_action, task_state)
+        _set_task_state(session, instance, gate_action, task_state, **(values or {}))
         actions.start_action(session, uuid, action, request_id)
+    if step is None:
+        signature = lifecycle_step(action, uuid, request_id, host, **extra)
+    else:
+        signature = step(uuid, request_id, host)
     try:
-        dispatch.send(lifecycle_step(action, uuid, request_id, host, **extra))
+        dispatch.send(signature)
     except Exception:
-        _undo_request(uuid, request_id, task_state, previous)
+        _undo_request(uuid, request_id, task_state, previous, **(undo_values or {}))
         raise
     return request_id
 
@@ -134,7 +226,9 @@ def _checked_host(session: Session, instance: Instance, gate_action: str) -> str
     return host
 
 
-def _set_task_state(session: Session, instance: Instance, gate_action: str, task: str) -> None:
+def _set_task_state(
+    session: Session, instance: Instance, gate_action: str, task: str, **values: Any
+) -> None:
     rule = gate.rule_for(gate_action)
     expected: dict[str, Any] = {}
     tasks = gate.expected_task_states(gate_action)
@@ -143,7 +237,7 @@ def _set_task_state(session: Session, instance: Instance, gate_action: str, task
     if rule.vm_states is not None:
         expected["expected_vm_state"] = sorted(rule.vm_states)
     try:
-        cas_update(session, instance.uuid, task_state=task, **expected)
+        cas_update(session, instance.uuid, task_state=task, **values, **expected)
     except UnexpectedTaskStateError:
         raise gate.InstanceInvalidState(
             action=gate_action,
@@ -153,12 +247,16 @@ def _set_task_state(session: Session, instance: Instance, gate_action: str, task
         ) from None
 
 
-def _undo_request(uuid: str, request_id: str, task_state: str, previous: str | None) -> None:
-    """The broker failed after the commit: put the task_state back and drop the action,
-    so a failed request leaves nothing behind."""
+def _undo_request(
+    uuid: str, request_id: str, task_state: str, previous: str | None, **values: Any
+) -> None:
+    """The broker failed after the commit: put the task_state (and ``values``) back and
+    drop the action, so a failed request leaves nothing behind."""
     with session_scope(common.db_url()) as session:
         with contextlib.suppress(UnexpectedTaskStateError, InstanceNotFound):
-            cas_update(session, uuid, expected_task_state=[task_state], task_state=previous)
+            cas_update(
+                session, uuid, expected_task_state=[task_state], task_state=previous, **values
+            )
         session.execute(
             delete(InstanceAction).where(
                 InstanceAction.instance_uuid == uuid, InstanceAction.request_id == request_id
@@ -206,11 +304,15 @@ __all__ = [
     "pause",
     "reboot",
     "rescue",
+    "restore",
     "resume",
+    "shelve",
+    "shelve_offload",
     "start",
     "stop",
     "suspend",
     "unlock",
     "unpause",
     "unrescue",
+    "unshelve",
 ]

@@ -6,6 +6,7 @@ import time
 import uuid as uuid_module
 from typing import Any
 
+from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
 
 from compute import instance_actions as actions
@@ -25,7 +26,7 @@ from scheduler.request_spec import RequestSpec
 from workflows import aggregates, dispatch, flavors, views
 from workflows import api_common as common
 from workflows.build import build_workflow
-from workflows.delete import delete_workflow
+from workflows.delete import delete_workflow, soft_delete_step
 
 MAX_COUNT = 100
 
@@ -194,13 +195,20 @@ def delete(uuid: str) -> str:
     request_id = common.new_request_id()
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
-        if instance.task_state == TaskState.DELETING:
+        if instance.task_state in (TaskState.DELETING, TaskState.SOFT_DELETING):
             # Nova ignores a repeated delete while one is in progress.
             previous = common.last_action(session, uuid, "delete")
             if previous is not None:
                 return previous.request_id
         host = instance.host
         host_up = host is not None and common.host_is_up(session, host, s)
+        # Nova's REST layer soft-deletes when reclaim_instance_interval is set and the
+        # server has run; a soft-deleted server is then deleted for good (force delete).
+        soft = (
+            s.reclaim_instance_interval > 0
+            and instance.launched_at is not None
+            and instance.vm_state not in (VmState.SOFT_DELETED, VmState.RESIZED)
+        )
     if not host_up:
         # Nova's local delete: no host, or a host that is down.
         with session_scope(common.db_url()) as session:
@@ -209,12 +217,43 @@ def delete(uuid: str) -> str:
         return request_id
     assert host is not None
     dispatch.check_broker()
+    if soft:
+        return _soft_delete(uuid, request_id, host)
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         instance.task_state = TaskState.DELETING
         instance.updated_at = utcnow()
         actions.start_action(session, uuid, "delete", request_id)
     dispatch.send(delete_workflow(uuid, request_id, host))
+    return request_id
+
+
+def _soft_delete(uuid: str, request_id: str, host: str) -> str:
+    """Nova's ``soft_delete``: task ``soft-deleting`` and ``deleted_at`` (no
+    compare-and-swap, as Nova's ``_delete``), action "delete", then the host step."""
+    with session_scope(common.db_url()) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        previous = (instance.task_state, instance.deleted_at)
+        now = utcnow()
+        instance.task_state, instance.deleted_at, instance.updated_at = (
+            TaskState.SOFT_DELETING,
+            now,
+            now,
+        )
+        actions.start_action(session, uuid, "delete", request_id)
+    try:
+        dispatch.send(soft_delete_step("soft_delete", uuid, request_id, host))
+    except Exception:
+        with session_scope(common.db_url()) as session:
+            instance = get_instance(session, uuid, with_deleted=False)
+            if instance.task_state == TaskState.SOFT_DELETING:
+                instance.task_state, instance.deleted_at = previous
+            session.execute(
+                sa_delete(InstanceAction).where(
+                    InstanceAction.instance_uuid == uuid, InstanceAction.request_id == request_id
+                )
+            )
+        raise
     return request_id
 
 

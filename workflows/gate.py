@@ -97,6 +97,7 @@ GATE: dict[str, Rule] = {
     "revert_resize": Rule(_states(V.RESIZED)),
     # §2.4 shelve
     "shelve": Rule(_states(V.ACTIVE, V.STOPPED, V.PAUSED, V.SUSPENDED)),
+    "shelve_offload": Rule(_states(V.SHELVED)),
     "unshelve": Rule(_states(V.SHELVED, V.SHELVED_OFFLOADED)),
     # §2.2 delete family: delete is allowed in any state, even never launched
     "delete": Rule(None, None, must_have_launched=False),

@@ -69,6 +69,7 @@ ALL_ACTIONS = {
     "revert_resize",
     "migrate",
     "shelve",
+    "shelve_offload",
     "unshelve",
     "delete",
     "restore",
