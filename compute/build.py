@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -39,8 +40,13 @@ def instance_name(instance: Instance) -> str:
     return f"instance-{instance.id:08x}"
 
 
-def guest_spec(instance: Instance, pci_addresses: tuple[str, ...] = ()) -> GuestSpec:
-    flavor = instance.flavor
+def guest_spec(
+    instance: Instance,
+    pci_addresses: tuple[str, ...] = (),
+    flavor: dict[str, Any] | None = None,
+) -> GuestSpec:
+    """The guest of ``instance`` with ``flavor`` (default: the instance's own)."""
+    flavor = flavor if flavor is not None else instance.flavor
     return GuestSpec(
         uuid=instance.uuid,
         name=instance_name(instance),

@@ -96,19 +96,9 @@ def node_id(session: Session, host: str | None, node: str | None) -> int:
 
 
 def guest_spec(instance: Instance, flavor: dict[str, Any], addresses: list[str]) -> GuestSpec:
-    from compute.build import instance_name
+    from compute.build import guest_spec as build_guest_spec
 
-    return GuestSpec(
-        uuid=instance.uuid,
-        name=instance_name(instance),
-        vcpus=flavor["vcpus"],
-        memory_mb=flavor["memory_mb"],
-        root_gb=flavor["root_gb"],
-        ephemeral_gb=flavor.get("ephemeral_gb", 0),
-        swap_mb=flavor.get("swap", 0),
-        image=instance.image_ref,
-        pci_addresses=tuple(addresses),
-    )
+    return build_guest_spec(instance, tuple(addresses), flavor)
 
 
 @dataclass(frozen=True, slots=True)

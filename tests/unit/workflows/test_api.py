@@ -4,11 +4,9 @@ through a real (in-thread) Celery worker on the in-memory broker and libvirt tes
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from sqlalchemy import func, select
 
 from models import Flavor, Instance, InstanceAction
@@ -120,21 +118,6 @@ def test_boot_with_the_database_down_is_a_clear_error(monkeypatch: pytest.Monkey
     monkeypatch.setattr(api_common, "settings", lambda: broken)
     with pytest.raises(ServiceUnavailable, match="database"):
         api.list_flavors()
-
-
-@pytest.fixture
-def worker(db_url: str) -> Iterator[None]:
-    """A real Celery worker in a thread consuming the scheduler and compute.host1 queues:
-    its bootstep registers host1 from libvirt's test:/// driver, as a real worker does."""
-    with start_worker(
-        app,
-        queues=["scheduler", "compute.host1"],
-        perform_ping_check=False,
-        pool="threads",
-        concurrency=2,
-        shutdown_timeout=30,
-    ):
-        yield
 
 
 def test_boot_then_delete_through_a_worker(db_url: str, worker: None) -> None:

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from sqlalchemy import func, select
 
 from compute.instance_state import get_instance
@@ -272,21 +271,6 @@ def test_deleted_and_unknown_servers_are_not_found(db_url: str) -> None:
 
 
 # -- through a worker ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def worker(db_url: str) -> Iterator[None]:
-    """A real Celery worker in a thread consuming the scheduler and compute.host1 queues
-    (the same as ``test_api.worker``)."""
-    with start_worker(
-        app,
-        queues=["scheduler", "compute.host1"],
-        perform_ping_check=False,
-        pool="threads",
-        concurrency=2,
-        shutdown_timeout=30,
-    ):
-        yield
 
 
 def _settled(uuid: str, timeout_s: float = 30.0) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from sqlalchemy import func, select
 
 from compute.claims import consumer_allocations
@@ -128,19 +127,6 @@ def test_an_accepted_shelve_sets_the_task_and_enqueues_one_step(
 
 
 # -- through a worker -------------------------------------------------------------------
-
-
-@pytest.fixture
-def worker(db_url: str) -> Iterator[None]:
-    with start_worker(
-        app,
-        queues=list(QUEUES),
-        perform_ping_check=False,
-        pool="threads",
-        concurrency=2,
-        shutdown_timeout=30,
-    ):
-        yield
 
 
 def _settled(uuid: str, timeout_s: float = 30.0) -> dict[str, Any]:
