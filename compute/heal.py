@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from compute.claims import write_usage
+from compute.claims import retry_on_conflict, write_usage
 from compute.pci import held_devices, release_devices
 from compute.usage import Expected, expected_consumers
 from models import Allocation, ComputeNode, Instance, Migration, PciDevice, ResourceHeal
@@ -68,14 +68,27 @@ def orphan_domains(
 class NodeHealer:
     """One heal pass over one node inside the caller's transaction."""
 
-    def __init__(self, session: Session, node: ComputeNode, domains: Mapping[str, Domain]):
+    def __init__(
+        self,
+        session: Session,
+        node: ComputeNode,
+        domains: Mapping[str, Domain],
+        guest_exists: Callable[[str], bool] | None = None,
+    ):
         self.session, self.node, self.domains = session, node, domains
+        self.guest_exists = guest_exists
         self.heals: list[ResourceHeal] = []
 
     def run(self) -> list[ResourceHeal]:
         generation = self.node.generation  # read first: see the module docstring
         expected = expected_consumers(self.session, self.node)
         orphans = orphan_domains(self.session, self.domains, expected)
+        if self.guest_exists is not None:
+            # ``domains`` was read before this transaction: a delete may have destroyed
+            # the guest and committed since. A delete destroys before it commits, so a
+            # guest still there after the read that found its server gone is a real
+            # orphan; one gone is not counted (it would stay counted until the next pass).
+            orphans = {u: d for u, d in orphans.items() if self.guest_exists(u)}
         wanted = {c: e.resources for c, e in expected.items()}
         wanted.update({u: {VCPU: d.vcpus, MEMORY_MB: d.memory_mb} for u, d in orphans.items()})
         actual = node_allocations(self.session, self.node.id)
@@ -114,6 +127,17 @@ class NodeHealer:
             heal.resources,
             reason,
         )
+
+    def release_orphan(self, consumer: str) -> list[ResourceHeal]:
+        """Remove ``consumer``'s allocations from this node unless the node expects it."""
+        generation = self.node.generation
+        held = node_allocations(self.session, self.node.id).get(consumer)
+        if not held or consumer in expected_consumers(self.session, self.node):
+            return []
+        self._remove(consumer, held)
+        self.session.flush()
+        write_usage(self.session, self.node, generation)
+        return self.heals
 
     def _remove(self, consumer: str, resources: dict[str, int]) -> None:
         self.session.execute(
@@ -178,6 +202,42 @@ class NodeHealer:
 
 
 def heal_node(
-    session: Session, node: ComputeNode, domains: Mapping[str, Domain]
+    session: Session,
+    node: ComputeNode,
+    domains: Mapping[str, Domain],
+    guest_exists: Callable[[str], bool] | None = None,
 ) -> list[ResourceHeal]:
-    return NodeHealer(session, node, domains).run()
+    """Heal ``node`` to what it should hold. ``guest_exists`` asks the hypervisor again
+    about an orphan candidate once the database has been read (see ``NodeHealer.run``)."""
+    return NodeHealer(session, node, domains, guest_exists).run()
+
+
+def release_destroyed_orphan(session: Session, host: str, consumer: str) -> list[ResourceHeal]:
+    """Give back, on ``host``'s nodes, the usage a heal counted for a guest that has just
+    been destroyed (``orphan_counted``), inside the caller's transaction.
+
+    Without this the count would stay until the next ``update_available_resource``, a
+    window in which the allocations exceed what the live servers and moves hold. Nova has
+    the same window (its orphan usage lives in the resource tracker until the next audit);
+    novaq closes it. Only an orphan's count goes: nothing happens for a live instance
+    (taken over by another operation, say), nor on a node that still expects the consumer.
+    """
+    live = session.scalars(
+        select(Instance.id).where(Instance.uuid == consumer, Instance.deleted == 0)
+    ).first()
+    if live is not None:  # not an orphan: its allocations are its own claim
+        return []
+    heals: list[ResourceHeal] = []
+    nodes = session.scalars(
+        select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+    )
+    for node in nodes:
+        heals += NodeHealer(session, node, {}).release_orphan(consumer)
+    return heals
+
+
+def release_orphan(db_url: str, host: str, consumer: str) -> list[ResourceHeal]:
+    """``release_destroyed_orphan`` in its own transaction (retried on a conflict)."""
+    return retry_on_conflict(
+        db_url, lambda session: release_destroyed_orphan(session, host, consumer)
+    )

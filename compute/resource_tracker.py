@@ -115,7 +115,7 @@ def update_available_resource(
     def audit(session: Session) -> list[dict[str, Any]]:
         node = record_compute_node(session, host, resources, settings)
         sync_devices(session, node.id, resources.pci_devices, settings)
-        heals = [_heal_dict(h) for h in heal_node(session, node, domains)]
+        heals = [_heal_dict(h) for h in heal_node(session, node, domains, driver.instance_exists)]
         heals += _delete_vanished_nodes(session, host, set(driver.get_available_nodes()))
         return heals
 

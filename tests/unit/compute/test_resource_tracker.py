@@ -9,11 +9,12 @@ from sqlalchemy import select
 
 from compute.build import build_and_run_instance
 from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.delete import local_delete
 from compute.resource_tracker import update_available_resource
 from models import ComputeNode, ResourceHeal
 from models.db import session_scope
 from tests.factories import gpu_settings, gpus, host_resources, make_instance, make_settings
-from virt.driver import GuestSpec
+from virt.driver import GuestInfo, GuestSpec
 from virt.fake import FakeDriver
 
 
@@ -62,6 +63,31 @@ def test_orphan_domain_is_counted_as_used_then_forgotten_when_it_goes(db_url: st
     update_available_resource(db_url, driver, "host1", settings)
     assert _node(db_url).memory_mb_used == 512
     assert _heals(db_url)[-1] == ("removed", orphan)
+
+
+def test_a_guest_deleted_after_the_hypervisor_read_is_not_counted_as_an_orphan(
+    db_url: str,
+) -> None:
+    """The hypervisor is read before the heal's transaction. A delete that destroys the
+    guest and commits in between must not leave the guest counted as an orphan."""
+    settings = make_settings()
+    update_available_resource(db_url, _driver(), "host1", settings)
+    uuid = make_instance(db_url, host="host1", node="host1", vm_state="active", task_state=None)
+    claim(db_url, _node(db_url).id, uuid, ResourceRequest(1, 512, 1))
+
+    class DeletedMeanwhile(FakeDriver):
+        def get_info(self, instance_uuid: str) -> GuestInfo:
+            info = super().get_info(instance_uuid)
+            self.destroy(instance_uuid)  # the delete: guest first, then the database
+            local_delete(db_url, instance_uuid, "req-delete")
+            return info
+
+    driver = DeletedMeanwhile(host_resources("host1"))
+    driver.spawn(GuestSpec(uuid=uuid, name="i", vcpus=1, memory_mb=512, root_gb=1))
+    assert update_available_resource(db_url, driver, "host1", settings) == []
+    with session_scope(db_url) as session:
+        assert consumer_allocations(session, uuid) == {}
+    assert _node(db_url).memory_mb_used == 512
 
 
 def test_allocation_of_a_deleted_instance_is_removed_and_recorded(db_url: str) -> None:
