@@ -5,14 +5,20 @@ from models.aggregate import Aggregate, AggregateHost, AggregateMetadata
 from models.allocation import Allocation
 from models.base import Base, utcnow
 from models.compute_node import ComputeNode
+from models.console import ConsoleAuthToken
 from models.delivery import TaskDelivery
 from models.flavor import Flavor, FlavorExtraSpec
 from models.heal import ResourceHeal
+from models.host_mapping import HostMapping
+from models.info_cache import InstanceInfoCache
 from models.instance import Instance
 from models.migration import Migration
 from models.pci_device import PciDevice
+from models.periodic import BeatLease, PeriodicTaskRun
 from models.server_group import ServerGroup, ServerGroupMember
 from models.service import Service
+from models.task_log import TaskLog
+from models.volume_usage import VolumeUsage
 
 __all__ = [
     "Aggregate",
@@ -21,6 +27,13 @@ __all__ = [
     "ServerGroup",
     "ServerGroupMember",
     "Allocation",
+    "BeatLease",
+    "ConsoleAuthToken",
+    "HostMapping",
+    "InstanceInfoCache",
+    "PeriodicTaskRun",
+    "TaskLog",
+    "VolumeUsage",
     "Base",
     "ComputeNode",
     "Flavor",

@@ -47,6 +47,8 @@ class ComputeNode(Base):
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Placement's resource-provider generation: every claim bumps it with compare-and-swap.
     generation: Mapped[int] = mapped_column(default=0)
+    # Set once discover_hosts has mapped this node's host to a cell.
+    mapped: Mapped[int] = mapped_column(default=0, server_default="0")
     created_at: Mapped[timestamp]
     updated_at: Mapped[dt.datetime | None]
     deleted_at: Mapped[dt.datetime | None]

@@ -14,7 +14,10 @@ from models.base import Base, intpk, str255, timestamp, uuid36
 
 class Instance(Base):
     __tablename__ = "instances"
-    __table_args__ = (Index("ix_instances_host_deleted", "host", "deleted"),)
+    __table_args__ = (
+        Index("ix_instances_host_deleted", "host", "deleted"),
+        Index("ix_instances_host_deleted_cleaned", "host", "deleted", "cleaned"),
+    )
 
     id: Mapped[intpk]
     uuid: Mapped[uuid36] = mapped_column(unique=True)
@@ -42,6 +45,9 @@ class Instance(Base):
     updated_at: Mapped[dt.datetime | None]
     deleted_at: Mapped[dt.datetime | None]
     deleted: Mapped[int] = mapped_column(default=0)
+    # Nova's ``cleaned``: the host's files of a deleted instance are gone
+    # (``_run_pending_deletes`` retries until they are).
+    cleaned: Mapped[int] = mapped_column(default=0, server_default="0")
 
     def __repr__(self) -> str:
         return f"<Instance {self.uuid} {self.vm_state}/{self.task_state} on {self.host}>"
