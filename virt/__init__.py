@@ -34,6 +34,7 @@ def get_driver(
     fail_spawn: bool = False,
     instances_path: Path | None = None,
     nodename: str | None = None,
+    image_cache_subdirectory: str = "_base",
 ) -> ComputeDriver:
     """The process's one ``LibvirtDriver`` for ``uri`` (a forked child gets its own)."""
     from virt.libvirt.driver import LibvirtDriver
@@ -43,7 +44,11 @@ def get_driver(
         driver = _drivers.get(key)
         if driver is None:
             driver = LibvirtDriver(
-                uri, fail_spawn=fail_spawn, instances_path=instances_path, nodename=nodename
+                uri,
+                fail_spawn=fail_spawn,
+                instances_path=instances_path,
+                nodename=nodename,
+                image_cache_subdirectory=image_cache_subdirectory,
             )
             _drivers[key] = driver
     _check_same_options(driver, fail_spawn, instances_path)
@@ -59,7 +64,11 @@ def _check_same_options(driver: LibvirtDriver, fail_spawn: bool, path: Path | No
 
 
 def get_simulated_driver(
-    profile: HostProfile, state_dir: Path, *, instances_path: Path | None = None
+    profile: HostProfile,
+    state_dir: Path,
+    *,
+    instances_path: Path | None = None,
+    image_cache_subdirectory: str = "_base",
 ) -> ComputeDriver:
     """The process's one ``SimulatedHostDriver`` for host ``profile.name``.
 
@@ -71,7 +80,12 @@ def get_simulated_driver(
     with _drivers_lock:
         driver = _simulated.get(key)
         if driver is None:
-            driver = SimulatedHostDriver(profile, state_dir, instances_path=instances_path)
+            driver = SimulatedHostDriver(
+                profile,
+                state_dir,
+                instances_path=instances_path,
+                image_cache_subdirectory=image_cache_subdirectory,
+            )
             _simulated[key] = driver
     _check_same_host(driver, profile, Path(state_dir), instances_path)
     return driver

@@ -8,7 +8,8 @@ Semantics every driver keeps (tests in ``tests/unit/virt`` check both drivers):
 
 * ``spawn`` is idempotent: a guest with that uuid that already runs is returned
   as is (a redelivered build must not fail or start a second guest).
-* ``destroy`` of a missing guest does nothing.
+* ``destroy`` of a missing guest does nothing; it keeps the guest's instance files
+  (a move still needs them), ``delete_instance_files`` removes them.
 * power operations on a guest already in the target state do nothing;
   ``get_info`` and every power operation raise ``DomainNotFound`` for an
   unknown uuid, and ``HypervisorError`` when the guest's state forbids them.
@@ -19,6 +20,7 @@ Semantics every driver keeps (tests in ``tests/unit/virt`` check both drivers):
 from __future__ import annotations
 
 import uuid as uuid_module
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -127,6 +129,22 @@ class GuestInfo:
         return data
 
 
+@dataclass(frozen=True, slots=True)
+class ImageCacheReport:
+    """One pass of the image cache manager, by image (``image_ref``): base files kept
+    because instances of this host use them, used images with no base file here,
+    unused base files removed, and unused ones kept (younger than the minimum age, or
+    removal turned off)."""
+
+    in_use: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    kept_unused: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {name: list(value) for name, value in asdict(self).items()}
+
+
 class ComputeDriver(Protocol):
     """What compute logic needs from a hypervisor; one instance per (process, URI)."""
 
@@ -146,6 +164,18 @@ class ComputeDriver(Protocol):
 
     def get_info(self, uuid: str) -> GuestInfo: ...
 
+    def block_stats(self, uuid: str) -> dict[str, dict[str, int]]:
+        """I/O counters since the guest started, per disk target (``vda``): ``rd_req``,
+        ``rd_bytes``, ``wr_req``, ``wr_bytes``. A guest that is not running has none
+        (``{}``); a disk whose counters cannot be read is left out."""
+        ...
+
+    def guest_devices(self, uuid: str) -> dict[str, Any]:
+        """What the guest is attached to, as JSON: ``disks`` (``target_dev``,
+        ``source_path``, ``bus``), ``pci_devices`` (addresses), ``consoles`` (``type``,
+        ``target_type``, ``port``)."""
+        ...
+
     def power_off(self, uuid: str) -> None: ...
 
     def power_on(self, uuid: str) -> None: ...
@@ -159,5 +189,24 @@ class ComputeDriver(Protocol):
     def suspend(self, uuid: str) -> None: ...
 
     def resume(self, uuid: str) -> None: ...
+
+    # -- instance files and the image cache (Nova's libvirt instances_path) --------
+
+    def instance_files_exist(self, uuid: str) -> bool:
+        """Whether this host still holds files of guest ``uuid`` (its instance directory)."""
+        ...
+
+    def delete_instance_files(self, uuid: str) -> bool:
+        """Remove guest ``uuid``'s instance directory; True when it is gone (Nova's).
+        Never touches the guest itself: ``destroy`` keeps the files, as a move needs."""
+        ...
+
+    def manage_image_cache(
+        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+    ) -> ImageCacheReport:
+        """One pass of the image cache manager over this host's base images: those in
+        ``images_in_use`` are kept (and marked used now); the others, when
+        ``remove_unused``, are removed once unused for ``min_age_s`` seconds."""
+        ...
 
     def close(self) -> None: ...

@@ -4,20 +4,24 @@ Owns a dictionary of guests with the same semantics as ``LibvirtDriver``
 (idempotent spawn and destroy, power operations that are no-ops in the target
 state and refused in a forbidden one, suspend = saved memory + SHUTDOWN), so
 compute tests can run without libvirt. ``tests/unit/virt`` runs the same checks
-on both drivers. Refuses to pretend more: no XML beyond a minimal domain
+on both drivers. Instance files and the base image cache are a set and a dict
+with the libvirt driver's rules. Refuses to pretend more: no XML beyond a minimal domain
 document, no capacity checks (claims are compute's job).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
+from typing import Any
 
 from lxml import etree
 
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
-from virt.driver import GuestInfo, GuestSpec, HostResources
+from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,19 @@ class FakeGuest:
     spec: GuestSpec
     power_state: int
     saved: bool = False  # suspended: memory saved, guest off
+
+
+_ZERO_COUNTERS = {"rd_req": 0, "rd_bytes": 0, "wr_req": 0, "wr_bytes": 0}
+
+
+def _disks(spec: GuestSpec) -> list[tuple[str, str]]:
+    """(target dev, file name) of the guest's disks, named as the libvirt designer names them."""
+    names = ["disk"]
+    if spec.ephemeral_gb:
+        names.append("disk.eph0")
+    if spec.swap_mb:
+        names.append("disk.swap")
+    return [("vd" + chr(ord("a") + index), name) for index, name in enumerate(names)]
 
 
 def _fake_xml(spec: GuestSpec) -> str:
@@ -47,6 +64,12 @@ class FakeDriver:
         self.destroy_count = 0
         self._guests: dict[str, FakeGuest] = {}
         self._lock = threading.Lock()
+        #: Guests whose instance directory exists, and the image cache: image ref -> when
+        #: it was last fetched or used (epoch seconds; a test ages an image by lowering it).
+        self.instance_files: set[str] = set()
+        self.cached_images: dict[str, float] = {}
+        #: I/O counters a test sets per guest and disk target; unset ones read 0.
+        self.block_counters: dict[str, dict[str, dict[str, int]]] = {}
 
     def init_host(self, host: str) -> None:
         self.host = host
@@ -71,6 +94,9 @@ class FakeDriver:
             if guest is None:
                 self.spawn_count += 1
                 guest = FakeGuest(spec, power_state.RUNNING)
+                self.instance_files.add(spec.uuid)
+                if spec.image:
+                    self.cached_images[spec.image] = time.time()
             elif guest.power_state not in (power_state.RUNNING, power_state.PAUSED):
                 guest = replace(guest, power_state=power_state.RUNNING, saved=False)
             self._guests[spec.uuid] = guest
@@ -84,6 +110,28 @@ class FakeDriver:
     def get_info(self, uuid: str) -> GuestInfo:
         with self._lock:
             return self._info(self._get(uuid))
+
+    def block_stats(self, uuid: str) -> dict[str, dict[str, int]]:
+        with self._lock:
+            guest = self._get(uuid)
+            if guest.power_state not in (power_state.RUNNING, power_state.PAUSED):
+                return {}
+            counters = self.block_counters.get(uuid, {})
+            return {
+                dev: {**_ZERO_COUNTERS, **counters.get(dev, {})} for dev, _ in _disks(guest.spec)
+            }
+
+    def guest_devices(self, uuid: str) -> dict[str, Any]:
+        with self._lock:
+            spec = self._get(uuid).spec
+        return {
+            "disks": [
+                {"target_dev": dev, "source_path": f"{uuid}/{name}", "bus": "virtio"}
+                for dev, name in _disks(spec)
+            ],
+            "pci_devices": list(spec.pci_addresses),
+            "consoles": [{"type": "pty", "target_type": "serial", "port": 0}],
+        }
 
     def power_off(self, uuid: str) -> None:
         self._set(uuid, power_state.SHUTDOWN, allowed=None, keep_saved=True)
@@ -116,6 +164,35 @@ class FakeDriver:
             if not guest.saved:
                 _check(uuid, "resume", guest.power_state, ())
             self._guests[uuid] = replace(guest, power_state=power_state.RUNNING, saved=False)
+
+    def instance_files_exist(self, uuid: str) -> bool:
+        with self._lock:
+            return uuid in self.instance_files
+
+    def delete_instance_files(self, uuid: str) -> bool:
+        with self._lock:
+            self.instance_files.discard(uuid)
+            return True
+
+    def manage_image_cache(
+        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+    ) -> ImageCacheReport:
+        """The libvirt driver's rules (``virt.libvirt.imagecache``) on ``cached_images``."""
+        now, used = time.time(), set(images_in_use) - {""}
+        with self._lock:
+            in_use = sorted(used & self.cached_images.keys())
+            self.cached_images.update(dict.fromkeys(in_use, now))
+            unused = sorted(self.cached_images.keys() - used)
+            old = {r for r in unused if now - self.cached_images[r] >= min_age_s}
+            removed = [r for r in unused if remove_unused and r in old]
+            for image in removed:
+                del self.cached_images[image]
+        return ImageCacheReport(
+            in_use=tuple(in_use),
+            missing=tuple(sorted(used - set(in_use))),
+            removed=tuple(removed),
+            kept_unused=tuple(r for r in unused if r not in removed),
+        )
 
     def close(self) -> None:
         self.closed = True

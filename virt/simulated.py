@@ -26,22 +26,24 @@ import tempfile
 import threading
 import time
 import uuid as uuid_module
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
-from virt.driver import GuestInfo, GuestSpec, HostResources
+from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
 from virt.libvirt.guest import Guest
+from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY
 from virt.node_xml import build_node_xml, domain_for_restart, test_uri
 
 LOG = logging.getLogger(__name__)
 
 CHAOS_SPAWN_FAILURE: Final = "simulated spawn failure (chaos)"
 DOMAINS_DIR: Final = "domains"
+INSTANCES_DIR: Final = "instances"
 NODE_XML: Final = "node.xml"
 
 T = TypeVar("T")
@@ -109,6 +111,7 @@ class SimulatedHostDriver:
         state_dir: Path,
         *,
         instances_path: Path | None = None,
+        image_cache_subdirectory: str = DEFAULT_SUBDIRECTORY,
         rng: random.Random | None = None,
     ) -> None:
         self.profile = profile
@@ -122,8 +125,11 @@ class SimulatedHostDriver:
         self._driver = LibvirtDriver(
             self.uri,
             fail_spawn=profile.fail_spawn,
-            instances_path=instances_path,
+            # NOTE: a simulated host keeps its instance files with its other state unless
+            # told otherwise, never in the system-wide default path.
+            instances_path=instances_path or self.state_dir / INSTANCES_DIR,
             nodename=profile.name,
+            image_cache_subdirectory=image_cache_subdirectory,
         )
 
     def _write_node_xml(self) -> Path:
@@ -165,6 +171,26 @@ class SimulatedHostDriver:
 
     def get_info(self, uuid: str) -> GuestInfo:
         return self._driver.get_info(uuid)
+
+    def block_stats(self, uuid: str) -> dict[str, dict[str, int]]:
+        return self._driver.block_stats(uuid)
+
+    def guest_devices(self, uuid: str) -> dict[str, Any]:
+        return self._driver.guest_devices(uuid)
+
+    def instance_files_exist(self, uuid: str) -> bool:
+        return self._driver.instance_files_exist(uuid)
+
+    def delete_instance_files(self, uuid: str) -> bool:
+        with self._lock_for(uuid):  # not while a spawn of the same guest writes them
+            return self._driver.delete_instance_files(uuid)
+
+    def manage_image_cache(
+        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+    ) -> ImageCacheReport:
+        return self._driver.manage_image_cache(
+            images_in_use, remove_unused=remove_unused, min_age_s=min_age_s
+        )
 
     def close(self) -> None:
         self._driver.close()

@@ -5,7 +5,11 @@ no-op (already in the target state), what is refused (``HypervisorError``),
 what is cleaned up when a start fails, and where host resources are read from.
 Nothing here is specific to the test driver: the domain type comes from the
 capabilities, so ``test:///<node.xml>`` and ``qemu:///system`` take the same path.
-Refuses to create disk images or networks: it defines and runs domains.
+Refuses to create disk images or networks: it defines and runs domains. What it
+does keep on disk is Nova's layout under ``instances_path``, small stand-ins only: a
+directory per guest with ``disk.info`` (``virt.libvirt.instance_files``) and the base
+image cache (``virt.libvirt.imagecache``), both written at spawn. ``destroy`` keeps the
+directory (a move still needs it); ``delete_instance_files`` removes it.
 
 Where host resources come from: vCPUs and memory from ``virNodeGetInfo``; local
 disk from the storage pool ``default`` (its capacity, or that of its
@@ -20,21 +24,31 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
-from virt.driver import GuestInfo, GuestSpec, HostResources, PciDevice
-from virt.libvirt.config import LibvirtConfigCaps, LibvirtConfigGuest, LibvirtConfigNodeDevicePci
+from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, PciDevice
+from virt.libvirt.config import (
+    LibvirtConfigCaps,
+    LibvirtConfigGuest,
+    LibvirtConfigGuestConsole,
+    LibvirtConfigGuestDisk,
+    LibvirtConfigNodeDevicePci,
+)
 from virt.libvirt.designer import (
     DEFAULT_INSTANCES_PATH,
     GuestPlatform,
     choose_platform,
+    design_disks,
     design_guest,
 )
 from virt.libvirt.guest import Guest
 from virt.libvirt.host import Host, NodeInfo
+from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
+from virt.libvirt.instance_files import InstanceFiles
 
 LOG = logging.getLogger(__name__)
 
@@ -52,6 +66,7 @@ class LibvirtDriver:
         fail_spawn: bool = False,
         instances_path: Path | None = None,
         nodename: str | None = None,
+        image_cache_subdirectory: str = DEFAULT_SUBDIRECTORY,
     ) -> None:
         self.uri = uri
         self.fail_spawn = fail_spawn
@@ -59,6 +74,8 @@ class LibvirtDriver:
         # simulated host, so a simulated host names its node itself.
         self.nodename = nodename
         self.instances_path = Path(instances_path or DEFAULT_INSTANCES_PATH)
+        self._files = InstanceFiles(self.instances_path)
+        self._image_cache = ImageCache(self.instances_path, image_cache_subdirectory)
         self._host = Host(uri)
         self._host_name = uri
         self._platform: GuestPlatform | None = None
@@ -127,6 +144,29 @@ class LibvirtDriver:
     def get_info(self, uuid: str) -> GuestInfo:
         return guest_info(self._get(uuid))
 
+    def block_stats(self, uuid: str) -> dict[str, dict[str, int]]:
+        """Counters per disk target of a running guest (libvirt keeps none for a stopped one)."""
+        guest = self._get(uuid)
+        if not guest.is_active():
+            return {}
+        stats: dict[str, dict[str, int]] = {}
+        for disk in _disks(guest.get_config()):
+            try:
+                stats[disk.target_dev] = guest.block_stats(disk.target_dev)
+            except HypervisorError as exc:
+                # As Nova's block_stats: the disk may have gone meanwhile; skip it.
+                LOG.info(
+                    "host %s: no block stats for %s of %s: %s",
+                    self._host_name,
+                    disk.target_dev,
+                    uuid,
+                    exc,
+                )
+        return stats
+
+    def guest_devices(self, uuid: str) -> dict[str, Any]:
+        return guest_devices(self._get(uuid).get_config())
+
     def guest_xml(self, spec: GuestSpec) -> str:
         """The domain XML ``spawn`` defines for ``spec`` on this hypervisor."""
         return design_guest(spec, self._guest_platform(), self.instances_path).to_xml()
@@ -137,12 +177,32 @@ class LibvirtDriver:
             raise HypervisorError(reason=SIMULATED_SPAWN_FAILURE)
         guest = self._find(spec.uuid)
         if guest is None:
-            guest = Guest(self._host.define_domain(self.guest_xml(spec)))
-            LOG.info("host %s: defined guest %s", self._host_name, spec.uuid)
-            self._start_new(guest)
+            guest = self._create_guest(spec)
         elif guest.get_power_state() not in (power_state.RUNNING, power_state.PAUSED):
             guest.launch()
         return guest_info(guest)
+
+    def _create_guest(self, spec: GuestSpec) -> Guest:
+        """Files first (base image, instance directory), then define and start; a guest
+        that cannot be created leaves no instance directory it made behind."""
+        created = self._prepare_files(spec)
+        try:
+            guest = Guest(self._host.define_domain(self.guest_xml(spec)))
+            LOG.info("host %s: defined guest %s", self._host_name, spec.uuid)
+            self._start_new(guest)
+        except HypervisorError:
+            if created:
+                self._files.delete(spec.uuid)
+            raise
+        return guest
+
+    def _prepare_files(self, spec: GuestSpec) -> bool:
+        """Nova's ``_create_image``: the image's base file in the cache (fetched or marked
+        used), then the instance directory; True if the directory is new."""
+        if spec.image:
+            self._image_cache.fetch(spec.image)
+        disks = design_disks(spec, self.instances_path)
+        return self._files.create(spec.uuid, {d.source_path: d.driver_type for d in disks})
 
     def _start_new(self, guest: Guest) -> None:
         try:
@@ -162,6 +222,21 @@ class LibvirtDriver:
             guest.poweroff()
         guest.delete_configuration()
         LOG.info("host %s: destroyed guest %s", self._host_name, uuid)
+
+    # -- instance files and the image cache -----------------------------------
+
+    def instance_files_exist(self, uuid: str) -> bool:
+        return self._files.exist(uuid)
+
+    def delete_instance_files(self, uuid: str) -> bool:
+        return self._files.delete(uuid)
+
+    def manage_image_cache(
+        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+    ) -> ImageCacheReport:
+        return self._image_cache.update(
+            images_in_use, remove_unused=remove_unused, min_age_s=min_age_s
+        )
 
     # -- power --------------------------------------------------------------
 
@@ -273,6 +348,25 @@ def guest_info(guest: Guest) -> GuestInfo:
         pci_addresses=tuple(hostdev.address for hostdev in config.hostdevs),
         xml=xml,
     )
+
+
+def _disks(config: LibvirtConfigGuest) -> list[LibvirtConfigGuestDisk]:
+    return [d for d in config.devices if isinstance(d, LibvirtConfigGuestDisk)]
+
+
+def guest_devices(config: LibvirtConfigGuest) -> dict[str, Any]:
+    """The JSON view of what a domain is attached to (``ComputeDriver.guest_devices``)."""
+    consoles = [d for d in config.devices if isinstance(d, LibvirtConfigGuestConsole)]
+    return {
+        "disks": [
+            {"target_dev": d.target_dev, "source_path": d.source_path, "bus": d.target_bus}
+            for d in _disks(config)
+        ],
+        "pci_devices": [hostdev.address for hostdev in config.hostdevs],
+        "consoles": [
+            {"type": c.type, "target_type": c.target_type, "port": c.target_port} for c in consoles
+        ],
+    }
 
 
 def pci_device(xml: str) -> PciDevice:

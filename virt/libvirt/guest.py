@@ -96,6 +96,13 @@ class Guest:
         """Addresses (``0000:08:00.0``) of the host PCI devices passed to the guest."""
         return tuple(hostdev.address for hostdev in self.get_config().hostdevs)
 
+    def block_stats(self, disk: str) -> dict[str, int]:
+        """I/O counters of one disk (target dev or source path) since the domain started;
+        only a running domain has them (``virDomainBlockStats``)."""
+        with translate_errors(f"block stats of {disk} of guest {self.uuid}", self.uuid):
+            rd_req, rd_bytes, wr_req, wr_bytes, _errors = self._domain.blockStats(disk)
+        return {"rd_req": rd_req, "rd_bytes": rd_bytes, "wr_req": wr_req, "wr_bytes": wr_bytes}
+
     def delete_configuration(self) -> None:
         """Undefine the domain with its managed save image and snapshot metadata."""
         try:
