@@ -7,6 +7,7 @@ it; per-step routing by a router function. See shared/reference/CELERY_RELIABILI
 
 from __future__ import annotations
 
+from novaq.periodic import beat_schedule_for
 from novaq.settings import get_settings
 
 _settings = get_settings()
@@ -50,18 +51,8 @@ timezone = "UTC"
 enable_utc = True
 
 
-def _spacing(option: int) -> float | None:
-    """Nova's periodic spacing: 0 means the default 60 s, negative means off."""
-    if option < 0:
-        return None
-    return float(option or 60)
-
-
-beat_schedule: dict[str, dict[str, object]] = {}
-_uar = _spacing(_settings.update_resources_interval)
-if _uar is not None:
-    beat_schedule["update_available_resource"] = {
-        "task": "periodic.fan_out",
-        "schedule": _uar,
-        "kwargs": {"task_name": "compute.update_available_resource", "expires_s": _uar},
-    }
+# Beat: one entry per periodic task (novaq/periodic.py), named as Nova names the task.
+beat_scheduler = "tasks.beat:NovaqScheduler"
+beat_schedule_filename = str((_settings.state_dir / "celerybeat-schedule").resolve())
+beat_max_loop_interval = 5
+beat_schedule = beat_schedule_for(_settings)

@@ -21,6 +21,7 @@ from compute.claims import (
     release_in_session,
     retry_on_conflict,
 )
+from compute.heal import release_orphan
 from compute.instance_state import cas_update, get_instance
 from compute.pci import PciRequest, held_devices
 from compute.states import TaskState, VmState
@@ -122,7 +123,7 @@ def build_and_run_instance(
     except Exception as exc:
         LOG.warning("Instance %s on %s: spawn failed: %s", instance_uuid, host, exc)
         _finish_event(db_url, event_id, exc)
-        _destroy_quietly(driver, instance_uuid)
+        destroy_quietly(driver, instance_uuid)
         if track_failures:
             record_build_result(db_url, host, succeeded=False)
         return _reschedule_or_fail(db_url, instance_uuid, request_id, host, attempt, exc)
@@ -143,7 +144,7 @@ def build_and_run_instance(
         # Deleted while spawning: the delete has released the claim; take the guest
         # back down so nothing runs for a server that no longer exists.
         LOG.info("Instance %s deleted while spawning on %s; destroying guest", instance_uuid, host)
-        _destroy_quietly(driver, instance_uuid)
+        destroy_deleted_guest(db_url, driver, host, instance_uuid)
         _finish_event(db_url, event_id, None)
         return BuildResult(instance_uuid, "skipped", host)
     if track_failures:
@@ -242,11 +243,23 @@ def record_build_result(db_url: str, host: str, succeeded: bool) -> None:
                 node.stats = stats
 
 
-def _destroy_quietly(driver: ComputeDriver, instance_uuid: str) -> None:
+def destroy_quietly(driver: ComputeDriver, instance_uuid: str) -> None:
+    """Destroy a guest as cleanup: a failure is logged, never raised, so it cannot mask
+    the error being handled (and the audit still sees a guest that stayed)."""
     try:
         driver.destroy(instance_uuid)
-    except Exception:  # noqa: BLE001 - cleanup of a failed build must not mask the failure
-        LOG.exception("Instance %s: could not clean up the failed guest", instance_uuid)
+    except Exception:  # noqa: BLE001 - see above
+        LOG.exception("Instance %s: could not clean up the guest", instance_uuid)
+
+
+def destroy_deleted_guest(
+    db_url: str, driver: ComputeDriver, host: str, instance_uuid: str
+) -> None:
+    """Destroy the guest of a server deleted meanwhile, and give back what a heal counted
+    for it as an orphan while it ran (``compute.heal.release_destroyed_orphan``): the
+    delete released the server's own claim, but not a count made after it."""
+    destroy_quietly(driver, instance_uuid)
+    release_orphan(db_url, host, instance_uuid)
 
 
 def fail_build(

@@ -2,7 +2,10 @@
 of an instance that never reached a host.
 
 Both end the same way: no guest, no allocation, the row soft-deleted (vm_state DELETED,
-``deleted_at`` set, ``deleted`` = id as Nova's soft delete does).
+``deleted_at`` set, ``deleted`` = id as Nova's soft delete does). A terminate also
+removes the instance's files on the host, as Nova's ``destroy(destroy_disks=True)``
+does: the attempt is counted in system_metadata ``clean_attempts`` and ``cleaned`` is
+set only when the files are gone; ``_run_pending_deletes`` retries the others.
 """
 
 from __future__ import annotations
@@ -72,7 +75,10 @@ def terminate_instance(
     ):
         try:
             driver.destroy(instance_uuid)
-            retry_on_conflict(db_url, lambda session: _release_and_mark(session, instance_uuid))
+            files_deleted = driver.delete_instance_files(instance_uuid)
+            retry_on_conflict(
+                db_url, lambda session: _release_and_mark(session, instance_uuid, files_deleted)
+            )
         except Exception as exc:
             _error_out(db_url, instance_uuid, exc, host)
             raise
@@ -80,12 +86,31 @@ def terminate_instance(
     return "deleted"
 
 
-def _release_and_mark(session: Session, instance_uuid: str) -> None:
+def _release_and_mark(
+    session: Session, instance_uuid: str, files_deleted: bool | None = None
+) -> None:
     instance = get_instance(session, instance_uuid, lock=True)
     release_in_session(session, instance_uuid)
     drop_moves(session, instance_uuid)
     if not instance.deleted:
         mark_deleted(instance)
+    if files_deleted is not None:
+        record_clean_attempt(instance, files_deleted)
+
+
+def clean_attempts(instance: Instance) -> int:
+    return int((instance.system_metadata or {}).get("clean_attempts", 0))
+
+
+def record_clean_attempt(instance: Instance, files_deleted: bool) -> None:
+    """Nova's libvirt ``cleanup`` after ``delete_instance_files``: count the attempt in
+    system_metadata ``clean_attempts`` (``_run_pending_deletes`` stops at
+    ``maximum_instance_delete_attempts``) and set ``cleaned`` once the files are gone."""
+    sysmeta = dict(instance.system_metadata or {})
+    sysmeta["clean_attempts"] = str(clean_attempts(instance) + 1)
+    instance.system_metadata = sysmeta
+    if files_deleted:
+        instance.cleaned = 1
 
 
 def _error_out(db_url: str, instance_uuid: str, exc: BaseException, host: str) -> None:

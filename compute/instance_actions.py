@@ -33,6 +33,18 @@ def _action(session: Session, instance_uuid: str, request_id: str) -> InstanceAc
     ).first()
 
 
+def latest_request_id(session: Session, instance_uuid: str) -> str | None:
+    """The request of the instance's latest action: where work that has no request of its
+    own (a periodic task, start-up recovery) records its events, as Nova's
+    ``action_event_start`` falls back to for a context without one."""
+    return session.scalar(
+        select(InstanceAction.request_id)
+        .where(InstanceAction.instance_uuid == instance_uuid)
+        .order_by(InstanceAction.id.desc())
+        .limit(1)
+    )
+
+
 def start_event(
     session: Session, instance_uuid: str, request_id: str, event: str, host: str | None
 ) -> int | None:

@@ -309,7 +309,7 @@ def reboot_instance(
         op,
         op.tasks,
         task_state=pending,
-        power_state=_power_state(driver, instance_uuid, quiet=True),
+        power_state=guest_power_state(driver, instance_uuid, quiet=True),
     )
     if begun is None:
         return SKIPPED
@@ -322,14 +322,14 @@ def reboot_instance(
     try:
         driver.reboot(instance_uuid, hard)
     except Exception as exc:
-        if _power_state(driver, instance_uuid, quiet=True) != power_state.RUNNING:
+        if guest_power_state(driver, instance_uuid, quiet=True) != power_state.RUNNING:
             LOG.error("Instance %s on %s: cannot reboot: %s", instance_uuid, host, exc)
             _fail(db_url, instance_uuid, host, op, begun.event_id, exc, VmState.ERROR)
             raise
         LOG.warning("Instance %s on %s: reboot failed but it is running", instance_uuid, host)
         with session_scope(db_url) as session:
             actions.add_fault(session, instance_uuid, exc, host)
-    power = _power_state(driver, instance_uuid, quiet=True)
+    power = guest_power_state(driver, instance_uuid, quiet=True)
     return _finish(
         db_url,
         instance_uuid,
@@ -387,7 +387,7 @@ def _run(
         return SKIPPED
     try:
         act()
-        power = _power_state(driver, instance_uuid)
+        power = guest_power_state(driver, instance_uuid)
     except Exception as exc:
         LOG.warning("Instance %s on %s: %s failed: %s", instance_uuid, host, op.name, exc)
         vm_state = op.on_failure(exc, begun.vm_state)
@@ -524,7 +524,7 @@ def _revert(session: Session, instance_uuid: str, op: Operation, vm_state: str |
     cas_update(session, instance_uuid, expected_task_state=op.tasks, **values)
 
 
-def _power_state(driver: ComputeDriver, instance_uuid: str, quiet: bool = False) -> int:
+def guest_power_state(driver: ComputeDriver, instance_uuid: str, quiet: bool = False) -> int:
     """Nova's ``_get_power_state``: the driver's view, NOSTATE for a missing guest (and,
     when ``quiet``, for a hypervisor that cannot answer)."""
     try:

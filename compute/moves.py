@@ -273,6 +273,7 @@ def confirm_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "confirmed")
 
         retry_on_conflict(ctx.db_url, work)
+        _drop_files_unless_same_host(ctx, instance_uuid)
 
 
 def revert_resize(ctx: StepContext) -> None:
@@ -291,6 +292,17 @@ def revert_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "reverted")
 
         retry_on_conflict(ctx.db_url, work)
+        _drop_files_unless_same_host(ctx, instance_uuid)
+
+
+def _drop_files_unless_same_host(ctx: StepContext, instance_uuid: str) -> None:
+    """Nova's ``_cleanup_resize`` / revert cleanup: the side the server left keeps no
+    instance directory (a same-host resize shares it, so it stays)."""
+    with session_scope(ctx.db_url) as session:
+        migration = get_migration(session, ctx.migration_uuid)
+        same_host = migration.source_compute == migration.dest_compute
+    if not same_host:
+        ctx.driver.delete_instance_files(instance_uuid)
 
 
 def finish_revert_resize(ctx: StepContext) -> None:

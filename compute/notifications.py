@@ -124,17 +124,37 @@ def emit(
     try:
         with session_scope(db_url) as session:
             payload = instance_payload(session, get_instance(session, instance_uuid), request_id)
-        message = {
-            "message_id": str(uuid_module.uuid4()),
-            "publisher_id": f"nova-compute:{host or 'api'}",
-            "event_type": event_type,
-            "priority": priority,
-            "timestamp": utcnow().isoformat(sep=" "),
-            "payload": payload,
-        }
-        _publisher(message, priority)
+        _publisher(_message(event_type, payload, host, priority), priority)
     except Exception:  # noqa: BLE001 - a notification never fails the operation
         LOG.exception("Could not emit %s for %s", event_type, instance_uuid)
+
+
+def _message(
+    event_type: str, payload: dict[str, Any], host: str | None, priority: str
+) -> dict[str, Any]:
+    return {
+        "message_id": str(uuid_module.uuid4()),
+        "publisher_id": f"nova-compute:{host or 'api'}",
+        "event_type": event_type,
+        "priority": priority,
+        "timestamp": utcnow().isoformat(sep=" "),
+        "payload": payload,
+    }
+
+
+def publish(
+    event_type: str, payload: dict[str, Any], host: str | None, priority: str = "INFO"
+) -> bool:
+    """Publish one versioned notification whose payload the caller built (``instance.exists``,
+    ``volume.usage``). False if publishing failed (logged); True if sent or nothing installed."""
+    if _publisher is None:
+        return True
+    try:
+        _publisher(_message(event_type, payload, host, priority), priority)
+    except Exception:  # noqa: BLE001 - a notification never fails the operation
+        LOG.exception("Could not emit %s", event_type)
+        return False
+    return True
 
 
 @contextlib.contextmanager

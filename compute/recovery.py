@@ -1,70 +1,492 @@
-"""What a compute host does at start for work a crash interrupted (Nova's ``init_host``).
+"""What a compute host does at start for work a crash interrupted (Nova's ``init_host`` →
+``_init_instance``, NOVA_BEHAVIOUR.md §7.4), then for guests of deleted servers.
 
-- A build that had started on this host (``spawning``) is errored out as Nova does: its
-  guest destroyed, its claim released, a fault saying the build was interrupted. A build
-  whose message is still queued (``scheduling`` with this host chosen) is left to it.
-- A delete in progress (``deleting``) is completed.
+Nova's compute acks an RPC cast when it receives it, so after a crash the message of an
+interrupted operation is gone and ``init_host`` is the only thing that can finish or
+undo it. novaq's compute steps ack late: the message of the step that was running comes
+back after the restart (and a message still queued is delivered as usual), bounded by
+``max_delivery_attempts`` whose errback undoes the step. So each state below is handled
+by one of three rules, chosen by what the step's message does when it arrives after us:
+
+1. The step resumes from its own in-flight state (``_begin`` of ``compute/lifecycle.py``
+   accepts it) and would skip harmlessly if we acted first: act as Nova does. The
+   redelivered step then finds the task_state moved and returns ``skipped``; the
+   instance is already in a state that matches the hypervisor.
+2. The step cannot resume from where it died (a build or an unshelve caught in
+   ``spawning``, a shelve caught in its offload half): its message is as good as gone,
+   since the redelivery would be skipped and the instance stay stuck. Act as Nova does.
+3. The step resumes, and acting first would make it fail: every move step moves
+   task_state by a compare-and-swap that raises when the state is not its own, and the
+   move's errback then errors the server out (the integration test "a worker killed in
+   the middle of a resize resumes" relies on the redelivery). A move is therefore left
+   to its messages while its migration is in progress; Nova's two resize rows apply
+   only once no migration of the instance is in progress, when no step can follow.
+
+=================================  ==================================================
+found at start (host = this host)  action
+=================================  ==================================================
+vm SOFT_DELETED; vm ERROR unless   left alone (Nova); so ``restoring`` (vm
+task deleting/resize_migrating     SOFT_DELETED) is left to its message
+vm BUILDING, task spawning /       build errored out: guest destroyed, claim released,
+networking / block_device_mapping  ERROR, fault (``compute.build.fail_build``)
+vm BUILDING, task scheduling       left to the build message still queued here
+task spawning (an unshelve)        the same as an interrupted build (Nova: ERROR)
+task deleting                      the delete completed (failure → ERROR)
+reboot_pending (vm active),        reboot re-issued, hard unless the guest runs and
+reboot_pending_hard, or            the reboot was soft (``reboot_pending_hard`` first,
+reboot_started(_hard) while the    as Nova's ``_retry_reboot``)
+guest is not running
+reboot_started(_hard) or pausing   ACTIVE, task None (Nova)
+or unpausing, guest running
+unpausing, guest paused            unpause re-run (Nova)
+rebooting(_hard), guest running    left to its message (Nova leaves it too)
+powering-off / powering-on         stop / start re-run (Nova)
+soft-deleting                      soft delete re-run: the API already wrote
+                                   ``deleted_at``, only finishing it is consistent
+shelving_offloading                offload re-run (the guest may already be gone)
+pausing, suspending, resuming,     Nova says nothing. Guest already where the
+rescuing, unrescuing, shelving     operation takes it → the step is re-run (its driver
+                                   call is then a no-op and it writes the final state);
+                                   otherwise the operation did not happen: task None,
+                                   vm_state kept. ``sync_power_states`` (which runs at
+                                   start) reconciles what is left, by Nova's table
+unshelving                         left to the unshelve message (scheduler or host)
+resize_prep, no migration in       task cleared (Nova)
+progress
+resize_migrating, no migration in  guest back on this (source) host, powered on unless
+progress                           ``old_vm_state`` was stopped, task None (Nova)
+any other move state               left to its messages
+task None, power_state RUNNING,    with ``resume_guests_state_on_host_boot``: the
+guest not running                  guest rebooted hard (spawned again if the
+                                   hypervisor lost it); failure → ERROR
+=================================  ==================================================
+
+Then, with settings, ``cleanup_running_deleted_instances`` runs once with the periodic
+task's rules (``running_deleted_instance_action``/``_timeout``), as Nova's periodic
+task runs at once on start. A re-run step records its event on the instance's latest
+action (Nova's context fallback); one instance's failure is logged and the others go on.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from compute.build import fail_build
+from compute import instance_actions as actions
+from compute import lifecycle, shelve, soft_delete
+from compute.build import destroy_quietly, fail_build, guest_spec
+from compute.claims import release_in_session, retry_on_conflict
 from compute.delete import terminate_instance
+from compute.instance_state import cas_update, get_instance
+from compute.lifecycle import guest_power_state
+from compute.moves import active_migration
+from compute.pci import held_devices
+from compute.periodic import PeriodicContext
+from compute.periodic.power_sync import cleanup_running_deleted_instances
 from compute.states import TaskState, VmState
-from models import Instance
+from models import Instance, utcnow
 from models.db import session_scope
-from novaq.exceptions import BuildAbortError
-from virt.driver import ComputeDriver
+from novaq.exceptions import BuildAbortError, NovaqError
+from novaq.settings import Settings
+from virt import power_state
+from virt.driver import ComputeDriver, GuestSpec
 
 LOG = logging.getLogger(__name__)
 
 INTERRUPTED_BUILD = (TaskState.SPAWNING, TaskState.NETWORKING, TaskState.BLOCK_DEVICE_MAPPING)
 RECOVERY_REQUEST = "req-init-host"
+INIT_HOST_EVENT = "compute_init_host"
+SOFT_REBOOT_TASKS = (TaskState.REBOOTING, TaskState.REBOOT_PENDING, TaskState.REBOOT_STARTED)
+REBOOT_STARTED_TASKS = (TaskState.REBOOT_STARTED, TaskState.REBOOT_STARTED_HARD)
+ALLOW_HARD_REBOOT = (
+    VmState.ACTIVE,
+    VmState.STOPPED,
+    VmState.PAUSED,
+    VmState.SUSPENDED,
+    VmState.ERROR,
+)
+OFF = frozenset((power_state.SHUTDOWN, power_state.CRASHED))
+#: vm_states whose guest is not expected to run (Nova returns early for the first ones).
+NO_RESUME = (
+    VmState.ERROR,
+    VmState.SOFT_DELETED,
+    VmState.BUILDING,
+    VmState.SHELVED_OFFLOADED,
+)
+
+#: A host step: ``(db_url, driver, instance_uuid, request_id, host) -> outcome``.
+Step = Callable[[str, ComputeDriver, str, str, str], str]
 
 
-def recover_host(db_url: str, driver: ComputeDriver, host: str) -> list[str]:
-    """Recover every instance of ``host`` left mid-operation; returns what was done."""
-    with session_scope(db_url) as session:
-        rows = session.execute(
-            select(Instance.uuid, Instance.vm_state, Instance.task_state).where(
-                Instance.host == host, Instance.deleted == 0, Instance.task_state.is_not(None)
-            )
-        ).all()
+class InterruptedByRestart(NovaqError):
+    msg_fmt = "%(operation)s of instance %(uuid)s interrupted by a restart of %(host)s"
+
+
+@dataclass(frozen=True, slots=True)
+class _Host:
+    db_url: str
+    driver: ComputeDriver
+    host: str
+    settings: Settings | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    uuid: str
+    vm_state: str
+    task_state: str | None
+
+
+def recover_host(
+    db_url: str, driver: ComputeDriver, host: str, *, settings: Settings | None = None
+) -> list[str]:
+    """Recover every instance of ``host`` left mid-operation; returns what was done.
+    Without ``settings``, ``resume_guests_state_on_host_boot`` counts as off (Nova's
+    default) and guests of deleted servers are left to the periodic task."""
+    rc = _Host(db_url, driver, host, settings)
     done = []
-    for uuid, vm_state, task_state in rows:
-        if vm_state == VmState.BUILDING and task_state in INTERRUPTED_BUILD:
-            _destroy_quietly(driver, uuid)
-            error = BuildAbortError(uuid=uuid, reason=f"interrupted by a restart of {host}")
-            if fail_build(
-                db_url, uuid, RECOVERY_REQUEST, error, host=host, event="compute_init_host"
-            ):
-                done.append(f"{uuid}: interrupted build -> ERROR")
-        elif task_state == TaskState.DELETING:
-            terminate_instance(db_url, driver, uuid, _last_request(db_url, uuid), host)
-            done.append(f"{uuid}: interrupted delete completed")
+    resume = settings is not None and settings.resume_guests_state_on_host_boot
+    for found in _instances_of(db_url, host):
+        lines = [_recover_safely(rc, found), _resume_safely(rc, found.uuid) if resume else None]
+        done += [line for line in lines if line]
     for line in done:
         LOG.warning("init_host on %s: %s", host, line)
+    if settings is not None:
+        done += _cleanup_deleted(rc, settings)
     return done
 
 
-def _last_request(db_url: str, uuid: str) -> str:
-    from models import InstanceAction
-
+def _instances_of(db_url: str, host: str) -> list[_Found]:
     with session_scope(db_url) as session:
-        action = session.scalars(
-            select(InstanceAction)
-            .where(InstanceAction.instance_uuid == uuid)
-            .order_by(InstanceAction.id.desc())
-        ).first()
-        return action.request_id if action else RECOVERY_REQUEST
+        rows = session.execute(
+            select(Instance.uuid, Instance.vm_state, Instance.task_state)
+            .where(Instance.host == host, Instance.deleted == 0)
+            .order_by(Instance.id)
+        ).all()
+    return [_Found(uuid, vm_state, task_state) for uuid, vm_state, task_state in rows]
 
 
-def _destroy_quietly(driver: ComputeDriver, uuid: str) -> None:
+def _recover_safely(rc: _Host, found: _Found) -> str | None:
     try:
-        driver.destroy(uuid)
-    except Exception:  # noqa: BLE001 - recovery goes on with the other instances
-        LOG.exception("init_host: could not destroy the guest of %s", uuid)
+        return _recover(rc, found)
+    except Exception as exc:  # noqa: BLE001 - Nova: one instance must not block init_host
+        LOG.exception("init_host on %s: could not recover instance %s", rc.host, found.uuid)
+        return f"{found.uuid}: {found.task_state} recovery failed: {exc}"
+
+
+def _recover(rc: _Host, found: _Found) -> str | None:
+    vm, task = found.vm_state, found.task_state
+    if vm == VmState.SOFT_DELETED:
+        return None
+    if vm == VmState.ERROR and task not in (TaskState.RESIZE_MIGRATING, TaskState.DELETING):
+        return None
+    if vm == VmState.BUILDING:
+        return _interrupted_build(rc, found) if task in INTERRUPTED_BUILD else None
+    if task == TaskState.SPAWNING:
+        return _interrupted_unshelve(rc, found)
+    handler = _HANDLERS.get(task or "")
+    return handler(rc, found) if handler is not None else None
+
+
+# -- builds and deletes ------------------------------------------------------------------
+
+
+def _interrupted_build(rc: _Host, found: _Found) -> str | None:
+    destroy_quietly(rc.driver, found.uuid)
+    error = BuildAbortError(uuid=found.uuid, reason=f"interrupted by a restart of {rc.host}")
+    if fail_build(
+        rc.db_url, found.uuid, RECOVERY_REQUEST, error, host=rc.host, event=INIT_HOST_EVENT
+    ):
+        return f"{found.uuid}: interrupted build -> ERROR"
+    return None
+
+
+def _interrupted_unshelve(rc: _Host, found: _Found) -> str | None:
+    """Nova's "task spawning → ERROR", done as novaq ends an interrupted build: the
+    half-spawned guest destroyed, the claim released, host and node nulled, a fault."""
+    destroy_quietly(rc.driver, found.uuid)
+    error = InterruptedByRestart(operation="Unshelve", uuid=found.uuid, host=rc.host)
+    request_id = _last_request(rc.db_url, found.uuid)
+
+    def work(session: Session) -> bool:
+        instance = get_instance(session, found.uuid, lock=True)
+        if instance.deleted or instance.task_state != TaskState.SPAWNING:
+            return False
+        release_in_session(session, found.uuid)
+        instance.vm_state, instance.task_state = VmState.ERROR, None
+        instance.host = instance.node = None
+        instance.updated_at = utcnow()
+        actions.add_fault(session, found.uuid, error, rc.host)
+        actions.record_event(session, found.uuid, request_id, INIT_HOST_EVENT, rc.host, error)
+        return True
+
+    if retry_on_conflict(rc.db_url, work):
+        return f"{found.uuid}: interrupted unshelve -> ERROR"
+    return None
+
+
+def _complete_delete(rc: _Host, found: _Found) -> str:
+    LOG.info(
+        "Service started deleting the instance %s during the previous run, but did not "
+        "finish. Restarting the deletion now.",
+        found.uuid,
+    )
+    terminate_instance(
+        rc.db_url, rc.driver, found.uuid, _last_request(rc.db_url, found.uuid), rc.host
+    )
+    return f"{found.uuid}: interrupted delete completed"
+
+
+# -- reboot, pause, unpause (Nova's rows) -----------------------------------------------------
+
+
+def _recover_reboot(rc: _Host, found: _Found) -> str | None:
+    """Nova's ``_retry_reboot``, then its "running and reboot started → ACTIVE"."""
+    task, vm = found.task_state, found.vm_state
+    power = guest_power_state(rc.driver, found.uuid)
+    running = power == power_state.RUNNING
+    pending_soft = task == TaskState.REBOOT_PENDING and vm == VmState.ACTIVE
+    pending_hard = task == TaskState.REBOOT_PENDING_HARD and vm in ALLOW_HARD_REBOOT
+    started_not_running = task in REBOOT_STARTED_TASKS and not running
+    if pending_soft or pending_hard or started_not_running:
+        hard = not running or task not in SOFT_REBOOT_TASKS
+        if task in SOFT_REBOOT_TASKS and hard:
+            _set_task(rc, found, TaskState.REBOOT_PENDING_HARD)
+        outcome = lifecycle.reboot_instance(
+            rc.db_url, rc.driver, found.uuid, _last_request(rc.db_url, found.uuid), rc.host, hard
+        )
+        return f"{found.uuid}: reboot re-issued ({'hard' if hard else 'soft'}, {outcome})"
+    if running and task in REBOOT_STARTED_TASKS:
+        return _clear(rc, found, vm_state=VmState.ACTIVE)
+    return None  # ``rebooting(_hard)`` with the guest running: its message will come
+
+
+def _recover_unpausing(rc: _Host, found: _Found) -> str | None:
+    power = guest_power_state(rc.driver, found.uuid)
+    if power == power_state.RUNNING:
+        return _clear(rc, found, vm_state=VmState.ACTIVE)
+    if power == power_state.PAUSED:
+        return _rerun(rc, found, lifecycle.unpause_instance)
+    return _clear(rc, found)
+
+
+def _recover_pausing(rc: _Host, found: _Found) -> str | None:
+    if guest_power_state(rc.driver, found.uuid) == power_state.RUNNING:
+        return _clear(rc, found, vm_state=VmState.ACTIVE)
+    return _finish_or_forget(rc, found)
+
+
+# -- operations Nova's init_host says nothing about -------------------------------------------
+
+
+def _shelve_step(rc: _Host) -> Step:
+    # The shelve step offloads at once with Nova's default shelved_offload_time of 0.
+    offload = rc.settings is None or rc.settings.shelved_offload_time == 0
+    return functools.partial(shelve.shelve_instance, offload=offload)
+
+
+#: task_state → (the host step, the guest power states it leads to).
+_SILENT: dict[str, tuple[Callable[[_Host], Step], frozenset[int]]] = {
+    TaskState.PAUSING: (lambda rc: lifecycle.pause_instance, frozenset({power_state.PAUSED})),
+    # A suspended guest is off with its memory saved, and reports SHUTDOWN (virt.driver).
+    TaskState.SUSPENDING: (
+        lambda rc: lifecycle.suspend_instance,
+        frozenset({power_state.SHUTDOWN}),
+    ),
+    TaskState.RESUMING: (lambda rc: lifecycle.resume_instance, frozenset({power_state.RUNNING})),
+    TaskState.RESCUING: (lambda rc: lifecycle.rescue_instance, OFF),
+    TaskState.UNRESCUING: (
+        lambda rc: lifecycle.unrescue_instance,
+        frozenset({power_state.RUNNING}),
+    ),
+    TaskState.SHELVING: (_shelve_step, OFF),
+}
+
+
+def _finish_or_forget(rc: _Host, found: _Found) -> str | None:
+    """The guest is where the operation takes it: finish the step (its driver call is
+    a no-op there). Otherwise the operation did not happen: task cleared, vm kept."""
+    make_step, done_when = _SILENT[found.task_state or ""]
+    if guest_power_state(rc.driver, found.uuid) in done_when:
+        return _rerun(rc, found, make_step(rc))
+    return _clear(rc, found)
+
+
+# -- moves ------------------------------------------------------------------------------------
+
+
+def _resize_prep(rc: _Host, found: _Found) -> str | None:
+    with session_scope(rc.db_url) as session:
+        if active_migration(session, found.uuid) is not None:
+            return None  # prep_resize / resize_instance still to come: theirs
+        cas_update(
+            session, found.uuid, expected_task_state=[TaskState.RESIZE_PREP], task_state=None
+        )
+        _pop_old_vm_state(get_instance(session, found.uuid))
+    return f"{found.uuid}: resize_prep -> task cleared"
+
+
+def _resize_migrating(rc: _Host, found: _Found) -> str | None:
+    """Nova's "source died mid-copy": the guest back here, powered on unless the server
+    was stopped, task None (even when the guest cannot be brought back, as Nova)."""
+    with session_scope(rc.db_url) as session:
+        if active_migration(session, found.uuid) is not None:
+            return None  # resize_instance is redelivered and resumes
+        instance = get_instance(session, found.uuid)
+        spec = guest_spec(instance, tuple(d.address for d in held_devices(session, found.uuid)))
+        stopped = (instance.system_metadata or {}).get("old_vm_state") == VmState.STOPPED
+    try:
+        _bring_back(rc.driver, spec, stopped)
+    except Exception:  # noqa: BLE001 - Nova resets the task anyway
+        LOG.exception("Failed to revert crashed migration of instance %s", found.uuid)
+    with session_scope(rc.db_url) as session:
+        cas_update(
+            session,
+            found.uuid,
+            expected_task_state=[TaskState.RESIZE_MIGRATING],
+            task_state=None,
+            power_state=guest_power_state(rc.driver, found.uuid),
+        )
+        _pop_old_vm_state(get_instance(session, found.uuid))
+    LOG.info(
+        "Instance %s found in migrating state during startup. Resetting task_state", found.uuid
+    )
+    return f"{found.uuid}: interrupted resize reverted on {rc.host}"
+
+
+def _bring_back(driver: ComputeDriver, spec: GuestSpec, stopped: bool) -> None:
+    driver.spawn(spec)  # defines it again if the resize took it down, else starts it
+    if stopped:
+        driver.power_off(spec.uuid)
+
+
+def _pop_old_vm_state(instance: Instance) -> None:
+    meta = dict(instance.system_metadata or {})
+    if meta.pop("old_vm_state", None) is not None:
+        instance.system_metadata = meta
+
+
+# -- resume_guests_state_on_host_boot ---------------------------------------------------------
+
+
+def _resume_safely(rc: _Host, uuid: str) -> str | None:
+    try:
+        return _resume_guest_state(rc, uuid)
+    except Exception as exc:  # noqa: BLE001 - Nova: the instance goes to ERROR
+        LOG.warning("Failed to resume instance %s on %s", uuid, rc.host, exc_info=True)
+        with session_scope(rc.db_url) as session:
+            instance = get_instance(session, uuid)
+            instance.vm_state, instance.updated_at = VmState.ERROR, utcnow()
+            actions.add_fault(session, uuid, exc, rc.host)
+        return f"{uuid}: guest could not be resumed -> ERROR"
+
+
+def _resume_guest_state(rc: _Host, uuid: str) -> str | None:
+    """Nova's ``_resume_guests_state``: the database says the guest ran, the hypervisor
+    says it does not. libvirt's ``resume_state_on_host_boot`` leaves a paused or
+    suspended guest as it is and hard-reboots any other (redefining a lost one)."""
+    with session_scope(rc.db_url) as session:
+        instance = get_instance(session, uuid)
+        if (
+            instance.deleted
+            or instance.task_state is not None
+            or instance.vm_state in NO_RESUME
+            or instance.power_state != power_state.RUNNING
+        ):
+            return None
+        spec = guest_spec(instance, tuple(d.address for d in held_devices(session, uuid)))
+    power = guest_power_state(rc.driver, uuid)
+    if power in (power_state.RUNNING, power_state.PAUSED, power_state.SUSPENDED):
+        return None
+    LOG.info("Rebooting instance %s after nova-compute restart.", uuid)
+    if rc.driver.instance_exists(uuid):
+        rc.driver.reboot(uuid, hard=True)
+    else:
+        rc.driver.spawn(spec)
+    return f"{uuid}: guest resumed (resume_guests_state_on_host_boot)"
+
+
+# -- guests of deleted servers ----------------------------------------------------------------
+
+
+def _cleanup_deleted(rc: _Host, settings: Settings) -> list[str]:
+    try:
+        result = cleanup_running_deleted_instances(
+            PeriodicContext(rc.db_url, settings, rc.host, rc.driver)
+        )
+    except Exception:  # noqa: BLE001 - the periodic task tries again
+        LOG.exception("init_host on %s: cleanup of running deleted instances failed", rc.host)
+        return []
+    action, failed = result["action"], set(result["failed"])
+    return [
+        f"{uuid}: deleted but on the hypervisor -> {action}" + (" failed" if uuid in failed else "")
+        for uuid in result["instances"]
+    ]
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _rerun(rc: _Host, found: _Found, step: Step) -> str:
+    """Run the interrupted host step again, attached to the instance's latest action."""
+    LOG.info(
+        "Instance %s in transitional state %s at start-up: retrying it",
+        found.uuid,
+        found.task_state,
+    )
+    outcome = step(rc.db_url, rc.driver, found.uuid, _last_request(rc.db_url, found.uuid), rc.host)
+    return f"{found.uuid}: interrupted {found.task_state} re-run ({outcome})"
+
+
+def _clear(rc: _Host, found: _Found, **values: Any) -> str | None:
+    """Task None (and ``values``), by compare-and-swap on the task found."""
+    LOG.warning(
+        "Instance %s in transitional state (%s) at start-up: clearing task state",
+        found.uuid,
+        found.task_state,
+    )
+    with session_scope(rc.db_url) as session:
+        cas_update(
+            session, found.uuid, expected_task_state=[found.task_state], task_state=None, **values
+        )
+    state = values.get("vm_state", found.vm_state)
+    return f"{found.uuid}: {found.task_state} -> {state}, task cleared"
+
+
+def _set_task(rc: _Host, found: _Found, task_state: str) -> None:
+    with session_scope(rc.db_url) as session:
+        cas_update(
+            session, found.uuid, expected_task_state=[found.task_state], task_state=task_state
+        )
+
+
+def _last_request(db_url: str, uuid: str) -> str:
+    with session_scope(db_url) as session:
+        return actions.latest_request_id(session, uuid) or RECOVERY_REQUEST
+
+
+def _rerun_with(step: Step) -> Callable[[_Host, _Found], str]:
+    return lambda rc, found: _rerun(rc, found, step)
+
+
+_HANDLERS: dict[str, Callable[[_Host, _Found], str | None]] = {
+    TaskState.DELETING: _complete_delete,
+    **{task: _recover_reboot for task in (*SOFT_REBOOT_TASKS, TaskState.REBOOTING_HARD)},
+    TaskState.REBOOT_PENDING_HARD: _recover_reboot,
+    TaskState.REBOOT_STARTED_HARD: _recover_reboot,
+    TaskState.PAUSING: _recover_pausing,
+    TaskState.UNPAUSING: _recover_unpausing,
+    **{task: _finish_or_forget for task in _SILENT if task != TaskState.PAUSING},
+    TaskState.POWERING_OFF: _rerun_with(lifecycle.stop_instance),
+    TaskState.POWERING_ON: _rerun_with(lifecycle.start_instance),
+    TaskState.SOFT_DELETING: _rerun_with(soft_delete.soft_delete_instance),
+    TaskState.SHELVING_OFFLOADING: _rerun_with(shelve.shelve_offload_instance),
+    TaskState.RESIZE_PREP: _resize_prep,
+    TaskState.RESIZE_MIGRATING: _resize_migrating,
+}

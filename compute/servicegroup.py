@@ -7,12 +7,16 @@ absolute difference, so clock skew either way is tolerated) and it is not forced
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from models import Service, utcnow
+from novaq.exceptions import InvalidInput, NotFound
 from novaq.settings import Settings
+
+LOG = logging.getLogger(__name__)
 
 COMPUTE = "novaq-compute"
 SCHEDULER = "novaq-scheduler"
@@ -74,3 +78,52 @@ def service_dict(service: Service, settings: Settings) -> dict[str, object]:
         "report_count": service.report_count,
         "last_seen_up": service.last_seen_up.isoformat() if service.last_seen_up else None,
     }
+
+
+class ServiceNotFound(NotFound):
+    msg_fmt = "Service %(binary)s on host %(host)s could not be found."
+
+
+def get_service(session: Session, host: str, binary: str = COMPUTE) -> Service:
+    service = session.scalars(
+        select(Service).where(Service.host == host, Service.binary == binary, Service.deleted == 0)
+    ).first()
+    if service is None:
+        raise ServiceNotFound(host=host, binary=binary)
+    return service
+
+
+MAX_REASON = 255
+
+
+def set_disabled(
+    session: Session, host: str, disabled: bool, reason: str | None, binary: str = COMPUTE
+) -> Service:
+    """Nova's ``PUT /os-services``: disable (with an optional reason) or enable a service.
+    A reason is only accepted when disabling; enabling clears it."""
+    if reason is not None and not disabled:
+        raise InvalidInput(reason="a disabled reason is only accepted when disabling")
+    if reason is not None and not (0 < len(reason.strip()) <= MAX_REASON):
+        raise InvalidInput(reason=f"disabled reason must be 1 to {MAX_REASON} characters")
+    service = get_service(session, host, binary)
+    service.disabled = disabled
+    service.disabled_reason = reason.strip() if disabled and reason else None
+    service.updated_at = utcnow()
+    LOG.info(
+        "Service %s on %s %s%s",
+        binary,
+        host,
+        "disabled" if disabled else "enabled",
+        f" ({service.disabled_reason})" if service.disabled_reason else "",
+    )
+    return service
+
+
+def set_forced_down(session: Session, host: str, forced_down: bool) -> Service:
+    """Nova's ``forced_down``: the operator says a compute host is down (fenced) without
+    waiting for ``service_down_time``; only compute services can be forced down."""
+    service = get_service(session, host, COMPUTE)
+    service.forced_down = forced_down
+    service.updated_at = utcnow()
+    LOG.info("Service %s on %s forced_down=%s", COMPUTE, host, forced_down)
+    return service

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
-from compute.build import guest_spec
+from compute.build import destroy_deleted_guest, destroy_quietly, guest_spec
 from compute.claims import release_in_session, retry_on_conflict
 from compute.instance_state import cas_update
 from compute.lifecycle import (
@@ -47,8 +47,8 @@ from compute.lifecycle import (
     _finish,
     _keep_vm_state,
     _locked,
-    _power_state,
     _superseded,
+    guest_power_state,
 )
 from compute.pci import held_devices
 from compute.states import TaskState, VmState
@@ -99,7 +99,7 @@ def shelve_instance(
         return SKIPPED
     try:
         driver.power_off(instance_uuid)  # Nova: unclean when paused; always hard here
-        power = _power_state(driver, instance_uuid)
+        power = guest_power_state(driver, instance_uuid)
     except Exception as exc:
         LOG.warning("Instance %s on %s: shelve failed: %s", instance_uuid, host, exc)
         _fail(db_url, instance_uuid, host, SHELVE, begun.event_id, exc, None)
@@ -153,9 +153,11 @@ def _offload(
 ) -> str:
     """Nova's ``_shelve_offload_instance``: power off, destroy, then the accounting."""
     try:
-        driver.power_off(instance_uuid)
-        driver.destroy(instance_uuid)
-        power = _power_state(driver, instance_uuid)
+        if driver.instance_exists(instance_uuid):  # a guest already gone is offloaded
+            driver.power_off(instance_uuid)
+            driver.destroy(instance_uuid)
+        driver.delete_instance_files(instance_uuid)  # unshelve spawns anew, maybe elsewhere
+        power = guest_power_state(driver, instance_uuid)
     except Exception as exc:
         LOG.warning("Instance %s on %s: offload failed: %s", instance_uuid, host, exc)
         _fail(db_url, instance_uuid, host, op, event_id, exc, None)
@@ -207,10 +209,10 @@ def unshelve_instance(
             devices = held_devices(session, instance_uuid)
             spec = guest_spec(instance, tuple(d.address for d in devices))
         driver.spawn(spec)
-        power = _power_state(driver, instance_uuid)
+        power = guest_power_state(driver, instance_uuid)
     except Exception as exc:
         LOG.warning("Instance %s on %s: unshelve failed: %s", instance_uuid, host, exc)
-        _destroy_quietly(driver, instance_uuid)
+        destroy_quietly(driver, instance_uuid)
         undo_unshelve(db_url, instance_uuid, host, exc, begun.event_id)
         raise
 
@@ -227,7 +229,7 @@ def unshelve_instance(
     )
     if outcome != DONE:
         # Deleted (or taken over) while spawning: take the guest back down.
-        _destroy_quietly(driver, instance_uuid)
+        destroy_deleted_guest(db_url, driver, host, instance_uuid)
     return outcome
 
 
@@ -316,10 +318,3 @@ def abort(
         actions.record_event(session, instance_uuid, request_id, op.event, host, exc)
     LOG.warning("Instance %s on %s: %s aborted: %s", instance_uuid, host, op.name, exc)
     return True
-
-
-def _destroy_quietly(driver: ComputeDriver, instance_uuid: str) -> None:
-    try:
-        driver.destroy(instance_uuid)
-    except Exception:  # noqa: BLE001 - cleanup must not mask the failure
-        LOG.exception("Instance %s: could not clean up the guest", instance_uuid)

@@ -142,6 +142,7 @@ def _reclaim(db_url: str, driver: ComputeDriver, instance_uuid: str, host: str) 
         return False
     try:
         driver.destroy(instance_uuid)
+        files_deleted = driver.delete_instance_files(instance_uuid)
     except Exception:
         with session_scope(db_url) as session:
             cas_update(
@@ -150,7 +151,7 @@ def _reclaim(db_url: str, driver: ComputeDriver, instance_uuid: str, host: str) 
         raise
 
     def work(session: Session) -> None:
-        _release_and_mark(session, instance_uuid)
+        _release_and_mark(session, instance_uuid, files_deleted)
 
     retry_on_conflict(db_url, work)
     LOG.info("Instance %s on %s: reclaimed (soft delete expired)", instance_uuid, host)

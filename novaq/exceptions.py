@@ -7,7 +7,8 @@
     ├── ServiceUnavailable           broker or database down / unreachable
     ├── InvalidInput                 bad arguments from a user (API, CLI)
     │   ├── InvalidFlavor            zero or negative sizes, malformed extra specs
-    │   └── FlavorExists
+    │   ├── FlavorExists
+    │   └── InvalidToken             a console token that is unknown or has expired
     ├── NotFound
     │   ├── FlavorNotFound
     │   ├── InstanceNotFound
@@ -73,6 +74,12 @@ class InvalidFlavor(InvalidInput):
 class FlavorExists(InvalidInput):
     msg_fmt = "Flavor %(name)s already exists."
     code = 409
+
+
+class InvalidToken(InvalidInput):
+    """Nova's ``InvalidToken``; the message never repeats the token (it is a secret)."""
+
+    msg_fmt = "The console token is invalid or has expired: %(reason)s"
 
 
 class NotFound(NovaqError):

@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -128,6 +128,7 @@ class FilterSchedulerGroup(_Group):
     shuffle_best_same_weighed_hosts: bool = False
     max_io_ops_per_host: int = Field(default=8, ge=0)
     max_instances_per_host: int = Field(default=50, ge=1)
+    track_instance_changes: bool = True
     isolated_hosts: tuple[str, ...] = ()
     isolated_images: tuple[str, ...] = ()
     restrict_isolated_hosts_to_isolated_images: bool = True
@@ -146,6 +147,28 @@ class ComputeGroup(_Group):
     """``[compute]``."""
 
     consecutive_build_service_disable_threshold: int = Field(default=10, ge=0)
+
+
+class ImageCacheGroup(_Group):
+    """``[image_cache]``: the local cache of base images under ``instances_path``."""
+
+    manager_interval: int = Field(default=2400, ge=-1)
+    subdirectory_name: str = Field(default="_base", pattern=r"^[A-Za-z0-9_.-]+$")
+    remove_unused_base_images: bool = True
+    remove_unused_original_minimum_age_seconds: int = Field(default=86400, ge=0)
+
+
+class ConsoleAuthGroup(_Group):
+    """``[consoleauth]``."""
+
+    token_ttl: int = Field(default=600, gt=0)
+
+
+class PeriodicGroup(_Group):
+    """``[periodic]``: what Nova hard-codes. ``default_spacing`` is the 60 s that an
+    undecorated periodic task (or a spacing of 0) runs at; tests and operators shrink it."""
+
+    default_spacing: int = Field(default=60, gt=0)
 
 
 class ImageEntry(_Group):
@@ -225,6 +248,28 @@ class Settings(BaseSettings):
     allow_resize_to_same_host: bool = False
     default_schedule_zone: str | None = None
     update_resources_interval: int = 0
+    # Periodic tasks (NOVA_BEHAVIOUR.md §7.2): spacings (0 = [periodic] default_spacing,
+    # negative = off) and the thresholds the 60 s tasks compare against (0 = off).
+    periodic_enable: bool = True
+    sync_power_state_interval: int = 600
+    sync_power_state_pool_size: int = Field(default=5, ge=1)
+    heal_instance_info_cache_interval: int = -1
+    scheduler_instance_sync_interval: int = 120
+    reboot_timeout: int = Field(default=0, ge=0)
+    rescue_timeout: int = Field(default=0, ge=0)
+    resize_confirm_window: int = Field(default=0, ge=0)
+    shelved_poll_interval: int = 3600
+    instance_usage_audit: bool = False
+    instance_usage_audit_period: str = Field(
+        default="month", pattern=r"^(hour|day|month|year)(@[0-9]+)?$"
+    )
+    volume_usage_poll_interval: int = 0
+    running_deleted_instance_action: Literal["reap", "log", "shutdown", "noop"] = "reap"
+    running_deleted_instance_poll_interval: int = 1800
+    running_deleted_instance_timeout: int = Field(default=0, ge=0)
+    instance_delete_interval: int = 300
+    maximum_instance_delete_attempts: int = Field(default=5, ge=1)
+    resume_guests_state_on_host_boot: bool = False
 
     libvirt: LibvirtGroup = LibvirtGroup()
     scheduler: SchedulerGroup = SchedulerGroup()
@@ -234,6 +279,9 @@ class Settings(BaseSettings):
     flower: FlowerGroup = FlowerGroup()
     notifications: NotificationsGroup = NotificationsGroup()
     celery: CeleryGroup = CeleryGroup()
+    image_cache: ImageCacheGroup = ImageCacheGroup()
+    consoleauth: ConsoleAuthGroup = ConsoleAuthGroup()
+    periodic: PeriodicGroup = PeriodicGroup()
 
     @field_validator("database_url", "broker_url", "result_backend", "libvirt_uri")
     @classmethod

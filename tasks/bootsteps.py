@@ -58,7 +58,7 @@ def start_compute_service(host: str) -> int:
         service_id = servicegroup.register_service(
             session, host, servicegroup.COMPUTE, f"compute.{host}", s
         ).id
-    recovery.recover_host(context.db_url(), driver, host)
+    recovery.recover_host(context.db_url(), driver, host, settings=s)
     resource_tracker.update_available_resource(context.db_url(), driver, host, s)
     return service_id
 
@@ -93,6 +93,9 @@ class NovaqServiceStep(bootsteps.StartStopStep):
                     f"{s.host!r} but the queues are {sorted(computes)}",
                 )
             services.append((start_compute_service(s.host), f"compute@{s.host}"))
+            from tasks.periodic import queue_run_immediately  # the app is built by now
+
+            queue_run_immediately(s.host)
             LOG.info("Compute service on %s started", s.host)
         if "scheduler" in queues:
             services.append((start_scheduler_service(s.host), f"scheduler@{s.host}"))

@@ -13,7 +13,7 @@ from tasks.celery import app
 from workflows.build import build_step
 
 
-def _check_host(host: str) -> None:
+def check_host(host: str) -> None:
     # A message on the wrong host's queue would act on the wrong hypervisor.
     if host != context.settings().host:
         raise ConfigError(
@@ -32,7 +32,7 @@ def build_and_run_instance(
     max_attempts: int = 1,
     alternates: list[list[Any]] | None = None,
 ) -> dict[str, Any]:
-    _check_host(host)
+    check_host(host)
     tries = build.BuildAttempt(
         number=attempt,
         max_attempts=max_attempts,
@@ -71,7 +71,7 @@ def build_and_run_instance(
 
 @app.task(name="compute.terminate_instance")
 def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    _check_host(host)
+    check_host(host)
     with notifications.notified(context.db_url(), "delete", instance_uuid, host, request_id):
         outcome = delete.terminate_instance(
             context.db_url(), context.driver(), instance_uuid, request_id, host
@@ -82,23 +82,14 @@ def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[s
 @app.task(name="compute.get_diagnostics", acks_late=False, count_deliveries=False)
 def get_diagnostics(instance_uuid: str, host: str) -> dict[str, Any]:
     """The hypervisor's live view of one guest (a query: early ack, nothing to redo)."""
-    _check_host(host)
+    check_host(host)
     return context.driver().get_info(instance_uuid).to_dict()
-
-
-@app.task(name="compute.update_available_resource")
-def update_available_resource(host: str) -> dict[str, Any]:
-    _check_host(host)
-    heals = resource_tracker.update_available_resource(
-        context.db_url(), context.driver(), host, context.settings()
-    )
-    return {"host": host, "heals": heals}
 
 
 @app.task(name="compute.hypervisor_view", acks_late=False, count_deliveries=False)
 def hypervisor_view(host: str) -> dict[str, Any]:
     """What the hypervisor itself reports (for the audit): totals and every guest."""
-    _check_host(host)
+    check_host(host)
     driver = context.driver()
     domains = resource_tracker.hypervisor_domains(driver)
     return {

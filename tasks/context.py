@@ -53,11 +53,15 @@ def driver() -> ComputeDriver:
     s = get_settings()
     state = Path(s.state_dir).resolve()
     instances_path = Path(s.libvirt.instances_path or state / "instances") / s.host
+    cache = s.image_cache.subdirectory_name
     explicit = s.libvirt_uri or s.libvirt.connection_uri
     if explicit:
-        return get_driver(explicit, instances_path=instances_path)
+        return get_driver(explicit, instances_path=instances_path, image_cache_subdirectory=cache)
     return get_simulated_driver(
-        host_profile(s), state / "hosts" / s.host, instances_path=instances_path
+        host_profile(s),
+        state / "hosts" / s.host,
+        instances_path=instances_path,
+        image_cache_subdirectory=cache,
     )
 
 

@@ -14,7 +14,7 @@ from celery.utils.log import get_task_logger
 from compute import lifecycle, notifications
 from tasks import context
 from tasks.celery import app
-from tasks.compute import _check_host
+from tasks.compute import check_host
 
 LOG = get_task_logger(__name__)
 
@@ -38,7 +38,7 @@ EVENTS = {
 def _run(
     operation: Operation, instance_uuid: str, request_id: str, host: str, **kw: Any
 ) -> dict[str, str]:
-    _check_host(host)
+    check_host(host)
     event = EVENTS.get(operation.__name__, operation.__name__.removesuffix("_instance"))
     with notifications.notified(context.db_url(), event, instance_uuid, host, request_id):
         outcome = operation(

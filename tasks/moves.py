@@ -16,14 +16,14 @@ from scheduler.manager import MoveScheduler
 from scheduler.request_spec import RequestSpec
 from tasks import context
 from tasks.celery import app
-from tasks.compute import _check_host
+from tasks.compute import check_host
 from workflows.moves import move_chain
 
 LOG = get_task_logger(__name__)
 
 
 def _ctx(migration_uuid: str, request_id: str, host: str) -> moves.StepContext:
-    _check_host(host)
+    check_host(host)
     return moves.StepContext(context.db_url(), context.driver(), migration_uuid, request_id, host)
 
 

@@ -1,26 +1,143 @@
-"""Beat-driven maintenance: beat publishes one fan-out task; the fan-out sends the
-per-host step to every up and enabled compute host, with ``expires`` so a down host's
-queue never piles up."""
+"""Beat-driven maintenance (the tasks ``novaq/periodic.py`` lists).
+
+Beat publishes one message per due entry. A per-host task's entry is ``periodic.fan_out``
+on the maintenance queue: it sends the task to every up and enabled compute host, each
+message with ``expires`` = the spacing, so a host that went down after the fan-out looked
+does not find a pile of stale ticks when it comes back (CELERY_RELIABILITY.md §2.8). A
+cluster task's entry is the task itself, on the maintenance queue.
+
+Every periodic task is the same thin wrapper: check it runs on its host, close early
+when its gate option is off (Nova's early return), take the (task, host) lease so two runs
+never overlap, run the body, record the run. Periodic steps ack early and are not counted:
+a lost tick is replaced by the next one, a redelivered one would only run late.
+"""
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
 from sqlalchemy import select
 
+from compute.periodic import PeriodicContext, runs
 from compute.servicegroup import COMPUTE, is_up
 from models import Service
 from models.db import session_scope
+from novaq.periodic import BY_NAME, CLUSTER, PERIODIC_TASKS, PeriodicTask, scheduled
 from tasks import context
 from tasks.celery import app
+from tasks.compute import check_host
+
+LOG = logging.getLogger(__name__)
 
 
-@app.task(name="periodic.fan_out", acks_late=False, count_deliveries=False)
-def fan_out(task_name: str, expires_s: float) -> list[str]:
+def schedulable_hosts() -> list[str]:
+    """Compute hosts that are up, enabled and not forced down, by name."""
     s = context.settings()
     with session_scope(context.db_url()) as session:
         services = session.scalars(
             select(Service).where(Service.binary == COMPUTE, Service.deleted == 0)
         ).all()
-        hosts = [sv.host for sv in services if not sv.disabled and is_up(sv, s)]
+        return sorted(sv.host for sv in services if not sv.disabled and is_up(sv, s))
+
+
+@app.task(name="periodic.fan_out", acks_late=False, count_deliveries=False, ignore_result=True)
+def fan_out(task_name: str, expires_s: float) -> list[str]:
+    hosts = schedulable_hosts()
     for host in hosts:
-        app.send_task(task_name, kwargs={"host": host}, expires=expires_s)
+        send_to_host(task_name, host, expires_s)
     return hosts
+
+
+def send_to_host(task_name: str, host: str, expires_s: float) -> Any:
+    """One periodic message for ``host``'s queue, dropped if not consumed in time."""
+    return app.send_task(task_name, kwargs={"host": host}, expires=expires_s)
+
+
+def _function(task: PeriodicTask) -> Callable[[PeriodicContext], dict[str, Any]]:
+    module, _, name = task.function.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def run_periodic(task: PeriodicTask, host: str, runner: str) -> dict[str, Any]:
+    """One pass of ``task`` on ``host`` (or the cluster), leased and recorded."""
+    s = context.settings()
+    db_url = context.db_url()
+    reason = task.gate_reason(s)
+    if reason is not None:
+        runs.record_skip(db_url, task.name, host, reason)
+        return {"skipped": reason}
+    stale_after = max(s.celery.visibility_timeout, task.effective_spacing(s) or 0)
+    if not runs.begin(db_url, task.name, host, runner, stale_after):
+        LOG.info("%s on %s: the previous run is still going; skipped", task.name, host)
+        return {"skipped": "previous run still running"}
+    from workflows import api
+
+    ctx = PeriodicContext(
+        db_url=db_url,
+        settings=s,
+        host=host,
+        driver=context.driver() if task.scope == "compute" else None,
+        api=api,
+    )
+    try:
+        result = _function(task)(ctx)
+    except Exception as exc:
+        runs.finish(
+            db_url, task.name, host, runner, runs.ERROR, error=f"{type(exc).__name__}: {exc}"
+        )
+        raise
+    runs.finish(db_url, task.name, host, runner, runs.OK, result)
+    return result
+
+
+def _runner(task_id: str | None) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{task_id}"
+
+
+def _celery_task(task: PeriodicTask) -> Any:
+    """The Celery task of ``task``: takes the host it was sent to, or none for a
+    cluster task."""
+    if task.scope == CLUSTER:
+
+        def run(self: Any) -> dict[str, Any]:
+            return run_periodic(task, CLUSTER, _runner(self.request.id))
+    else:
+
+        def run(self: Any, host: str) -> dict[str, Any]:  # type: ignore[misc]
+            check_host(host)
+            return run_periodic(task, host, _runner(self.request.id))
+
+    run.__name__ = run.__qualname__ = task.name.lstrip("_")
+    run.__doc__ = task.doc
+    return app.task(name=task.task_name, bind=True, acks_late=False, count_deliveries=False)(run)
+
+
+TASKS = {t.name: _celery_task(t) for t in PERIODIC_TASKS}
+
+
+def send_now(name: str, host: str | None = None) -> Any:
+    """Run one periodic task now (``novaq periodic-run``): on ``host``, or on every
+    schedulable host for a per-host task when no host is given."""
+    task = BY_NAME[name]
+    s = context.settings()
+    expires = task.effective_spacing(s) or s.periodic.default_spacing
+    if task.scope == CLUSTER:
+        return [app.send_task(task.task_name, expires=expires).id]
+    hosts = [host] if host else schedulable_hosts()
+    return [send_to_host(task.task_name, h, expires).id for h in hosts]
+
+
+def queue_run_immediately(host: str) -> list[str]:
+    """Nova runs its ``run_immediately`` periodic tasks at the first tick of a service;
+    a compute worker that (re)starts queues them for itself, consumed once it is ready."""
+    sent = []
+    for task, spacing in scheduled(context.settings()):
+        if task.scope == "compute" and task.run_immediately:
+            send_to_host(task.task_name, host, float(spacing))
+            sent.append(task.name)
+    return sent

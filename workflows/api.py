@@ -11,12 +11,28 @@ listing its public calls in ``__all__``.
 
 from __future__ import annotations
 
-from workflows import api_admin, api_lifecycle, api_moves, api_servers
+from workflows import (
+    api_admin,
+    api_cells,
+    api_consoles,
+    api_lifecycle,
+    api_moves,
+    api_servers,
+)
 from workflows.api_admin import *  # noqa: F403
+from workflows.api_cells import *  # noqa: F403
+from workflows.api_consoles import *  # noqa: F403
 from workflows.api_lifecycle import *  # noqa: F403
 from workflows.api_moves import *  # noqa: F403
 from workflows.api_servers import *  # noqa: F403
 
 __all__ = sorted(
-    {*api_admin.__all__, *api_lifecycle.__all__, *api_moves.__all__, *api_servers.__all__}
+    {
+        *api_admin.__all__,
+        *api_cells.__all__,
+        *api_consoles.__all__,
+        *api_lifecycle.__all__,
+        *api_moves.__all__,
+        *api_servers.__all__,
+    }
 )

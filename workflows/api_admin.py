@@ -7,11 +7,15 @@ from typing import Any
 
 from sqlalchemy import select
 
+from compute import servicegroup
 from compute.audit import audit_nodes
+from compute.periodic import runs
 from compute.servicegroup import COMPUTE, is_up, service_dict
 from models import Aggregate, ComputeNode, ResourceHeal, ServerGroup, Service
 from models.db import session_scope
+from novaq import beat_lease
 from novaq.exceptions import InvalidInput
+from novaq.periodic import BY_NAME, PERIODIC_TASKS
 from workflows import aggregates, dispatch, views
 from workflows import api_common as common
 
@@ -38,6 +42,81 @@ def list_services() -> list[dict[str, Any]]:
             select(Service).where(Service.deleted == 0).order_by(Service.binary, Service.host)
         )
         return [service_dict(sv, s) for sv in rows]
+
+
+def disable_service(host: str, reason: str | None = None, binary: str = COMPUTE) -> dict[str, Any]:
+    """Disable a service: the scheduler stops picking a disabled compute host, and beat
+    stops sending it periodic tasks. Its servers keep running."""
+    with session_scope(common.db_url()) as session:
+        service = servicegroup.set_disabled(session, host, True, reason, binary)
+        return service_dict(service, common.settings())
+
+
+def enable_service(host: str, binary: str = COMPUTE) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        service = servicegroup.set_disabled(session, host, False, None, binary)
+        return service_dict(service, common.settings())
+
+
+def force_down_service(host: str, forced_down: bool = True) -> dict[str, Any]:
+    """Mark a compute host down now (e.g. fenced) instead of waiting for
+    ``service_down_time``; ``forced_down=False`` lets its heartbeats count again."""
+    with session_scope(common.db_url()) as session:
+        service = servicegroup.set_forced_down(session, host, forced_down)
+        return service_dict(service, common.settings())
+
+
+# -- periodic maintenance --------------------------------------------------------------------
+
+
+def list_periodic_tasks() -> list[dict[str, Any]]:
+    """Every periodic task: its spacing and option, whether beat runs it, why it idles, and
+    its last run on each host (from the database)."""
+    s = common.settings()
+    last = runs.last_runs(common.db_url())
+    listed = []
+    for task in PERIODIC_TASKS:
+        spacing = task.effective_spacing(s)
+        listed.append(
+            {
+                "name": task.name,
+                "task": task.task_name,
+                "scope": task.scope,
+                "spacing_option": task.spacing_option or "(fixed)",
+                "spacing": spacing,
+                "enabled": spacing is not None,
+                "run_immediately": task.run_immediately,
+                "idle_because": task.gate_reason(s),
+                "doc": task.doc,
+                "runs": sorted(
+                    (r for (name, _), r in last.items() if name == task.name),
+                    key=lambda r: r["host"],
+                ),
+            }
+        )
+    return listed
+
+
+def beat_status() -> dict[str, Any] | None:
+    """Who holds the beat lease, if a beat is running."""
+    lease = beat_lease.holder_of(common.db_url())
+    if lease is None:
+        return None
+    return {"holder": lease.holder, "since": lease.acquired_at.isoformat()}
+
+
+def run_periodic_task(name: str, host: str | None = None) -> list[str]:
+    """Send one periodic task now: to ``host``, or to every up and enabled compute host
+    (a cluster task ignores ``host``). Returns the task ids."""
+    from tasks.periodic import send_now
+
+    if name not in BY_NAME:
+        raise InvalidInput(reason=f"unknown periodic task {name!r}; see periodic-list")
+    if host is not None and BY_NAME[name].scope == "compute":
+        with session_scope(common.db_url()) as session:
+            servicegroup.get_service(session, host)
+    dispatch.check_broker()
+    return list(send_now(name, host))
 
 
 # -- aggregates, availability zones and server groups --------------------------------------
@@ -152,8 +231,14 @@ def list_heals(host: str | None = None, limit: int = 100) -> list[dict[str, Any]
 __all__ = [
     "add_host_to_aggregate",
     "audit",
+    "beat_status",
     "create_aggregate",
     "create_server_group",
+    "disable_service",
+    "enable_service",
+    "force_down_service",
+    "list_periodic_tasks",
+    "run_periodic_task",
     "list_aggregates",
     "list_heals",
     "list_hosts",

@@ -1,4 +1,5 @@
-"""Helpers every part of the public API shares: settings, ids, service liveness."""
+"""Helpers every part of the public API shares: settings, ids, finding a server by name
+or uuid, service liveness."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from compute.servicegroup import COMPUTE, is_up
-from models import InstanceAction, Service
+from models import Instance, InstanceAction, Service
 from novaq.exceptions import InstanceNotFound, InvalidInput
 from novaq.settings import Settings, get_settings
 
@@ -47,3 +48,26 @@ def last_action(session: Any, uuid: str, action: str) -> InstanceAction | None:
         .where(InstanceAction.instance_uuid == uuid, InstanceAction.action == action)
         .order_by(InstanceAction.id.desc())
     ).first()
+
+
+def resolve_server(session: Any, server: Any) -> str:
+    """A server's uuid from its uuid or its name, as the nova client finds servers: a
+    uuid is taken as is; a name must match exactly one live server."""
+    if not isinstance(server, str) or not server:
+        raise InvalidInput(reason=f"server must be a name or a uuid, got {server!r}")
+    try:
+        return str(uuid_module.UUID(server))
+    except ValueError:
+        pass
+    uuids = list(
+        session.scalars(
+            select(Instance.uuid).where(Instance.display_name == server, Instance.deleted == 0)
+        )
+    )
+    if not uuids:
+        raise InstanceNotFound(uuid=server)
+    if len(uuids) > 1:
+        raise InvalidInput(
+            reason=f"{len(uuids)} servers are named {server!r}; use a uuid to be more specific"
+        )
+    return uuids[0]

@@ -42,6 +42,36 @@ def stop(uuid: str) -> str:
     return _request(uuid, "stop", "stop", TaskState.POWERING_OFF)
 
 
+def force_stop(uuid: str) -> str:
+    """Nova's ``force_stop``: power a server off whatever its vm_state or lock (the
+    power-state sync uses it for a STOPPED or PAUSED server whose guest disagrees). Only
+    Nova's host check and its ``expected_task_state=[None]`` remain. Records a ``stop``
+    action, as Nova does."""
+    uuid = common.check_uuid(uuid)
+    with session_scope(common.db_url()) as session:
+        host = _up_host(session, get_instance(session, uuid, with_deleted=False), "force_stop")
+    dispatch.check_broker()
+    request_id = common.new_request_id()
+    with session_scope(common.db_url()) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        try:
+            cas_update(session, uuid, expected_task_state=[None], task_state=TaskState.POWERING_OFF)
+        except UnexpectedTaskStateError:
+            raise gate.InstanceInvalidState(
+                action="force_stop",
+                uuid=uuid,
+                vm_state=instance.vm_state,
+                task_state=instance.task_state,
+            ) from None
+        actions.start_action(session, uuid, "stop", request_id)
+    try:
+        dispatch.send(lifecycle_step("stop", uuid, request_id, host))
+    except Exception:
+        _undo_request(uuid, request_id, TaskState.POWERING_OFF, None)
+        raise
+    return request_id
+
+
 def start(uuid: str) -> str:
     """Power a stopped server on (SHUTOFF → ACTIVE)."""
     return _request(uuid, "start", "start", TaskState.POWERING_ON)
@@ -213,6 +243,11 @@ def _request(
 
 def _checked_host(session: Session, instance: Instance, gate_action: str) -> str:
     gate.check_instance_state(instance, gate_action)
+    return _up_host(session, instance, gate_action)
+
+
+def _up_host(session: Session, instance: Instance, gate_action: str) -> str:
+    """Nova's ``check_instance_host(check_is_up=True)``: the host, which must be up."""
     host = instance.host
     if host is None:
         raise gate.InstanceNotReady(
@@ -300,6 +335,7 @@ def _locked_row(session: Session, uuid: str) -> Instance:
 
 
 __all__ = [
+    "force_stop",
     "lock",
     "pause",
     "reboot",

@@ -24,6 +24,9 @@ os.environ.update(
     NOVAQ_BROKER_URL="memory://",
     NOVAQ_RESULT_BACKEND="cache+memory://",
     NOVAQ_HOST="host1",
+    # The in-thread test workers would otherwise queue their run-at-start periodic tasks
+    # (power-state sync…) into every workflow test; the periodic tests call them directly.
+    NOVAQ_PERIODIC_ENABLE="false",
 )
 
 from tests.factories import reset_database  # noqa: E402

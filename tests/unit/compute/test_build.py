@@ -8,10 +8,17 @@ from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.delete import local_delete, terminate_instance
 from compute.instance_actions import latest_fault
 from compute.instance_state import get_instance
+from compute.resource_tracker import update_available_resource
 from models import InstanceAction
 from models.db import session_scope
 from novaq.exceptions import HypervisorError, NoValidHost
-from tests.factories import host_resources, make_compute_node, make_instance, node_row
+from tests.factories import (
+    host_resources,
+    make_compute_node,
+    make_instance,
+    make_settings,
+    node_row,
+)
 from virt.fake import FakeDriver, SpawnFailingDriver
 
 
@@ -98,6 +105,28 @@ def test_instance_deleted_while_spawning_loses_its_guest(db_url: str) -> None:
     with session_scope(db_url) as session:
         assert get_instance(session, uuid).vm_state == "deleted"
         assert consumer_allocations(session, uuid) == {}
+
+
+def test_a_heal_during_a_deleted_spawn_leaves_no_orphan_count_behind(db_url: str) -> None:
+    """The user deletes mid-spawn and an ``update_available_resource`` runs before the
+    build notices: it counts the running guest as an orphan. The build's cleanup destroys
+    the guest and gives that count back."""
+    uuid, node_id = _placed_instance(db_url)
+
+    class DeletingDriver(FakeDriver):
+        def spawn(self, spec):  # type: ignore[no-untyped-def]
+            info = super().spawn(spec)
+            local_delete(db_url, uuid, "req-delete")
+            heals = update_available_resource(db_url, self, "host1", make_settings())
+            assert [h["action"] for h in heals] == ["orphan_counted"]
+            return info
+
+    driver = DeletingDriver(host_resources("host1"))
+    assert build_and_run_instance(db_url, driver, uuid, "req-test", "host1").outcome == "skipped"
+    assert driver.list_instance_uuids() == []
+    with session_scope(db_url) as session:
+        assert consumer_allocations(session, uuid) == {}
+    assert node_row(db_url, node_id).memory_mb_used == 512
 
 
 def test_terminate_destroys_the_guest_releases_and_soft_deletes(db_url: str) -> None:

@@ -119,6 +119,9 @@ def test_confirm_frees_the_source_and_revert_gives_it_back(db_url: str) -> None:
     assert _held(db_url, uuid) == {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 1}
     assert _held(db_url, migration) == {}
     assert drivers["dst"].list_instance_uuids() == [] and drivers["src"].get_info(uuid).vcpus == 1
+    # The destination the server left keeps no instance files (Nova's revert cleanup).
+    assert not drivers["dst"].instance_files_exist(uuid)
+    assert drivers["src"].instance_files_exist(uuid)
 
 
 def test_a_stopped_server_stays_stopped_through_a_resize(db_url: str) -> None:
@@ -129,6 +132,9 @@ def test_a_stopped_server_stays_stopped_through_a_resize(db_url: str) -> None:
         session.query(Migration).filter_by(uuid=migration).update({"status": "confirming"})
     moves.confirm_resize(_ctx(db_url, migration, drivers, "src"))
     assert _state(db_url, uuid)[0] == "stopped"
+    # The source the server left keeps no instance files (Nova's _cleanup_resize).
+    assert not drivers["src"].instance_files_exist(uuid)
+    assert drivers["dst"].instance_files_exist(uuid)
 
 
 @pytest.mark.parametrize("failed_after", ["prep", "resize"])

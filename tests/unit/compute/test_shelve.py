@@ -150,9 +150,19 @@ def test_shelve_offload_of_a_shelved_server(db_url: str) -> None:
     assert shelve.shelve_offload_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
     assert _instance(db_url, uuid)["vm_state"] == "shelved_offloaded"
     assert _allocations(db_url, uuid) == {} and not driver.instance_exists(uuid)
+    assert not driver.instance_files_exist(uuid)  # unshelve spawns anew, maybe elsewhere
     assert _events(db_url, uuid) == [("compute_shelve_offload_instance", "Success")]
     # redelivered: the state moved on, nothing happens
     assert shelve.shelve_offload_instance(db_url, driver, uuid, REQUEST, "host1") == "skipped"
+
+
+def test_an_offload_whose_guest_is_already_gone_completes(db_url: str) -> None:
+    driver = FakeDriver(host_resources("host1"))
+    uuid = _server(db_url, driver, "shelved", "shelving_offloading")
+    driver.destroy(uuid)  # gone behind novaq's back: Nova's power-off tolerates it too
+    assert shelve.shelve_offload_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert _instance(db_url, uuid)["vm_state"] == "shelved_offloaded"
+    assert _allocations(db_url, uuid) == {}
 
 
 def test_a_failed_shelve_reverts_the_task_with_a_fault(db_url: str) -> None:

@@ -1,0 +1,52 @@
+"""``_run_image_cache_manager_pass``: age and clean this host's local cache of base images
+(NOVA_BEHAVIOUR.md §7.2; the cache itself is ``virt.libvirt.imagecache``).
+
+Nova first registers the host as a user of ``instances_path`` (``storage_users``), so that
+on shared storage every host's instances count as users of the one cache, then hands the
+driver the non-deleted instances (SOFT_DELETED included) of all those hosts. In novaq each
+host has its own instances path (``<state_dir>/instances/<host>``, or
+``[libvirt] instances_path/<host>``), so the hosts sharing it are this host alone and the
+images in use are the ``image_ref`` of the non-deleted instances whose ``host`` is this
+one. The driver then keeps (and marks used) their base files and, when
+``[image_cache] remove_unused_base_images`` is on, removes the others once unused for
+``remove_unused_original_minimum_age_seconds``. Spacing: ``[image_cache]
+manager_interval``. An image of a server that moved away is no longer in use here; if a
+revert brings the server back, its spawn fetches the image again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import select
+
+from compute.periodic import PeriodicContext
+from models import Instance
+from models.db import session_scope
+
+LOG = logging.getLogger(__name__)
+
+
+def run_image_cache_manager_pass(ctx: PeriodicContext) -> dict[str, Any]:
+    images = images_in_use(ctx.db_url, ctx.host)
+    options = ctx.settings.image_cache
+    report = ctx.hypervisor.manage_image_cache(
+        images,
+        remove_unused=options.remove_unused_base_images,
+        min_age_s=options.remove_unused_original_minimum_age_seconds,
+    )
+    if report.removed:
+        LOG.info("Image cache on %s: removed unused base images %s", ctx.host, report.removed)
+    return report.to_dict()
+
+
+def images_in_use(db_url: str, host: str) -> set[str]:
+    """The images of the instances whose files live in this host's instances path."""
+    with session_scope(db_url) as session:
+        refs = session.scalars(
+            select(Instance.image_ref)
+            .where(Instance.host == host, Instance.deleted == 0)
+            .distinct()
+        )
+        return {ref for ref in refs if ref}

@@ -1,0 +1,439 @@
+"""The hypervisor-versus-database passes of a compute host (NOVA_BEHAVIOUR.md §7.2):
+Nova's ``_sync_power_states`` and ``_cleanup_running_deleted_instances``.
+
+``sync_power_states``: for every instance of this host with no task in flight, the
+guest's power state (NOSTATE for a guest the hypervisor lacks) is written to
+``power_state`` and the vm_state is reconciled with it by Nova's table:
+
+==============================  =====================================  ====================
+vm_state                        guest's power state                    action
+==============================  =====================================  ====================
+active                          SHUTDOWN, CRASHED                      ``api.stop``
+active                          SUSPENDED                              ``api.stop``
+active                          PAUSED, NOSTATE                        warning only
+stopped                         not NOSTATE / SHUTDOWN / CRASHED       ``api.force_stop``
+paused                          SHUTDOWN, CRASHED                      ``api.force_stop``
+soft-delete, deleted            not NOSTATE / SHUTDOWN                 warning only
+building, rescued, resized,     anything                               nothing
+suspended, error
+==============================  =====================================  ====================
+
+The stop goes through the public API (``ctx.api``) as Nova's goes through
+``compute_api.stop``: an action ``stop`` is recorded, the task_state moves to
+``powering-off`` by compare-and-swap, and the host step powers off and sets STOPPED.
+``force_stop`` is Nova's: the same, without the vm_state and lock checks (it still
+needs no task in flight). Before acting, the instance is read again and its power_state
+written by a compare-and-swap expecting task None and the vm_state just read, so a
+request that started meanwhile wins, as Nova's ``refresh`` + task check make it win.
+
+Instances are synced by a pool of ``sync_power_state_pool_size`` threads, as Nova's
+green pool. That is safe here: libvirt connections are thread-safe (libvirt >= 0.6, the
+test driver serialises on its own driver lock, libvirt-python releases the GIL around
+each call and errors are per thread), ``virt.libvirt.host.Host`` opens its one
+connection under a lock, the simulated host locks per guest, and every thread opens its
+own database session. ``tests/unit/compute/periodic/test_power_sync.py`` runs the pool
+on a real ``test:///`` node.
+
+``cleanup_running_deleted_instances``: the guests this hypervisor still has whose
+instance row is deleted (``deleted != 0``, not SOFT_DELETED) since longer than
+``running_deleted_instance_timeout`` seconds (or with no ``deleted_at``), handled per
+``running_deleted_instance_action``: ``reap`` destroys the guest and its instance files,
+``shutdown`` powers it off, ``log`` warns, ``noop`` does nothing. As Nova's, it only
+looks at guests with a (deleted) instance row: a guest with no row at all is an orphan,
+counted as used by ``update_available_resource`` and reported by ``novaq audit``, never
+destroyed here.
+
+Deliberate differences from Nova: there is no ``shutdown_terminate`` column, so an
+instance that shut down by itself is always stopped, never deleted; Nova's ``reap``
+also detaches volumes and unplugs VIFs, novaq has neither.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from compute.build import instance_name
+from compute.claims import retry_on_conflict
+from compute.delete import record_clean_attempt
+from compute.heal import release_destroyed_orphan
+from compute.instance_state import cas_update, get_instance
+from compute.lifecycle import guest_power_state
+from compute.periodic import PeriodicContext
+from compute.states import VmState
+from models import Instance, utcnow
+from models.db import session_scope
+from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
+from virt import power_state
+from virt.driver import ComputeDriver
+
+LOG = logging.getLogger(__name__)
+
+# What the sync does about one instance (the keys of its summary).
+STOP, FORCE_STOP = "stop", "force_stop"
+WARN_PAUSED, WARN_MISSING, WARN_DELETED = "warn_paused", "warn_missing", "warn_deleted"
+IN_SYNC, PENDING_TASK, MOVED, GONE, FAILED = "in_sync", "pending_task", "moved", "gone", "failed"
+OUTCOMES = (
+    STOP,
+    FORCE_STOP,
+    WARN_PAUSED,
+    WARN_MISSING,
+    WARN_DELETED,
+    IN_SYNC,
+    PENDING_TASK,
+    MOVED,
+    GONE,
+    FAILED,
+)
+
+OFF = (power_state.SHUTDOWN, power_state.CRASHED)
+STOPPED_OK = (power_state.NOSTATE, power_state.SHUTDOWN, power_state.CRASHED)
+DELETED_OK = (power_state.NOSTATE, power_state.SHUTDOWN)
+IGNORED_VM_STATES = (
+    VmState.BUILDING,
+    VmState.RESCUED,
+    VmState.RESIZED,
+    VmState.SUSPENDED,
+    VmState.ERROR,
+)
+
+
+#: vm ACTIVE: Nova's action for each guest power state (RUNNING is in step).
+ACTIVE_RULES = {
+    power_state.SHUTDOWN: STOP,
+    power_state.CRASHED: STOP,
+    power_state.SUSPENDED: STOP,
+    power_state.PAUSED: WARN_PAUSED,
+    power_state.NOSTATE: WARN_MISSING,
+}
+
+
+def decide(vm_state: str, vm_power_state: int) -> str:
+    """Nova's ``_sync_instance_power_state`` table: what to do about an instance in
+    ``vm_state`` whose guest is in ``vm_power_state`` (one of the module's outcomes).
+    ``IGNORED_VM_STATES`` are always in step."""
+    if vm_state == VmState.ACTIVE:
+        return ACTIVE_RULES.get(vm_power_state, IN_SYNC)
+    if vm_state == VmState.STOPPED and vm_power_state not in STOPPED_OK:
+        return FORCE_STOP
+    if vm_state == VmState.PAUSED and vm_power_state in OFF:
+        return FORCE_STOP
+    if vm_state in (VmState.SOFT_DELETED, VmState.DELETED) and vm_power_state not in DELETED_OK:
+        return WARN_DELETED
+    return IN_SYNC
+
+
+# -- _sync_power_states ---------------------------------------------------------------------
+
+
+def sync_power_states(ctx: PeriodicContext) -> dict[str, Any]:
+    """One pass of Nova's ``_sync_power_states`` on ``ctx.host``."""
+    uuids = _instances_of(ctx.db_url, ctx.host)
+    guests = ctx.hypervisor.list_instance_uuids()
+    if len(guests) != len(uuids):
+        LOG.warning(
+            "While synchronizing instance power states, found %(num_db_instances)s "
+            "instances in the database and %(num_vm_instances)s instances on the "
+            "hypervisor (host %(host)s).",
+            {"num_db_instances": len(uuids), "num_vm_instances": len(guests), "host": ctx.host},
+        )
+    workers = max(1, ctx.settings.sync_power_state_pool_size)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="power-sync") as pool:
+        results = list(pool.map(lambda uuid: _sync_safely(ctx, uuid), uuids))
+    by_outcome: dict[str, list[str]] = {name: [] for name in OUTCOMES}
+    updated = []
+    for uuid, result in zip(uuids, results, strict=True):
+        by_outcome[result.outcome].append(uuid)
+        if result.power_updated:
+            updated.append(uuid)
+    return {
+        "db_instances": len(uuids),
+        "hypervisor_instances": len(guests),
+        "power_state_updated": updated,
+        **by_outcome,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Synced:
+    outcome: str
+    power_updated: bool = False
+
+
+def _instances_of(db_url: str, host: str) -> list[str]:
+    """Every instance row of ``host`` that is not deleted (Nova's ``get_by_host``: the
+    SOFT_DELETED ones are among them)."""
+    with session_scope(db_url) as session:
+        return list(
+            session.scalars(
+                select(Instance.uuid)
+                .where(Instance.host == host, Instance.deleted == 0)
+                .order_by(Instance.id)
+            )
+        )
+
+
+def _sync_safely(ctx: PeriodicContext, uuid: str) -> _Synced:
+    try:
+        return _sync_one(ctx, uuid)
+    except Exception:  # noqa: BLE001 - one instance must not end the pass (as Nova)
+        LOG.exception(
+            "Periodic sync_power_state task had an error while processing instance %s on %s.",
+            uuid,
+            ctx.host,
+        )
+        return _Synced(FAILED)
+
+
+def _sync_one(ctx: PeriodicContext, uuid: str) -> _Synced:
+    """Nova's ``_query_driver_power_state_and_sync`` for one instance."""
+    pending = _pending_task(ctx.db_url, uuid)
+    if pending is not None:
+        return _Synced(pending)
+    vm_power_state = guest_power_state(ctx.hypervisor, uuid)
+    try:
+        vm_state, updated = _record_power_state(ctx, uuid, vm_power_state)
+    except InstanceNotFound:
+        return _Synced(GONE)  # deleted meanwhile: nothing left to sync (Nova ignores it)
+    except _Skip as skip:
+        return _Synced(skip.outcome)
+    outcome = decide(vm_state, vm_power_state)
+    if outcome in (STOP, FORCE_STOP):
+        outcome = _stop(ctx, uuid, outcome, vm_state, vm_power_state)
+    else:
+        _log(outcome, uuid, ctx.host)
+    return _Synced(outcome, updated)
+
+
+def _pending_task(db_url: str, uuid: str) -> str | None:
+    with session_scope(db_url) as session:
+        try:
+            instance = get_instance(session, uuid, with_deleted=False)
+        except InstanceNotFound:
+            return GONE
+        if instance.task_state is not None:
+            LOG.info(
+                "During sync_power_state the instance %s has a pending task (%s). Skip.",
+                uuid,
+                instance.task_state,
+            )
+            return PENDING_TASK
+    return None
+
+
+class _Skip(Exception):
+    def __init__(self, outcome: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
+
+
+def _record_power_state(ctx: PeriodicContext, uuid: str, vm_power_state: int) -> tuple[str, bool]:
+    """Nova's ``refresh`` then ``power_state`` ← the hypervisor's. The write is a
+    compare-and-swap on task None and the vm_state read, so a request that began since
+    the first check wins (``_Skip``). Returns (vm_state, whether power_state changed)."""
+    with session_scope(ctx.db_url) as session:
+        instance = get_instance(session, uuid, with_deleted=False)
+        if instance.host != ctx.host:
+            LOG.info(
+                "During the sync_power process the instance %s has moved from host %s to host %s",
+                uuid,
+                ctx.host,
+                instance.host,
+            )
+            raise _Skip(MOVED)
+        if instance.task_state is not None:
+            LOG.info(
+                "During sync_power_state the instance %s has a pending task (%s). Skip.",
+                uuid,
+                instance.task_state,
+            )
+            raise _Skip(PENDING_TASK)
+        vm_state, db_power_state = instance.vm_state, instance.power_state
+        if vm_power_state == db_power_state:
+            return vm_state, False
+        LOG.info(
+            "During _sync_instance_power_state the DB power_state (%s) does not match the "
+            "vm_power_state from the hypervisor (%s) for instance %s. Updating power_state "
+            "in the DB to match the hypervisor.",
+            db_power_state,
+            vm_power_state,
+            uuid,
+        )
+        try:
+            cas_update(
+                session,
+                uuid,
+                expected_task_state=[None],
+                expected_vm_state=[vm_state],
+                power_state=vm_power_state,
+            )
+        except UnexpectedTaskStateError:
+            raise _Skip(PENDING_TASK) from None
+        return vm_state, True
+
+
+def _stop(ctx: PeriodicContext, uuid: str, how: str, vm_state: str, vm_power_state: int) -> str:
+    """Stop through the API, as Nova calls ``compute_api.stop`` / ``force_stop``. A refusal
+    (a request won the race, the server is locked, the host looks down) is logged and
+    the next pass tries again, as Nova's."""
+    LOG.warning(
+        "Instance %s on %s: %s Current vm_state: %s, current VM power_state: %s",
+        uuid,
+        ctx.host,
+        _reason(vm_state, vm_power_state),
+        vm_state,
+        power_state.NAMES.get(vm_power_state, str(vm_power_state)),
+    )
+    call: Callable[[str], Any] = ctx.api.stop if how == STOP else ctx.api.force_stop
+    try:
+        call(uuid)
+    except Exception:  # noqa: BLE001 - retried next pass, as Nova's
+        LOG.exception("error during stop() in sync_power_state for instance %s.", uuid)
+        return FAILED
+    return how
+
+
+def _reason(vm_state: str, vm_power_state: int) -> str:
+    """Nova's warning for each stopping row of the table."""
+    if vm_state == VmState.STOPPED:
+        return "Instance is not stopped. Calling the stop API."
+    if vm_state == VmState.PAUSED:
+        return "Paused instance shutdown by itself. Calling the stop API."
+    if vm_power_state == power_state.SUSPENDED:
+        return "Instance is suspended unexpectedly. Calling the stop API."
+    return "Instance shutdown by itself. Calling the stop API."
+
+
+def _log(outcome: str, uuid: str, host: str) -> None:
+    message = {
+        WARN_PAUSED: "Instance %s on %s is paused unexpectedly. Ignore.",
+        WARN_MISSING: "Instance %s on %s is unexpectedly not found. Ignore.",
+        WARN_DELETED: "Instance %s on %s is not (soft-)deleted.",
+    }.get(outcome)
+    if message is not None:
+        LOG.warning(message, uuid, host)
+
+
+# -- _cleanup_running_deleted_instances -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunningDeleted:
+    uuid: str
+    name: str
+    deleted_at: dt.datetime | None
+
+
+def cleanup_running_deleted_instances(ctx: PeriodicContext) -> dict[str, Any]:
+    """One pass of Nova's ``_cleanup_running_deleted_instances`` on ``ctx.host``."""
+    action = ctx.settings.running_deleted_instance_action
+    if action == "noop":
+        return {"action": action, "instances": [], "failed": []}
+    found = running_deleted_instances(
+        ctx.db_url, ctx.hypervisor, ctx.settings.running_deleted_instance_timeout
+    )
+    handle = _ACTIONS[action]
+    failed = [item.uuid for item in found if not handle(ctx.hypervisor, item)]
+    if action == "reap":
+        _record_cleanups(ctx, [item.uuid for item in found if item.uuid not in failed])
+    return {"action": action, "instances": [item.uuid for item in found], "failed": failed}
+
+
+def _record_cleanups(ctx: PeriodicContext, uuids: list[str]) -> None:
+    """A reap removed the instance files too: count it as Nova's cleanup does, so
+    ``_run_pending_deletes`` has nothing left to do for these. And the reaped guest may
+    have been counted as an orphan by ``update_available_resource``: that count goes now,
+    not at the next pass."""
+    for uuid in uuids:
+        gone = not ctx.hypervisor.instance_files_exist(uuid)
+
+        def work(session: Session, uuid: str = uuid, gone: bool = gone) -> None:
+            instance = session.scalars(select(Instance).where(Instance.uuid == uuid)).first()
+            if instance is not None and not instance.cleaned:
+                record_clean_attempt(instance, gone)
+            release_destroyed_orphan(session, ctx.host, uuid)
+
+        retry_on_conflict(ctx.db_url, work)
+
+
+def running_deleted_instances(
+    db_url: str, driver: ComputeDriver, timeout_s: int
+) -> list[RunningDeleted]:
+    """Guests of ``driver`` whose instance row is deleted (not SOFT_DELETED) for more
+    than ``timeout_s`` seconds, or with no ``deleted_at`` (Nova's ``_deleted_old_enough``)."""
+    guests = driver.list_instance_uuids()
+    if not guests:
+        return []  # as Nova: no database call for an empty hypervisor
+    cutoff = utcnow() - dt.timedelta(seconds=timeout_s)
+    with session_scope(db_url) as session:
+        rows = session.scalars(
+            select(Instance)
+            .where(
+                Instance.uuid.in_(guests),
+                Instance.deleted != 0,
+                Instance.vm_state != VmState.SOFT_DELETED,
+            )
+            .order_by(Instance.id)
+        ).all()
+        return [
+            RunningDeleted(row.uuid, instance_name(row), row.deleted_at)
+            for row in rows
+            if row.deleted_at is None or row.deleted_at < cutoff
+        ]
+
+
+def _log_only(driver: ComputeDriver, item: RunningDeleted) -> bool:
+    LOG.warning(
+        "[instance: %s] Detected instance with name label '%s' which is marked as DELETED "
+        "but still present on host.",
+        item.uuid,
+        item.name,
+    )
+    return True
+
+
+def _shutdown(driver: ComputeDriver, item: RunningDeleted) -> bool:
+    LOG.info(
+        "[instance: %s] Powering off instance with name label '%s' which is marked as DELETED "
+        "but still present on host.",
+        item.uuid,
+        item.name,
+    )
+    try:
+        driver.power_off(item.uuid)
+    except Exception:  # noqa: BLE001 - tried again next pass
+        LOG.warning("Failed to power off instance %s", item.uuid, exc_info=True)
+        return False
+    return True
+
+
+def _reap(driver: ComputeDriver, item: RunningDeleted) -> bool:
+    LOG.info(
+        "[instance: %s] Destroying instance with name label '%s' which is marked as DELETED "
+        "but still present on host.",
+        item.uuid,
+        item.name,
+    )
+    try:
+        driver.destroy(item.uuid)  # powers the guest off first
+        # Nova's _shutdown_instance destroys with its disks; novaq's destroy keeps the
+        # files (a move needs them), so they go explicitly.
+        driver.delete_instance_files(item.uuid)
+    except Exception as exc:  # noqa: BLE001 - tried again next pass
+        LOG.warning("Periodic cleanup failed to delete instance %s: %s", item.uuid, exc)
+        return False
+    return True
+
+
+_ACTIONS: dict[str, Callable[[ComputeDriver, RunningDeleted], bool]] = {
+    "log": _log_only,
+    "shutdown": _shutdown,
+    "reap": _reap,
+}

@@ -1,0 +1,104 @@
+"""novaq's beat scheduler: Celery's ``PersistentScheduler`` (last runs kept in a shelve
+file in the state directory) plus two things Nova's periodic runner had and beat has not:
+
+- **a singleton**: the beat lease (``novaq/beat_lease.py``) is taken before the first
+  tick and renewed at every tick; a second beat exits with an error naming the first;
+- **run_immediately**: entries of tasks Nova marks ``run_immediately`` are due at start
+  instead of one spacing later.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from celery.beat import PersistentScheduler
+
+from novaq import beat_lease
+from novaq.periodic import BY_NAME
+from novaq.settings import get_settings
+
+LOG = logging.getLogger(__name__)
+
+#: How long a lease lives without renewal, and how often beat renews it.
+LEASE_TTL_S = 30.0
+RENEW_EVERY_S = 5.0
+
+
+#: One holder per beat process (the scheduler object may be built more than once).
+_PROCESS_HOLDER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class SecondBeatError(SystemExit):
+    """Raised (exits beat) when another beat holds the lease."""
+
+
+class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.lease_holder: str = kwargs.pop("lease_holder", None) or _PROCESS_HOLDER
+        self._db_url = get_settings().sqlalchemy_url
+        self._renewed_at = 0.0
+        self._holds_lease = False
+        if kwargs.get("lazy"):
+            # Beat builds a lazy instance only to print its banner: no lease, no schedule.
+            super().__init__(*args, **kwargs)
+            return
+        filename = kwargs.get("schedule_filename")
+        if filename:
+            Path(filename).parent.mkdir(parents=True, exist_ok=True)
+        self._take_lease()
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            beat_lease.release(self._db_url, self.lease_holder)
+            raise
+
+    def _take_lease(self) -> None:
+        other = beat_lease.acquire(self._db_url, self.lease_holder, LEASE_TTL_S)
+        if other is not None:
+            message = (
+                f"another celery beat ({other.holder}) holds the beat lease until "
+                f"{other.expires_at:%Y-%m-%d %H:%M:%S} UTC; novaq runs exactly one beat "
+                f"(two would publish every periodic task twice). Stop the other one, or "
+                f"wait {LEASE_TTL_S:.0f} s after it died."
+            )
+            LOG.error(message)
+            raise SecondBeatError(message)
+        self._renewed_at = time.monotonic()
+        self._holds_lease = True
+        LOG.info("beat lease taken by %s", self.lease_holder)
+
+    def setup_schedule(self) -> None:
+        super().setup_schedule()
+        now = self.app.now()
+        for name, entry in self.schedule.items():
+            task = BY_NAME.get(name)
+            if task is not None and task.run_immediately:
+                # Due now: as if it last ran one spacing ago.
+                entry.last_run_at = now - dt.timedelta(seconds=entry.schedule.seconds)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        if time.monotonic() - self._renewed_at >= RENEW_EVERY_S:
+            if not beat_lease.renew(self._db_url, self.lease_holder, LEASE_TTL_S):
+                message = f"beat {self.lease_holder} lost its lease; stopping"
+                LOG.error(message)
+                raise SecondBeatError(message)
+            self._renewed_at = time.monotonic()
+        interval: float = super().tick(*args, **kwargs)
+        return min(interval, RENEW_EVERY_S)
+
+    def close(self) -> None:
+        super().close()
+        if not self._holds_lease:
+            return
+        self._holds_lease = False
+        try:
+            beat_lease.release(self._db_url, self.lease_holder)
+        except Exception:  # noqa: BLE001 - the lease expires on its own
+            LOG.exception("could not release the beat lease")

@@ -1,0 +1,123 @@
+"""celery beat as novaq runs it: a singleton held by a lease in the database, Nova's
+``run_immediately``, and a schedule that publishes fan-outs with ``expires``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from models import BeatLease, utcnow
+from models.db import session_scope
+from novaq import beat_lease
+from novaq.periodic import beat_schedule_for
+from tasks.beat import SecondBeatError
+from tests.factories import make_settings
+from tests.unit.periodic.queues import drain
+
+
+def test_a_second_holder_is_refused_until_the_first_releases_or_expires(db_url: str) -> None:
+    assert beat_lease.acquire(db_url, "beat-a", 30) is None
+    assert beat_lease.acquire(db_url, "beat-a", 30) is None  # ours already: renewed
+    other = beat_lease.acquire(db_url, "beat-b", 30)
+    assert other is not None and other.holder == "beat-a"
+    assert beat_lease.renew(db_url, "beat-a", 30) and not beat_lease.renew(db_url, "beat-b", 30)
+    beat_lease.release(db_url, "beat-a")
+    assert beat_lease.acquire(db_url, "beat-b", 30) is None
+    # A holder that died stops renewing: its lease expires and can be taken over.
+    with session_scope(db_url) as session:
+        session.get(BeatLease, "beat").expires_at = utcnow() - dt.timedelta(seconds=1)
+    assert beat_lease.holder_of(db_url) is None
+    assert beat_lease.acquire(db_url, "beat-c", 30) is None
+    assert not beat_lease.renew(db_url, "beat-b", 30)
+
+
+@pytest.fixture
+def beat_app(db_url: str) -> Iterator[Celery]:
+    app = Celery("beat-test", set_as_current=False)
+    app.conf.update(
+        broker_url="memory://",
+        timezone="UTC",
+        enable_utc=True,
+        beat_schedule=beat_schedule_for(
+            make_settings(periodic_enable=True, periodic={"default_spacing": 2})
+        ),
+    )
+    yield app
+    app.close()
+
+
+def _scheduler(app: Celery, path: Path, holder: str = "beat-a"):  # type: ignore[no-untyped-def]
+    from tasks.beat import NovaqScheduler
+
+    return NovaqScheduler(app=app, schedule_filename=str(path / "schedule"), lease_holder=holder)
+
+
+def test_a_second_beat_refuses_to_start_and_names_the_first(
+    beat_app: Celery, tmp_path: Path
+) -> None:
+    first = _scheduler(beat_app, tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    with pytest.raises(SecondBeatError, match=first.lease_holder):
+        _scheduler(beat_app, tmp_path / "b", holder="beat-b")
+    first.close()
+    second = _scheduler(beat_app, tmp_path / "b", holder="beat-b")  # the first stopped
+    second.close()
+
+
+def test_the_banner_instance_beat_builds_first_takes_no_lease(
+    beat_app: Celery, tmp_path: Path, db_url: str
+) -> None:
+    from tasks.beat import NovaqScheduler
+
+    NovaqScheduler(app=beat_app, schedule_filename=str(tmp_path / "s"), lazy=True).close()
+    assert beat_lease.holder_of(db_url) is None
+    beat = _scheduler(beat_app, tmp_path)
+    assert beat_lease.holder_of(db_url).holder == beat.lease_holder
+    beat.close()
+
+
+def test_a_beat_that_lost_its_lease_stops(beat_app: Celery, tmp_path: Path, db_url: str) -> None:
+    beat = _scheduler(beat_app, tmp_path)
+    beat_lease.release(db_url, beat.lease_holder)
+    assert beat_lease.acquire(db_url, "someone-else", 30) is None
+    beat._renewed_at = 0.0  # due for renewal
+    with pytest.raises(SecondBeatError, match="lost its lease"):
+        beat.tick()
+    beat.close()
+
+
+def test_run_immediately_entries_are_due_at_start_and_the_others_a_spacing_later(
+    beat_app: Celery, tmp_path: Path
+) -> None:
+    beat = _scheduler(beat_app, tmp_path)
+    try:
+        due = {name for name, entry in beat.schedule.items() if entry.is_due()[0]}
+        assert due == {"_sync_power_states", "_cleanup_running_deleted_instances"}
+        # discover_hosts is run_immediately too, but off by default (interval -1).
+        assert "_discover_hosts_in_cells" not in beat.schedule
+        later = beat.schedule["_check_instance_build_time"].is_due()
+        assert not later[0] and 0 < later[1] <= 2
+    finally:
+        beat.close()
+
+
+def test_beat_publishes_fan_outs_that_expire_after_one_spacing(
+    beat_app: Celery, tmp_path: Path
+) -> None:
+    beat = _scheduler(beat_app, tmp_path)
+    try:
+        beat.tick()  # populates the heap and sends what is due
+        beat.tick()
+        sent = drain(beat_app, "celery")
+    finally:
+        beat.close()
+    assert sent, "nothing was published"
+    tasks = {m.headers["task"] for m in sent}
+    assert tasks == {"periodic.fan_out"}
+    fanned = {m.decode()[1]["task_name"] for m in sent}
+    assert fanned == {"compute.sync_power_states", "compute.cleanup_running_deleted_instances"}
+    assert all(m.headers["expires"] for m in sent)

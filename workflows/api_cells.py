@@ -1,0 +1,17 @@
+"""The public API for cells: host discovery (Nova's ``nova-manage cell_v2
+discover_hosts``). novaq has one cell, ``cell1``; see ``scheduler/discover_hosts.py`` for
+what mapping a host means here (bookkeeping: scheduling does not depend on it)."""
+
+from __future__ import annotations
+
+from scheduler import discover_hosts as discovery
+from workflows import api_common as common
+
+
+def discover_hosts() -> list[str]:
+    """Map every compute host not yet mapped to ``cell1``; the hosts mapped by this call
+    (empty when there was nothing new)."""
+    return discovery.discover_hosts(common.db_url())
+
+
+__all__ = ["discover_hosts"]
