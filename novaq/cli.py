@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from novaq import (  # noqa: F401  (they register their commands)
     cli_admin,
+    cli_cells,
     cli_cluster,
+    cli_consoles,
     cli_lifecycle,
     cli_moves,
     cli_servers,

@@ -38,6 +38,123 @@ def service_list(as_json: bool) -> None:
     )
 
 
+SERVICE_COLUMNS = ("id", "binary", "host", "status", "state", "forced_down", "disabled_reason")
+
+
+@main.command("service-disable")
+@click.argument("host")
+@click.option("--reason", help="Why (shown in service-list); at most 255 characters.")
+@click.option("--binary", default="novaq-compute", show_default=True)
+@json_option
+@handle_errors
+def service_disable(host: str, reason: str | None, binary: str, as_json: bool) -> None:
+    """Disable a service: no new servers are scheduled to it and beat sends it no
+    periodic tasks; its servers keep running."""
+    render(api().disable_service(host, reason=reason, binary=binary), SERVICE_COLUMNS, as_json)
+
+
+@main.command("service-enable")
+@click.argument("host")
+@click.option("--binary", default="novaq-compute", show_default=True)
+@json_option
+@handle_errors
+def service_enable(host: str, binary: str, as_json: bool) -> None:
+    """Enable a service again (clears the disabled reason)."""
+    render(api().enable_service(host, binary=binary), SERVICE_COLUMNS, as_json)
+
+
+@main.command("service-force-down")
+@click.argument("host")
+@click.option("--unset", is_flag=True, help="Let the host's heartbeats count again.")
+@json_option
+@handle_errors
+def service_force_down(host: str, unset: bool, as_json: bool) -> None:
+    """Mark a compute host down now (e.g. fenced) without waiting for service_down_time."""
+    render(api().force_down_service(host, forced_down=not unset), SERVICE_COLUMNS, as_json)
+
+
+# -- periodic maintenance --------------------------------------------------------------------
+
+
+@main.command("periodic-list")
+@click.option("--long", "long_", is_flag=True, help="Also say what each task does.")
+@json_option
+@handle_errors
+def periodic_list(long_: bool, as_json: bool) -> None:
+    """Each periodic task beat runs: spacing, whether enabled, and its last run per host
+    (from the database)."""
+    tasks = api().list_periodic_tasks()
+    beat = api().beat_status()
+    if as_json:
+        click.echo(json.dumps({"beat": beat, "tasks": tasks}, indent=2, default=str))
+        return
+    table = Table(
+        "task",
+        "spacing",
+        "option",
+        "enabled",
+        "host",
+        "last run (UTC)",
+        "status",
+        "runs",
+        title="Periodic tasks",
+    )
+    for task in tasks:
+        spacing = f"{task['spacing']} s" if task["enabled"] else "off"
+        if task["run_immediately"] and task["enabled"]:
+            spacing += " (now at start)"
+        enabled = "yes" if task["enabled"] else "no"
+        if task["enabled"] and task["idle_because"]:
+            enabled = f"idle: {task['idle_because']}"
+        hosts = task["runs"] or [None]
+        for index, run in enumerate(hosts):
+            first = index == 0
+            table.add_row(
+                escape(task["name"]) if first else "",
+                spacing if first else "",
+                escape(task["spacing_option"]) if first else "",
+                escape(enabled) if first else "",
+                escape(run["host"]) if run else "-",
+                _when(run),
+                escape(_status(run)),
+                str(run["run_count"]) if run else "0",
+            )
+        if long_:
+            table.add_row("", "", "", "", "", "", escape(task["doc"]), "")
+    console.print(table)
+    if beat:
+        console.print(f"beat: running ({escape(beat['holder'])}, since {beat['since']})")
+    else:
+        console.print("beat: [yellow]not running[/] (no one holds the beat lease)")
+
+
+def _when(run: dict[str, Any] | None) -> str:
+    if not run or not run["last_started_at"]:
+        return "never"
+    return str(run["last_started_at"]).replace("T", " ")[:19]
+
+
+def _status(run: dict[str, Any] | None) -> str:
+    if not run:
+        return ""
+    status = "running" if run["running"] else (run["last_status"] or "")
+    if run["last_status"] == "error" and run["last_error"]:
+        status += f": {run['last_error'][:60]}"
+    elif run["last_status"] == "skipped":
+        status += f" ({run['last_result'].get('skipped', '')})"
+    return status
+
+
+@main.command("periodic-run")
+@click.argument("name")
+@click.option("--host", help="Only this compute host (default: every up and enabled one).")
+@handle_errors
+def periodic_run(name: str, host: str | None) -> None:
+    """Send one periodic task now (by its Nova name, e.g. _sync_power_states)."""
+    ids = api().run_periodic_task(name, host=host)
+    console.print(f"sent {escape(name)}: {len(ids)} message(s)")
+
+
 @main.command("hypervisor-list")
 @json_option
 @handle_errors

@@ -52,6 +52,7 @@ def run_demo(n_hosts: int, n_servers: int, keep: bool, console: Console) -> int:
         uuids = _boot_with_progress(api, n_servers, console)
         console.print(_servers_table(api, uuids))
         console.print(_hosts_table(api, "Hosts after boot"))
+        console.print(_periodic_table(api))
         console.print(f"Flower: [link={cluster.flower_url}]{cluster.flower_url}[/link]")
         if keep:
             console.print("Cluster kept running; Ctrl-C stops it.")
@@ -151,4 +152,17 @@ def _hosts_table(api: Any, title: str) -> Table:
             f"{h['local_gb_used']}/{h['local_gb']}",
             str(h["running_vms"]),
         )
+    return table
+
+
+def _periodic_table(api: Any) -> Table:
+    """What beat has run so far, per host (``novaq periodic-list`` shows the same)."""
+    table = Table("periodic task", "spacing", "runs per host", title="Periodic maintenance")
+    for task in api.list_periodic_tasks():
+        if not task["enabled"]:
+            continue
+        done = ", ".join(
+            f"{r['host']}: {r['run_count']} ({r['last_status']})" for r in task["runs"]
+        )
+        table.add_row(task["name"], f"{task['spacing']} s", done or "not yet")
     return table
