@@ -4,7 +4,6 @@ the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU mus
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,37 +12,11 @@ from sqlalchemy import update
 
 from models import Service
 from models.db import session_scope
-from novaq.exceptions import FlavorExists
+from tests.integration.checks import assert_no_leaks, flavor, hostdevs
 from tests.integration.workers import Cluster
 from workflows import api
 
 pytestmark = pytest.mark.integration
-GPU_ALIAS = "QuadroM4000-video"
-
-
-def _flavor(name: str, vcpus: int, memory_mb: int, gpus: int = 0) -> str:
-    specs = {"pci_passthrough:alias": f"{GPU_ALIAS}:{gpus}"} if gpus else None
-    with contextlib.suppress(FlavorExists):
-        api.create_flavor(name, vcpus, memory_mb, 10, extra_specs=specs)
-    return name
-
-
-def _hostdevs(uuid: str) -> list[str]:
-    """The PCI addresses in the guest's live domain XML, as the host's libvirt has it."""
-    xml = api.diagnostics(uuid)["xml"]
-    return sorted(
-        f"{int(d, 16):04x}:{int(b, 16):02x}:{int(s, 16):02x}.{int(f, 16)}"
-        for d, b, s, f in re.findall(
-            r"<address domain='0x([0-9a-f]+)' bus='0x([0-9a-f]+)' slot='0x([0-9a-f]+)' "
-            r"function='0x([0-9a-f]+)'",
-            xml,
-        )
-    )
-
-
-def _clean_audit() -> None:
-    report = api.audit()
-    assert report["leaks"] == 0, [n["discrepancies"] for n in report["nodes"]]
 
 
 def _boot(name: str, flavor: str) -> dict[str, Any]:
@@ -67,10 +40,10 @@ def _used() -> dict[str, int]:
 
 def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]) -> None:
     idle = _used()
-    server = _boot("r1", _flavor("rs.16g", 2, 16000))
+    server = _boot("r1", flavor("rs.16g", 2, 16000))
     cleanup.append(server["uuid"])
     source = server["host"]
-    api.resize(server["uuid"], _flavor("rs.17g", 4, 17000))  # both cannot fit on one host
+    api.resize(server["uuid"], flavor("rs.17g", 4, 17000))  # both cannot fit on one host
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
     assert view["host"] != source and view["flavor"]["name"] == "rs.17g"
     assert api.diagnostics(server["uuid"])["vcpus"] == 4
@@ -83,7 +56,7 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
     used = _used()
     assert used[source] == idle[source] + 16000  # the migration holds the source
     assert used[view["host"]] == idle[view["host"]] + 17000
-    _clean_audit()
+    assert_no_leaks()
     api.confirm_resize(server["uuid"])
     view = api.wait(server["uuid"], "ACTIVE", timeout=60)
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "confirmed"
@@ -95,14 +68,14 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
         "compute_finish_resize",
         "compute_confirm_resize",
     ]
-    _clean_audit()
+    assert_no_leaks()
 
 
 def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: list[str]) -> None:
     idle = _used()
-    server = _boot("r2", _flavor("rs.16g", 2, 16000))
+    server = _boot("r2", flavor("rs.16g", 2, 16000))
     cleanup.append(server["uuid"])
-    api.resize(server["uuid"], _flavor("rs.17g", 4, 17000))
+    api.resize(server["uuid"], flavor("rs.17g", 4, 17000))
     dest = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)["host"]
     api.revert_resize(server["uuid"])
     view = api.wait(server["uuid"], "ACTIVE", timeout=60)
@@ -110,13 +83,13 @@ def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: l
     assert api.diagnostics(server["uuid"])["vcpus"] == 2
     assert _used()[dest] == idle[dest]
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "reverted"
-    _clean_audit()
+    assert_no_leaks()
 
 
 def test_same_host_resize_when_the_other_host_is_disabled(
     services: str, two_hosts: Cluster, cleanup: list[str]
 ) -> None:
-    server = _boot("r3", _flavor("rs.small", 1, 1024))
+    server = _boot("r3", flavor("rs.small", 1, 1024))
     cleanup.append(server["uuid"])
     other = "host2" if server["host"] == "host1" else "host1"
     with session_scope(services) as session:
@@ -127,11 +100,11 @@ def test_same_host_resize_when_the_other_host_is_disabled(
 
     try:
         before = used()
-        api.resize(server["uuid"], _flavor("rs.medium", 2, 2048))
+        api.resize(server["uuid"], flavor("rs.medium", 2, 2048))
         view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
         assert view["host"] == server["host"]
         assert used() == before + 2048  # old and new flavor both held during the resize
-        _clean_audit()
+        assert_no_leaks()
         api.confirm_resize(server["uuid"])
         api.wait(server["uuid"], "ACTIVE", timeout=60)
         assert api.diagnostics(server["uuid"])["memory_mb"] == 2048
@@ -139,11 +112,11 @@ def test_same_host_resize_when_the_other_host_is_disabled(
     finally:
         with session_scope(services) as session:
             session.execute(update(Service).where(Service.host == other).values(disabled=False))
-    _clean_audit()
+    assert_no_leaks()
 
 
 def test_cold_migrate_never_picks_the_current_host(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("m1", _flavor("rs.small", 1, 1024))
+    server = _boot("m1", flavor("rs.small", 1, 1024))
     cleanup.append(server["uuid"])
     api.migrate(server["uuid"])
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
@@ -151,18 +124,18 @@ def test_cold_migrate_never_picks_the_current_host(two_hosts: Cluster, cleanup: 
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["migration_type"] == "migration"
     api.confirm_resize(server["uuid"])
     api.wait(server["uuid"], "ACTIVE", timeout=60)
-    _clean_audit()
+    assert_no_leaks()
 
 
 @pytest.mark.parametrize("finish", ["confirm", "revert"])
-def test_gpu_resize_one_to_two_gives_the_guest_two_hostdevs(
+def test_gpu_resize_one_to_two_gives_the_guest_twohostdevs(
     two_hosts: Cluster, cleanup: list[str], finish: str
 ) -> None:
-    server = _boot("gpu", _flavor("rs.gpu1", 8, 8192, gpus=1))
+    server = _boot("gpu", flavor("rs.gpu1", 8, 8192, gpus=1))
     cleanup.append(server["uuid"])
     source = server["host"]
-    [old_device] = _hostdevs(server["uuid"])
-    api.resize(server["uuid"], _flavor("rs.gpu2", 16, 16384, gpus=2))
+    [old_device] = hostdevs(server["uuid"])
+    api.resize(server["uuid"], flavor("rs.gpu2", 16, 16384, gpus=2))
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
     dest = view["host"]
     dest_gpus = {
@@ -170,7 +143,7 @@ def test_gpu_resize_one_to_two_gives_the_guest_two_hostdevs(
         "host2": ["0000:09:00.0", "0000:89:00.0"],
     }[dest]
     assert dest != source
-    assert _hostdevs(server["uuid"]) == dest_gpus  # two <hostdev>, the destination's devices
+    assert hostdevs(server["uuid"]) == dest_gpus  # two <hostdev>, the destination's devices
     assert (
         sorted(
             d["address"]
@@ -179,31 +152,31 @@ def test_gpu_resize_one_to_two_gives_the_guest_two_hostdevs(
         )
         == dest_gpus
     )
-    _clean_audit()
+    assert_no_leaks()
     if finish == "confirm":
         api.confirm_resize(server["uuid"])
         view = api.wait(server["uuid"], "ACTIVE", timeout=60)
-        assert _hostdevs(server["uuid"]) == dest_gpus
+        assert hostdevs(server["uuid"]) == dest_gpus
         assert [d["address"] for d in view["pci_devices"]] == dest_gpus  # old one freed
     else:
         api.revert_resize(server["uuid"])
         view = api.wait(server["uuid"], "ACTIVE", timeout=60)
         assert view["host"] == source
-        assert _hostdevs(server["uuid"]) == [old_device]
+        assert hostdevs(server["uuid"]) == [old_device]
         assert [d["address"] for d in view["pci_devices"]] == [old_device]
-    _clean_audit()
+    assert_no_leaks()
 
 
 def test_gpu_resize_two_to_one(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("gpu2", _flavor("rs.gpu2", 16, 16384, gpus=2))
+    server = _boot("gpu2", flavor("rs.gpu2", 16, 16384, gpus=2))
     cleanup.append(server["uuid"])
-    api.resize(server["uuid"], _flavor("rs.gpu1", 8, 8192, gpus=1))
+    api.resize(server["uuid"], flavor("rs.gpu1", 8, 8192, gpus=1))
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
-    assert len(_hostdevs(server["uuid"])) == 1
+    assert len(hostdevs(server["uuid"])) == 1
     api.confirm_resize(server["uuid"])
     view = api.wait(server["uuid"], "ACTIVE", timeout=60)
     assert len(view["pci_devices"]) == 1
-    _clean_audit()
+    assert_no_leaks()
 
 
 def _node_id(host: str) -> int:
@@ -217,9 +190,9 @@ def _node_id(host: str) -> int:
 def test_resize_to_a_flavor_no_host_can_take_leaves_the_server_active(
     two_hosts: Cluster, cleanup: list[str]
 ) -> None:
-    server = _boot("r4", _flavor("rs.small", 1, 1024))
+    server = _boot("r4", flavor("rs.small", 1, 1024))
     cleanup.append(server["uuid"])
-    api.resize(server["uuid"], _flavor("rs.huge", 2, 10**6))
+    api.resize(server["uuid"], flavor("rs.huge", 2, 10**6))
     deadline_view = None
     for _ in range(100):
         deadline_view = api.show(server["uuid"])
@@ -238,4 +211,4 @@ def test_resize_to_a_flavor_no_host_can_take_leaves_the_server_active(
         ("conductor_migrate_server", "Error")
     ]
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "error"
-    _clean_audit()
+    assert_no_leaks()

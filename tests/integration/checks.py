@@ -1,0 +1,58 @@
+"""Checks the integration tests share: the guest's PCI devices as libvirt has them, the
+GPU flavors, and the accounting audit reported as its leaks only."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from novaq.exceptions import FlavorExists
+from workflows import api
+
+GPU_ALIAS = "QuadroM4000-video"
+_PCI_ADDRESS = re.compile(
+    r"<address domain='0x([0-9a-f]+)' bus='0x([0-9a-f]+)' slot='0x([0-9a-f]+)' "
+    r"function='0x([0-9a-f]+)'"
+)
+
+
+def flavor(name: str, vcpus: int, memory_mb: int, gpus: int = 0) -> str:
+    """Create the flavor once (10 GB root disk, ``gpus`` passthrough GPUs) and name it."""
+    specs = {"pci_passthrough:alias": f"{GPU_ALIAS}:{gpus}"} if gpus else None
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor(name, vcpus, memory_mb, 10, extra_specs=specs)
+    return name
+
+
+def hostdevs(uuid: str) -> list[str]:
+    """The PCI addresses in the guest's live domain XML, as the host's libvirt has it."""
+    xml = api.diagnostics(uuid)["xml"]
+    return sorted(
+        f"{int(d, 16):04x}:{int(b, 16):02x}:{int(s, 16):02x}.{int(f, 16)}"
+        for d, b, s, f in _PCI_ADDRESS.findall(xml)
+    )
+
+
+def leaks(report: dict[str, Any], hosts: Iterable[str] | None = None) -> list[str]:
+    """The audit's leak findings, one line each, on ``hosts`` (all nodes when None).
+
+    Only leaks: a warning such as a stopped host's missing hypervisor view is not an
+    accounting error, and the full report is too long for an assertion message to show.
+    """
+    wanted = set(hosts) if hosts is not None else None
+    return [
+        f"{node['host']}: {f['kind']} {f['consumer']}: {f['detail']}"
+        for node in report["nodes"]
+        if wanted is None or node["host"] in wanted
+        for f in node["discrepancies"]
+        if f["severity"] == "leak"
+    ]
+
+
+def assert_no_leaks(hosts: Iterable[str] = ("host1", "host2")) -> None:
+    """The audit finds no accounting error on the test's own hosts (other tests' hosts,
+    stopped by now, are not this test's business)."""
+    found = leaks(api.audit(), hosts)
+    assert found == [], found
