@@ -37,6 +37,12 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=500)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--down-seconds",
+        type=float,
+        default=0.5,
+        help="how long a killed worker stays dead (over 6 s: the API deletes locally)",
+    )
     args = parser.parse_args()
 
     import redis
@@ -72,6 +78,7 @@ def main() -> int:
             kills=args.kills,
             seed=args.seed,
             settle_timeout_s=300,
+            down_s=args.down_seconds,
         )
     finally:
         if cluster is not None:

@@ -50,7 +50,10 @@ def run_soak(
     kills: int,
     seed: int = 7,
     settle_timeout_s: float = 120.0,
+    down_s: float = 0.5,
 ) -> SoakReport:
+    """``down_s``: how long the victim stays dead. Past ``service_down_time`` the API
+    deletes its servers locally meanwhile, and its restart meets their guests."""
     rng = random.Random(seed)
     report = SoakReport()
     ensure_flavors(api)
@@ -67,7 +70,7 @@ def run_soak(
             every.extend(burst)
             report.operations["boot"] += len(burst)
             time.sleep(rng.uniform(0.0, 0.08))
-            _kill_and_restart(cluster, victim)
+            _kill_and_restart(cluster, victim, down_s)
             report.kills += 1
         _resolve_one(api, resizing, rng, report)
         roll = rng.random()
@@ -146,10 +149,10 @@ def _resolve_one(
         time.sleep(0.2)
 
 
-def _kill_and_restart(cluster: Cluster, victim: str) -> None:
+def _kill_and_restart(cluster: Cluster, victim: str, down_s: float) -> None:
     worker = cluster.workers[victim]
     worker.stop(signal.SIGKILL)
-    time.sleep(0.5)
+    time.sleep(down_s)
     worker.start()
     cluster.wait_ready({f"compute@{victim}"})
 
