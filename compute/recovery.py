@@ -88,7 +88,7 @@ from compute.lifecycle import guest_power_state
 from compute.moves import active_migration
 from compute.pci import held_devices
 from compute.periodic import PeriodicContext
-from compute.periodic.power_sync import cleanup_running_deleted_instances
+from compute.periodic.running_deleted import cleanup_running_deleted_instances
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope

@@ -220,7 +220,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     ),
     PeriodicTask(
         "_cleanup_running_deleted_instances",
-        "compute.periodic.power_sync:cleanup_running_deleted_instances",
+        "compute.periodic.running_deleted:cleanup_running_deleted_instances",
         "compute",
         "running_deleted_instance_poll_interval",
         _option("running_deleted_instance_poll_interval"),

@@ -6,12 +6,13 @@ import uuid as uuid_module
 from typing import Any
 
 from sqlalchemy import delete
+from sqlalchemy.orm import Session
 
 from compute.claims import write_usage
 from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, register_service
 from compute.states import TaskState, VmState
-from models import Base, ComputeNode, Instance
+from models import Base, ComputeNode, Instance, Migration
 from models.db import session_scope
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
@@ -133,6 +134,64 @@ def make_instance(db_url: str, flavor: dict[str, Any] | None = None, **overrides
         values.update(overrides)
         session.add(Instance(**values))
         start_action(session, uuid, "create", request_id)
+    return uuid
+
+
+def add_migration(session: Session, instance_uuid: str, **overrides: Any) -> str:
+    """A resize of ``instance_uuid`` from host1 as api.resize writes it: pre-migrating, no
+    destination picked yet. A node not given is its host's (``source_compute``,
+    ``dest_compute``); pass ``None`` for no node."""
+    uuid = overrides.pop("uuid", str(uuid_module.uuid4()))
+    values: dict[str, Any] = dict(
+        uuid=uuid,
+        instance_uuid=instance_uuid,
+        migration_type="resize",
+        status="pre-migrating",
+        source_compute="host1",
+        dest_compute=None,
+    )
+    values.update(overrides)
+    values.setdefault("source_node", values["source_compute"])
+    values.setdefault("dest_node", values["dest_compute"])
+    session.add(Migration(**values))
+    return uuid
+
+
+def make_migration(db_url: str, instance_uuid: str, **overrides: Any) -> str:
+    """``add_migration`` in a transaction of its own."""
+    with session_scope(db_url) as session:
+        return add_migration(session, instance_uuid, **overrides)
+
+
+def request_resize(
+    db_url: str,
+    instance_uuid: str,
+    old_flavor: dict[str, Any],
+    new_flavor: dict[str, Any],
+    source: str,
+    request_id: str = "req-test",
+    **overrides: Any,
+) -> str:
+    """A resize of an instance on ``source`` as api.resize requests it (its migration and
+    resize action) and the scheduler then places it (a destination other than ``source``
+    picked and claimed). Returns the migration's uuid."""
+    from compute.instance_actions import start_action
+    from scheduler.manager import MoveScheduler, Scheduler
+
+    with session_scope(db_url) as session:
+        uuid = add_migration(
+            session,
+            instance_uuid,
+            source_compute=source,
+            old_flavor=old_flavor,
+            new_flavor=new_flavor,
+            request_id=request_id,
+            context={"request_spec": {"flavor": old_flavor}},
+            **overrides,
+        )
+        start_action(session, instance_uuid, "resize", request_id)
+    spec = spec_for(instance_uuid, new_flavor, ignore_hosts=(source,))
+    MoveScheduler(Scheduler(make_settings())).select(db_url, spec, uuid)
     return uuid
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid as uuid_module
 from typing import Any
 
 import pytest
@@ -13,14 +12,12 @@ from compute.instance_state import get_instance
 from models import Migration
 from models.db import session_scope
 from novaq.exceptions import HypervisorError
-from scheduler.manager import MoveScheduler, Scheduler
 from tests.factories import (
     flavor_dict,
     host_resources,
     make_compute_node,
     make_instance,
-    make_settings,
-    spec_for,
+    request_resize,
 )
 from virt.driver import GuestSpec
 from virt.fake import FakeDriver
@@ -42,27 +39,7 @@ def _setup(db_url: str, vm_state: str = "active") -> tuple[str, str, dict[str, F
     )
     claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(OLD))
     drivers["src"].spawn(GuestSpec(uuid=uuid, name="i", vcpus=1, memory_mb=1024, root_gb=1))
-    migration_uuid = str(uuid_module.uuid4())
-    with session_scope(db_url) as session:
-        session.add(
-            Migration(
-                uuid=migration_uuid,
-                instance_uuid=uuid,
-                migration_type="resize",
-                status="pre-migrating",
-                source_compute="src",
-                source_node="src",
-                old_flavor=OLD,
-                new_flavor=NEW,
-                request_id="req-test",
-                context={"request_spec": {"flavor": OLD}},
-            )
-        )
-        from compute.instance_actions import start_action
-
-        start_action(session, uuid, "resize", "req-test")
-    spec = spec_for(uuid, NEW, ignore_hosts=("src",))
-    MoveScheduler(Scheduler(make_settings())).select(db_url, spec, migration_uuid)
+    migration_uuid = request_resize(db_url, uuid, OLD, NEW, "src", "req-test")
     return uuid, migration_uuid, drivers
 
 

@@ -20,14 +20,13 @@ from compute.instance_state import get_instance
 from compute.recovery import INIT_HOST_EVENT, recover_host
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope
-from scheduler.manager import MoveScheduler, Scheduler
 from tests.factories import (
     flavor_dict,
     host_resources,
     make_compute_node,
     make_instance,
     make_settings,
-    spec_for,
+    request_resize,
 )
 from virt import power_state
 from virt.driver import GuestSpec
@@ -336,24 +335,7 @@ def _move(db_url: str, task_state: str, status: str | None) -> tuple[str, str, d
     drivers["src"].spawn(GuestSpec(uuid=uuid, name="i", vcpus=1, memory_mb=512, root_gb=1))
     migration_uuid = str(uuid_module.uuid4())
     if status is not None:
-        with session_scope(db_url) as session:
-            session.add(
-                Migration(
-                    uuid=migration_uuid,
-                    instance_uuid=uuid,
-                    migration_type="resize",
-                    status="pre-migrating",
-                    source_compute="src",
-                    source_node="src",
-                    old_flavor=OLD,
-                    new_flavor=NEW,
-                    request_id="req-resize",
-                    context={"request_spec": {"flavor": OLD}},
-                )
-            )
-            start_action(session, uuid, "resize", "req-resize")
-        spec = spec_for(uuid, NEW, ignore_hosts=("src",))
-        MoveScheduler(Scheduler(make_settings())).select(db_url, spec, migration_uuid)
+        request_resize(db_url, uuid, OLD, NEW, "src", "req-resize", uuid=migration_uuid)
         with session_scope(db_url) as session:
             session.query(Migration).filter_by(uuid=migration_uuid).update({"status": status})
     with session_scope(db_url) as session:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-import uuid as uuid_module
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from models.db import session_scope
 from novaq.exceptions import FlavorExists
 from novaq.settings import get_settings
 from tasks import context
-from tests.factories import make_compute_node, make_instance
+from tests.factories import make_compute_node, make_instance, make_migration
 from tests.unit.workflows.servers import boot_active, delete_and_wait, periodic_context
 from workflows import api
 
@@ -158,18 +157,16 @@ def test_a_request_the_api_refuses_is_logged_and_left_for_the_next_run(db_url: s
         launched_at=old,
         system_metadata=locked,
     )
-    with session_scope(db_url) as session:
-        session.add(
-            Migration(
-                uuid=str(uuid_module.uuid4()),
-                instance_uuid=resized,
-                migration_type="resize",
-                status="finished",
-                source_compute="host1",
-                dest_compute="host1",
-                updated_at=old,
-            )
-        )
+    make_migration(
+        db_url,
+        resized,
+        status="finished",
+        source_compute="host1",
+        source_node=None,
+        dest_compute="host1",
+        dest_node=None,
+        updated_at=old,
+    )
     ctx = periodic_context(db_url, rescue_timeout=THRESHOLD, resize_confirm_window=THRESHOLD)
     assert passes.poll_rescued_instances(ctx) == {"unrescued": [], "failed": [rescued]}
     [migration] = passes.poll_unconfirmed_resizes(ctx)["failed"]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import uuid as uuid_module
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_
 from compute.soft_delete import soft_delete_instance
 from models import Migration
 from models.db import session_scope
-from tests.factories import make_compute_node, make_instance, make_settings
+from tests.factories import make_compute_node, make_instance, make_migration, make_settings
 from tests.undeletable import release, undeletable
 from virt.host_profile import HostProfile
 from virt.simulated import SimulatedHostDriver
@@ -173,21 +172,9 @@ def test_soft_deleted_servers_and_other_hosts_deleted_servers_are_left_alone(
 
 
 def _migration(db_url: str, instance_uuid: str, source: str, dest: str, status: str) -> str:
-    uuid = str(uuid_module.uuid4())
-    with session_scope(db_url) as session:
-        session.add(
-            Migration(
-                uuid=uuid,
-                instance_uuid=instance_uuid,
-                migration_type="resize",
-                status=status,
-                source_compute=source,
-                source_node=source,
-                dest_compute=dest,
-                dest_node=dest,
-            )
-        )
-    return uuid
+    return make_migration(
+        db_url, instance_uuid, status=status, source_compute=source, dest_compute=dest
+    )
 
 
 def _status(db_url: str, migration_uuid: str) -> str:

@@ -4,7 +4,6 @@ says the guest is attached to. Real SQLite rows and a simulated ``test:///`` hos
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +19,9 @@ from models.db import session_scope
 from tests.factories import flavor_dict, host_resources, make_instance, make_settings
 from virt.driver import ComputeDriver
 from virt.fake import FakeDriver
-from virt.host_profile import default_profiles
 from virt.simulated import SimulatedHostDriver
 
 GPU = "0000:08:00.0"
-
-
-@pytest.fixture
-def hypervisor(tmp_path: Path) -> Iterator[SimulatedHostDriver]:
-    """host1 as a worker runs it: a simulated host (two GPUs) on libvirt's test driver."""
-    driver = SimulatedHostDriver(
-        default_profiles(1)[0], tmp_path / "hosts" / "host1", instances_path=tmp_path / "inst"
-    )
-    driver.init_host("host1")
-    yield driver
-    driver.close()
 
 
 def _ctx(db_url: str, driver: ComputeDriver) -> PeriodicContext:

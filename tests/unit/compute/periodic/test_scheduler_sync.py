@@ -15,9 +15,9 @@ from sqlalchemy import select
 
 from compute.periodic import PeriodicContext
 from compute.periodic.scheduler_sync import sync_scheduler_instance_info
-from models import Instance, Migration
+from models import Instance
 from models.db import session_scope
-from tests.factories import make_compute_node, make_instance, make_settings
+from tests.factories import make_compute_node, make_instance, make_migration, make_settings
 from virt.driver import GuestSpec
 from virt.host_profile import default_profiles
 from virt.simulated import SimulatedHostDriver
@@ -144,19 +144,7 @@ def test_the_source_guest_of_a_move_in_flight_is_not_reported(
     # its old guest stays (powered off) on host1 until confirm or revert.
     uuid = _guest(host, _instance(db_url, vm_state="resized", host="host2", node="host2"))
     host.power_off(uuid)
-    with session_scope(db_url) as session:
-        session.add(
-            Migration(
-                uuid=str(uuid_module.uuid4()),
-                instance_uuid=uuid,
-                migration_type="resize",
-                status="finished",
-                source_compute="host1",
-                source_node="host1",
-                dest_compute="host2",
-                dest_node="host2",
-            )
-        )
+    make_migration(db_url, uuid, status="finished", source_compute="host1", dest_compute="host2")
 
     result = sync_scheduler_instance_info(_ctx(db_url, host))
 

@@ -5,7 +5,6 @@ shrunk to seconds and timestamps set that far in the past."""
 from __future__ import annotations
 
 import datetime as dt
-import uuid as uuid_module
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from compute.periodic import PeriodicContext
 from compute.periodic import timeouts as passes
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope
-from tests.factories import make_compute_node, make_instance, make_settings
+from tests.factories import make_compute_node, make_instance, make_migration, make_settings
 from virt import power_state
 from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
@@ -259,22 +258,14 @@ def test_a_shelved_offload_time_of_zero_or_less_offloads_nothing(
 
 
 def _migration(db_url: str, instance_uuid: str, dest: str = "host1", age: int = LONG_AGO) -> str:
-    uuid = str(uuid_module.uuid4())
-    with session_scope(db_url) as session:
-        session.add(
-            Migration(
-                uuid=uuid,
-                instance_uuid=instance_uuid,
-                migration_type="resize",
-                status="finished",
-                source_compute="host2",
-                source_node="host2",
-                dest_compute=dest,
-                dest_node=dest,
-                updated_at=_ago(age),
-            )
-        )
-    return uuid
+    return make_migration(
+        db_url,
+        instance_uuid,
+        status="finished",
+        source_compute="host2",
+        dest_compute=dest,
+        updated_at=_ago(age),
+    )
 
 
 def _status(db_url: str, migration_uuid: str) -> str:

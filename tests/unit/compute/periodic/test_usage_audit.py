@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,17 +22,9 @@ from models import TaskLog
 from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tests.factories import make_instance, make_settings
+from tests.unit.compute.periodic.conftest import Sent
 
 D = dt.datetime
-Sent = list[tuple[dict[str, Any], str]]
-
-
-@pytest.fixture
-def sent() -> Iterator[Sent]:
-    messages: Sent = []
-    notifications.install(lambda message, priority: messages.append((message, priority)))
-    yield messages
-    notifications.install(None)
 
 
 def _ctx(db_url: str, period: str = "month") -> PeriodicContext:

@@ -5,14 +5,11 @@ counters that grow with time); exact arithmetic on the in-memory FakeDriver."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from compute import notifications
 from compute.build import guest_spec
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
@@ -21,32 +18,12 @@ from models import VolumeUsage, utcnow
 from models.db import session_scope
 from novaq.exceptions import DomainNotFound
 from tests.factories import flavor_dict, host_resources, make_instance, make_settings
+from tests.unit.compute.periodic.conftest import Sent
 from virt.driver import ComputeDriver
 from virt.fake import FakeDriver
-from virt.host_profile import default_profiles
 from virt.simulated import SimulatedHostDriver
 
-Sent = list[tuple[dict[str, Any], str]]
 FLAVOR = flavor_dict(ephemeral_gb=1, swap=64)  # three disks: vda, vdb, vdc
-
-
-@pytest.fixture
-def hypervisor(tmp_path: Path) -> Iterator[SimulatedHostDriver]:
-    """host1 as a worker runs it: a simulated host on libvirt's test driver."""
-    driver = SimulatedHostDriver(
-        default_profiles(1)[0], tmp_path / "hosts" / "host1", instances_path=tmp_path / "inst"
-    )
-    driver.init_host("host1")
-    yield driver
-    driver.close()
-
-
-@pytest.fixture
-def sent() -> Iterator[Sent]:
-    messages: Sent = []
-    notifications.install(lambda message, priority: messages.append((message, priority)))
-    yield messages
-    notifications.install(None)
 
 
 def _ctx(db_url: str, driver: ComputeDriver) -> PeriodicContext:
