@@ -148,7 +148,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     ),
     PeriodicTask(
         "_poll_unconfirmed_resizes",
-        "compute.periodic.timeouts:poll_unconfirmed_resizes",
+        "compute.periodic.resize_confirm:poll_unconfirmed_resizes",
         "compute",
         None,
         _default,
@@ -159,7 +159,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     ),
     PeriodicTask(
         "_poll_shelved_instances",
-        "compute.periodic.timeouts:poll_shelved_instances",
+        "compute.periodic.deferred:poll_shelved_instances",
         "compute",
         "shelved_poll_interval",
         _option("shelved_poll_interval"),
@@ -201,7 +201,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     ),
     PeriodicTask(
         "_reclaim_queued_deletes",
-        "compute.periodic.timeouts:reclaim_queued_deletes",
+        "compute.periodic.deferred:reclaim_queued_deletes",
         "compute",
         None,
         _default,

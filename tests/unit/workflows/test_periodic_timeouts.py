@@ -1,7 +1,8 @@
-"""The threshold passes of ``compute.periodic.timeouts`` on servers booted through the API
-and a real in-thread worker (libvirt test:///): the pass is called as the periodic task
-calls it, with its threshold shrunk, after the server's timestamp is moved that far back;
-what it asks of the API then runs through the worker."""
+"""The threshold passes (``compute.periodic.timeouts``, ``resize_confirm``, ``deferred``)
+on servers booted through the API and a real in-thread worker (libvirt test:///): the
+pass is called as the periodic task calls it, with its threshold shrunk, after the
+server's timestamp is moved that far back; what it asks of the API then runs through the
+worker."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sqlalchemy import update
 
 from compute.claims import consumer_allocations
 from compute.instance_state import cas_update, get_instance
-from compute.periodic import timeouts as passes
+from compute.periodic import deferred, resize_confirm, timeouts
 from models import Migration, utcnow
 from models.db import session_scope
 from novaq.exceptions import FlavorExists
@@ -62,7 +63,7 @@ def test_an_unconfirmed_resize_past_resize_confirm_window_is_confirmed(
     assert _held(db_url, migration["uuid"]) != {}  # the migration holds the source
     ctx = periodic_context(db_url, resize_confirm_window=THRESHOLD)
 
-    assert passes.poll_unconfirmed_resizes(ctx)["confirming"] == []  # not yet past
+    assert resize_confirm.poll_unconfirmed_resizes(ctx)["confirming"] == []  # not yet past
     assert api.show(uuid)["status"] == "VERIFY_RESIZE"
 
     with session_scope(db_url) as session:
@@ -71,7 +72,7 @@ def test_an_unconfirmed_resize_past_resize_confirm_window_is_confirmed(
             .where(Migration.uuid == migration["uuid"])
             .values(updated_at=utcnow() - LONG_AGO)
         )
-    summary = passes.poll_unconfirmed_resizes(ctx)
+    summary = resize_confirm.poll_unconfirmed_resizes(ctx)
     assert summary == {
         "confirming": [migration["uuid"]],
         "skipped": [],
@@ -95,12 +96,12 @@ def test_a_server_rescued_past_rescue_timeout_is_unrescued_through_the_api(
     api.wait(uuid, "RESCUE", timeout=30)
     ctx = periodic_context(db_url, rescue_timeout=THRESHOLD)
 
-    assert passes.poll_rescued_instances(ctx)["unrescued"] == []  # rescued just now
+    assert timeouts.poll_rescued_instances(ctx)["unrescued"] == []  # rescued just now
     assert api.show(uuid)["status"] == "RESCUE"
 
     with session_scope(db_url) as session:
         cas_update(session, uuid, launched_at=utcnow() - LONG_AGO)
-    assert passes.poll_rescued_instances(ctx) == {"unrescued": [uuid], "failed": []}
+    assert timeouts.poll_rescued_instances(ctx) == {"unrescued": [uuid], "failed": []}
     view = api.wait(uuid, "ACTIVE", timeout=30)
     assert view["fault"] is None
     assert api.diagnostics(uuid)["power_state"] == 1
@@ -119,14 +120,14 @@ def test_a_server_shelved_past_shelved_offload_time_is_offloaded(
     assert _held(db_url, uuid) != {}
     ctx = periodic_context(db_url, shelved_offload_time=THRESHOLD)
 
-    assert passes.poll_shelved_instances(ctx)["offloaded"] == []  # shelved just now
+    assert deferred.poll_shelved_instances(ctx)["offloaded"] == []  # shelved just now
 
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         shelved_at = dt.datetime.fromisoformat(instance.system_metadata["shelved_at"])
         meta = {**instance.system_metadata, "shelved_at": (shelved_at - LONG_AGO).isoformat()}
         instance.system_metadata = meta
-    assert passes.poll_shelved_instances(ctx) == {"offloaded": [uuid], "failed": []}
+    assert deferred.poll_shelved_instances(ctx) == {"offloaded": [uuid], "failed": []}
     view = api.show(uuid)
     assert (view["status"], view["task_state"], view["host"]) == ("SHELVED_OFFLOADED", None, None)
     assert _held(db_url, uuid) == {}
@@ -168,8 +169,8 @@ def test_a_request_the_api_refuses_is_logged_and_left_for_the_next_run(db_url: s
         updated_at=old,
     )
     ctx = periodic_context(db_url, rescue_timeout=THRESHOLD, resize_confirm_window=THRESHOLD)
-    assert passes.poll_rescued_instances(ctx) == {"unrescued": [], "failed": [rescued]}
-    [migration] = passes.poll_unconfirmed_resizes(ctx)["failed"]
+    assert timeouts.poll_rescued_instances(ctx) == {"unrescued": [], "failed": [rescued]}
+    [migration] = resize_confirm.poll_unconfirmed_resizes(ctx)["failed"]
     assert api.list_migrations(instance_uuid=resized)[0]["status"] == "finished"
     assert api.list_migrations(instance_uuid=resized)[0]["uuid"] == migration
     for uuid, status in ((rescued, "RESCUE"), (busy, "RESCUE"), (resized, "VERIFY_RESIZE")):
@@ -189,7 +190,7 @@ def test_a_stuck_reboot_of_a_booted_server_is_finished(db_url: str, worker: None
             updated_at=utcnow() - LONG_AGO,
         )
     assert api.show(uuid)["status"] == "REBOOT"
-    result = passes.poll_rebooting_instances(periodic_context(db_url, reboot_timeout=THRESHOLD))
+    result = timeouts.poll_rebooting_instances(periodic_context(db_url, reboot_timeout=THRESHOLD))
     assert result == {"finished": [uuid], "rebooted_hard": [], "failed": []}
     view = api.show(uuid)
     assert (view["status"], view["task_state"]) == ("ACTIVE", None)
@@ -208,11 +209,11 @@ def test_a_server_soft_deleted_past_reclaim_instance_interval_is_reclaimed(
     api.wait(uuid, "SOFT_DELETED", timeout=30)
     ctx = periodic_context(db_url, reclaim_instance_interval=THRESHOLD)
 
-    assert passes.reclaim_queued_deletes(ctx) == {"reclaimed": []}  # deleted just now
+    assert deferred.reclaim_queued_deletes(ctx) == {"reclaimed": []}  # deleted just now
 
     with session_scope(db_url) as session:
         cas_update(session, uuid, deleted_at=utcnow() - LONG_AGO)
-    assert passes.reclaim_queued_deletes(ctx) == {"reclaimed": [uuid]}
+    assert deferred.reclaim_queued_deletes(ctx) == {"reclaimed": [uuid]}
     assert api.show(uuid)["status"] == "DELETED"
     assert _held(db_url, uuid) == {}
     assert not context.driver().instance_exists(uuid)

@@ -1,6 +1,7 @@
-"""The threshold passes of ``compute.periodic.timeouts`` that need only the database and
-the hypervisor: real SQLite rows, a fresh libvirt ``test:///`` node per test, thresholds
-shrunk to seconds and timestamps set that far in the past."""
+"""The threshold passes (``compute.periodic.timeouts``, ``resize_confirm``, ``deferred``)
+that need only the database and the hypervisor: real SQLite rows, a fresh libvirt
+``test:///`` node per test, thresholds shrunk to seconds and timestamps set that far in
+the past."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from sqlalchemy import select
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
-from compute.periodic import PeriodicContext
-from compute.periodic import timeouts as passes
+from compute.periodic import PeriodicContext, deferred, resize_confirm, timeouts
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope
 from tests.factories import make_compute_node, make_instance, make_migration, make_settings
@@ -108,15 +108,15 @@ def test_a_build_stuck_past_instance_build_timeout_goes_to_error_and_frees_its_c
     if task_state == "spawning":
         _guest(hypervisor, uuid)  # the hung spawn's half-built guest
     ctx = _ctx(db_url, hypervisor, instance_build_timeout=THRESHOLD)
-    assert passes.check_instance_build_time(ctx) == {"errored": [uuid], "failed": []}
+    assert timeouts.check_instance_build_time(ctx) == {"errored": [uuid], "failed": []}
     assert _state(db_url, uuid) == ("error", None, None)
     assert _held(db_url, uuid) == {}
     assert not hypervisor.instance_exists(uuid)
     with session_scope(db_url) as session:
         fault = latest_fault(session, uuid)
         assert fault is not None and "timed out" in fault.message
-    assert _events(db_url, uuid, "create") == [(passes.BUILD_TIMEOUT_EVENT, "Error")]
-    assert passes.check_instance_build_time(ctx)["errored"] == []  # idempotent
+    assert _events(db_url, uuid, "create") == [(timeouts.BUILD_TIMEOUT_EVENT, "Error")]
+    assert timeouts.check_instance_build_time(ctx)["errored"] == []  # idempotent
 
 
 def test_builds_younger_than_the_timeout_or_on_another_host_are_left_building(
@@ -128,7 +128,7 @@ def test_builds_younger_than_the_timeout_or_on_another_host_are_left_building(
         db_url, None, task_state="spawning", host="host2", node="host2", created_at=_ago(LONG_AGO)
     )
     ctx = _ctx(db_url, hypervisor, instance_build_timeout=THRESHOLD)
-    assert passes.check_instance_build_time(ctx)["errored"] == []
+    assert timeouts.check_instance_build_time(ctx)["errored"] == []
     assert _state(db_url, young) == ("building", "spawning", "host1")
     assert _state(db_url, elsewhere) == ("building", "spawning", "host2")
     assert _held(db_url, young) != {} and hypervisor.instance_exists(young)
@@ -147,10 +147,10 @@ def test_a_stuck_soft_reboot_of_a_running_guest_is_finished_active(
 ) -> None:
     uuid = _stuck_reboot(db_url, node_id, "reboot_started")
     _guest(hypervisor, uuid)
-    result = passes.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
+    result = timeouts.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
     assert result == {"finished": [uuid], "rebooted_hard": [], "failed": []}
     assert _state(db_url, uuid) == ("active", None, "host1")
-    assert _events(db_url, uuid, "reboot") == [(passes.REBOOT_POLL_EVENT, "Success")]
+    assert _events(db_url, uuid, "reboot") == [(timeouts.REBOOT_POLL_EVENT, "Success")]
 
 
 def test_a_stuck_soft_reboot_of_a_guest_that_is_off_is_rebooted_hard(
@@ -158,12 +158,12 @@ def test_a_stuck_soft_reboot_of_a_guest_that_is_off_is_rebooted_hard(
 ) -> None:
     uuid = _stuck_reboot(db_url, node_id, "rebooting")
     _guest(hypervisor, uuid, running=False)
-    result = passes.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
+    result = timeouts.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
     assert result == {"finished": [], "rebooted_hard": [uuid], "failed": []}
     assert _state(db_url, uuid) == ("active", None, "host1")
     assert hypervisor.get_info(uuid).power_state == power_state.RUNNING
     assert _events(db_url, uuid, "reboot") == [
-        (passes.REBOOT_POLL_EVENT, "Success"),
+        (timeouts.REBOOT_POLL_EVENT, "Success"),
         ("compute_reboot_instance", "Success"),
     ]
 
@@ -172,7 +172,7 @@ def test_a_stuck_reboot_whose_guest_is_gone_ends_in_error_with_a_fault(
     db_url: str, node_id: int, hypervisor: LibvirtDriver
 ) -> None:
     uuid = _stuck_reboot(db_url, node_id, "reboot_pending")
-    result = passes.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
+    result = timeouts.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
     assert result == {"finished": [], "rebooted_hard": [], "failed": [uuid]}
     assert _state(db_url, uuid) == ("error", None, "host1")
     with session_scope(db_url) as session:
@@ -187,7 +187,7 @@ def test_reboots_within_the_timeout_hard_reboots_and_other_hosts_are_untouched(
     elsewhere = _stuck_reboot(db_url, None, "rebooting", host="host2", node="host2")
     for uuid in (recent, hard):
         _guest(hypervisor, uuid, running=False)
-    result = passes.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
+    result = timeouts.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
     assert result == {"finished": [], "rebooted_hard": [], "failed": []}
     assert _state(db_url, recent) == ("active", "reboot_started", "host1")
     assert _state(db_url, hard) == ("active", "reboot_started_hard", "host1")
@@ -210,7 +210,7 @@ def test_a_server_shelved_past_shelved_offload_time_is_offloaded(
     uuid = _shelved(db_url, node_id, _ago(LONG_AGO))
     _guest(hypervisor, uuid, running=False)  # shelve powered it off and kept it
     ctx = _ctx(db_url, hypervisor, shelved_offload_time=THRESHOLD)
-    assert passes.poll_shelved_instances(ctx) == {"offloaded": [uuid], "failed": []}
+    assert deferred.poll_shelved_instances(ctx) == {"offloaded": [uuid], "failed": []}
     assert _state(db_url, uuid) == ("shelved_offloaded", None, None)
     assert _held(db_url, uuid) == {}
     assert not hypervisor.instance_exists(uuid)
@@ -224,7 +224,7 @@ def test_a_locked_shelved_server_is_offloaded_too_as_nova_does(
     uuid = _shelved(db_url, node_id, _ago(LONG_AGO), system_metadata=meta)
     _guest(hypervisor, uuid, running=False)
     ctx = _ctx(db_url, hypervisor, shelved_offload_time=THRESHOLD)
-    assert passes.poll_shelved_instances(ctx)["offloaded"] == [uuid]
+    assert deferred.poll_shelved_instances(ctx)["offloaded"] == [uuid]
     assert _state(db_url, uuid) == ("shelved_offloaded", None, None)
 
 
@@ -239,7 +239,7 @@ def test_shelved_servers_not_yet_due_busy_unreadable_or_elsewhere_are_kept(
     ]
     before = [_state(db_url, uuid) for uuid in kept]
     ctx = _ctx(db_url, hypervisor, shelved_offload_time=THRESHOLD)
-    assert passes.poll_shelved_instances(ctx) == {"offloaded": [], "failed": []}
+    assert deferred.poll_shelved_instances(ctx) == {"offloaded": [], "failed": []}
     assert [_state(db_url, uuid) for uuid in kept] == before
     assert _held(db_url, kept[0]) != {}
 
@@ -250,7 +250,7 @@ def test_a_shelved_offload_time_of_zero_or_less_offloads_nothing(
     uuid = _shelved(db_url, node_id, _ago(LONG_AGO))
     for value in (0, -1):
         ctx = _ctx(db_url, hypervisor, shelved_offload_time=value)
-        assert passes.poll_shelved_instances(ctx)["offloaded"] == []
+        assert deferred.poll_shelved_instances(ctx)["offloaded"] == []
     assert _state(db_url, uuid) == ("shelved", None, "host1")
 
 
@@ -293,7 +293,7 @@ def test_a_resize_past_the_window_that_cannot_be_confirmed_errors_its_migration(
         with session_scope(db_url) as session:
             get_instance(session, uuid).deleted = 1
     ctx = _ctx(db_url, hypervisor, resize_confirm_window=THRESHOLD)
-    summary = passes.poll_unconfirmed_resizes(ctx)
+    summary = resize_confirm.poll_unconfirmed_resizes(ctx)
     assert summary == {"confirming": [], "skipped": [], "errored": [migration], "failed": []}
     assert _status(db_url, migration) == "error"
     # Only a migration whose server is gone gives back what it held.
@@ -307,7 +307,7 @@ def test_a_resize_being_deleted_or_still_finishing_is_skipped(
     uuid = _server(db_url, node_id, "resize", vm_state="resized", task_state=task_state)
     migration = _migration(db_url, uuid)
     ctx = _ctx(db_url, hypervisor, resize_confirm_window=THRESHOLD)
-    assert passes.poll_unconfirmed_resizes(ctx)["skipped"] == [migration]
+    assert resize_confirm.poll_unconfirmed_resizes(ctx)["skipped"] == [migration]
     assert _status(db_url, migration) == "finished"
 
 
@@ -318,7 +318,7 @@ def test_resizes_inside_the_window_or_to_another_host_are_not_looked_at(
     young = _migration(db_url, uuid, age=0)
     elsewhere = _migration(db_url, uuid, dest="host2")
     ctx = _ctx(db_url, hypervisor, resize_confirm_window=THRESHOLD)
-    summary = passes.poll_unconfirmed_resizes(ctx)
+    summary = resize_confirm.poll_unconfirmed_resizes(ctx)
     assert summary == {"confirming": [], "skipped": [], "errored": [], "failed": []}
     assert _status(db_url, young) == _status(db_url, elsewhere) == "finished"
 
@@ -338,7 +338,7 @@ def test_a_server_soft_deleted_past_reclaim_instance_interval_is_reclaimed(
     for uuid in (due, recent):
         _guest(hypervisor, uuid, running=False)
     ctx = _ctx(db_url, hypervisor, reclaim_instance_interval=THRESHOLD)
-    assert passes.reclaim_queued_deletes(ctx) == {"reclaimed": [due]}
+    assert deferred.reclaim_queued_deletes(ctx) == {"reclaimed": [due]}
     assert _state(db_url, due)[0] == "deleted" and _held(db_url, due) == {}
     assert not hypervisor.instance_exists(due)
     assert _state(db_url, recent) == ("soft-delete", None, "host1")
