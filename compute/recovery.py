@@ -51,14 +51,12 @@ rescuing, unrescuing, shelving     operation takes it → the step is re-run (it
                                    vm_state kept. ``sync_power_states`` (which runs at
                                    start) reconciles what is left, by Nova's table
 unshelving                         left to the unshelve message (scheduler or host)
-resize_prep, no migration in       task cleared (Nova)
-progress
-resize_migrating, no migration in  guest back on this (source) host, powered on unless
-progress                           ``old_vm_state`` was stopped, task None (Nova)
-any other move state               left to its messages
-task None, power_state RUNNING,    with ``resume_guests_state_on_host_boot``: the
-guest not running                  guest rebooted hard (spawned again if the
-                                   hypervisor lost it); failure → ERROR
+resize_prep, resize_migrating,     ``compute/recovery_moves.py``: Nova's two resize
+any other move state               rows once no migration is in progress, else left
+                                   to its messages
+task None, power_state RUNNING,    with ``resume_guests_state_on_host_boot``:
+guest not running                  ``compute/recovery_resume.py`` (the guest rebooted
+                                   hard); failure → ERROR
 =================================  ==================================================
 
 Then, with settings, ``cleanup_running_deleted_instances`` runs once with the periodic
@@ -72,7 +70,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -80,22 +77,24 @@ from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
 from compute import lifecycle, shelve, soft_delete
-from compute.build import destroy_quietly, fail_build, guest_spec
+from compute.build import destroy_quietly, fail_build
 from compute.claims import release_in_session, retry_on_conflict
 from compute.delete import terminate_instance
 from compute.instance_state import cas_update, get_instance
 from compute.lifecycle import guest_power_state
-from compute.moves import active_migration
-from compute.pci import held_devices
 from compute.periodic import PeriodicContext
 from compute.periodic.running_deleted import cleanup_running_deleted_instances
+from compute.recovery_common import Found, Host
+from compute.recovery_moves import recover_resize_migrating, recover_resize_prep
+from compute.recovery_resume import NO_RESUME as NO_RESUME  # re-exported: it was defined here
+from compute.recovery_resume import resume_safely
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope
 from novaq.exceptions import BuildAbortError, NovaqError
 from novaq.settings import Settings
 from virt import power_state
-from virt.driver import ComputeDriver, GuestSpec
+from virt.driver import ComputeDriver
 
 LOG = logging.getLogger(__name__)
 
@@ -112,13 +111,6 @@ ALLOW_HARD_REBOOT = (
     VmState.ERROR,
 )
 OFF = frozenset((power_state.SHUTDOWN, power_state.CRASHED))
-#: vm_states whose guest is not expected to run (Nova returns early for the first ones).
-NO_RESUME = (
-    VmState.ERROR,
-    VmState.SOFT_DELETED,
-    VmState.BUILDING,
-    VmState.SHELVED_OFFLOADED,
-)
 
 #: A host step: ``(db_url, driver, instance_uuid, request_id, host) -> outcome``.
 Step = Callable[[str, ComputeDriver, str, str, str], str]
@@ -128,32 +120,17 @@ class InterruptedByRestart(NovaqError):
     msg_fmt = "%(operation)s of instance %(uuid)s interrupted by a restart of %(host)s"
 
 
-@dataclass(frozen=True, slots=True)
-class _Host:
-    db_url: str
-    driver: ComputeDriver
-    host: str
-    settings: Settings | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Found:
-    uuid: str
-    vm_state: str
-    task_state: str | None
-
-
 def recover_host(
     db_url: str, driver: ComputeDriver, host: str, *, settings: Settings | None = None
 ) -> list[str]:
     """Recover every instance of ``host`` left mid-operation; returns what was done.
     Without ``settings``, ``resume_guests_state_on_host_boot`` counts as off (Nova's
     default) and guests of deleted servers are left to the periodic task."""
-    rc = _Host(db_url, driver, host, settings)
+    rc = Host(db_url, driver, host, settings)
     done = []
     resume = settings is not None and settings.resume_guests_state_on_host_boot
     for found in _instances_of(db_url, host):
-        lines = [_recover_safely(rc, found), _resume_safely(rc, found.uuid) if resume else None]
+        lines = [_recover_safely(rc, found), resume_safely(rc, found.uuid) if resume else None]
         done += [line for line in lines if line]
     for line in done:
         LOG.warning("init_host on %s: %s", host, line)
@@ -162,17 +139,17 @@ def recover_host(
     return done
 
 
-def _instances_of(db_url: str, host: str) -> list[_Found]:
+def _instances_of(db_url: str, host: str) -> list[Found]:
     with session_scope(db_url) as session:
         rows = session.execute(
             select(Instance.uuid, Instance.vm_state, Instance.task_state)
             .where(Instance.host == host, Instance.deleted == 0)
             .order_by(Instance.id)
         ).all()
-    return [_Found(uuid, vm_state, task_state) for uuid, vm_state, task_state in rows]
+    return [Found(uuid, vm_state, task_state) for uuid, vm_state, task_state in rows]
 
 
-def _recover_safely(rc: _Host, found: _Found) -> str | None:
+def _recover_safely(rc: Host, found: Found) -> str | None:
     try:
         return _recover(rc, found)
     except Exception as exc:  # noqa: BLE001 - Nova: one instance must not block init_host
@@ -180,7 +157,7 @@ def _recover_safely(rc: _Host, found: _Found) -> str | None:
         return f"{found.uuid}: {found.task_state} recovery failed: {exc}"
 
 
-def _recover(rc: _Host, found: _Found) -> str | None:
+def _recover(rc: Host, found: Found) -> str | None:
     vm, task = found.vm_state, found.task_state
     if vm == VmState.SOFT_DELETED:
         return None
@@ -197,7 +174,7 @@ def _recover(rc: _Host, found: _Found) -> str | None:
 # -- builds and deletes ------------------------------------------------------------------
 
 
-def _interrupted_build(rc: _Host, found: _Found) -> str | None:
+def _interrupted_build(rc: Host, found: Found) -> str | None:
     destroy_quietly(rc.driver, found.uuid)
     error = BuildAbortError(uuid=found.uuid, reason=f"interrupted by a restart of {rc.host}")
     if fail_build(
@@ -207,7 +184,7 @@ def _interrupted_build(rc: _Host, found: _Found) -> str | None:
     return None
 
 
-def _interrupted_unshelve(rc: _Host, found: _Found) -> str | None:
+def _interrupted_unshelve(rc: Host, found: Found) -> str | None:
     """Nova's "task spawning → ERROR", done as novaq ends an interrupted build: the
     half-spawned guest destroyed, the claim released, host and node nulled, a fault."""
     destroy_quietly(rc.driver, found.uuid)
@@ -231,7 +208,7 @@ def _interrupted_unshelve(rc: _Host, found: _Found) -> str | None:
     return None
 
 
-def _complete_delete(rc: _Host, found: _Found) -> str:
+def _complete_delete(rc: Host, found: Found) -> str:
     LOG.info(
         "Service started deleting the instance %s during the previous run, but did not "
         "finish. Restarting the deletion now.",
@@ -246,7 +223,7 @@ def _complete_delete(rc: _Host, found: _Found) -> str:
 # -- reboot, pause, unpause (Nova's rows) -----------------------------------------------------
 
 
-def _recover_reboot(rc: _Host, found: _Found) -> str | None:
+def _recover_reboot(rc: Host, found: Found) -> str | None:
     """Nova's ``_retry_reboot``, then its "running and reboot started → ACTIVE"."""
     task, vm = found.task_state, found.vm_state
     power = guest_power_state(rc.driver, found.uuid)
@@ -267,7 +244,7 @@ def _recover_reboot(rc: _Host, found: _Found) -> str | None:
     return None  # ``rebooting(_hard)`` with the guest running: its message will come
 
 
-def _recover_unpausing(rc: _Host, found: _Found) -> str | None:
+def _recover_unpausing(rc: Host, found: Found) -> str | None:
     power = guest_power_state(rc.driver, found.uuid)
     if power == power_state.RUNNING:
         return _clear(rc, found, vm_state=VmState.ACTIVE)
@@ -276,7 +253,7 @@ def _recover_unpausing(rc: _Host, found: _Found) -> str | None:
     return _clear(rc, found)
 
 
-def _recover_pausing(rc: _Host, found: _Found) -> str | None:
+def _recover_pausing(rc: Host, found: Found) -> str | None:
     if guest_power_state(rc.driver, found.uuid) == power_state.RUNNING:
         return _clear(rc, found, vm_state=VmState.ACTIVE)
     return _finish_or_forget(rc, found)
@@ -285,14 +262,14 @@ def _recover_pausing(rc: _Host, found: _Found) -> str | None:
 # -- operations Nova's init_host says nothing about -------------------------------------------
 
 
-def _shelve_step(rc: _Host) -> Step:
+def _shelve_step(rc: Host) -> Step:
     # The shelve step offloads at once with Nova's default shelved_offload_time of 0.
     offload = rc.settings is None or rc.settings.shelved_offload_time == 0
     return functools.partial(shelve.shelve_instance, offload=offload)
 
 
 #: task_state → (the host step, the guest power states it leads to).
-_SILENT: dict[str, tuple[Callable[[_Host], Step], frozenset[int]]] = {
+_SILENT: dict[str, tuple[Callable[[Host], Step], frozenset[int]]] = {
     TaskState.PAUSING: (lambda rc: lifecycle.pause_instance, frozenset({power_state.PAUSED})),
     # A suspended guest is off with its memory saved, and reports SHUTDOWN (virt.driver).
     TaskState.SUSPENDING: (
@@ -309,7 +286,7 @@ _SILENT: dict[str, tuple[Callable[[_Host], Step], frozenset[int]]] = {
 }
 
 
-def _finish_or_forget(rc: _Host, found: _Found) -> str | None:
+def _finish_or_forget(rc: Host, found: Found) -> str | None:
     """The guest is where the operation takes it: finish the step (its driver call is
     a no-op there). Otherwise the operation did not happen: task cleared, vm kept."""
     make_step, done_when = _SILENT[found.task_state or ""]
@@ -318,104 +295,10 @@ def _finish_or_forget(rc: _Host, found: _Found) -> str | None:
     return _clear(rc, found)
 
 
-# -- moves ------------------------------------------------------------------------------------
-
-
-def _resize_prep(rc: _Host, found: _Found) -> str | None:
-    with session_scope(rc.db_url) as session:
-        if active_migration(session, found.uuid) is not None:
-            return None  # prep_resize / resize_instance still to come: theirs
-        cas_update(
-            session, found.uuid, expected_task_state=[TaskState.RESIZE_PREP], task_state=None
-        )
-        _pop_old_vm_state(get_instance(session, found.uuid))
-    return f"{found.uuid}: resize_prep -> task cleared"
-
-
-def _resize_migrating(rc: _Host, found: _Found) -> str | None:
-    """Nova's "source died mid-copy": the guest back here, powered on unless the server
-    was stopped, task None (even when the guest cannot be brought back, as Nova)."""
-    with session_scope(rc.db_url) as session:
-        if active_migration(session, found.uuid) is not None:
-            return None  # resize_instance is redelivered and resumes
-        instance = get_instance(session, found.uuid)
-        spec = guest_spec(instance, tuple(d.address for d in held_devices(session, found.uuid)))
-        stopped = (instance.system_metadata or {}).get("old_vm_state") == VmState.STOPPED
-    try:
-        _bring_back(rc.driver, spec, stopped)
-    except Exception:  # noqa: BLE001 - Nova resets the task anyway
-        LOG.exception("Failed to revert crashed migration of instance %s", found.uuid)
-    with session_scope(rc.db_url) as session:
-        cas_update(
-            session,
-            found.uuid,
-            expected_task_state=[TaskState.RESIZE_MIGRATING],
-            task_state=None,
-            power_state=guest_power_state(rc.driver, found.uuid),
-        )
-        _pop_old_vm_state(get_instance(session, found.uuid))
-    LOG.info(
-        "Instance %s found in migrating state during startup. Resetting task_state", found.uuid
-    )
-    return f"{found.uuid}: interrupted resize reverted on {rc.host}"
-
-
-def _bring_back(driver: ComputeDriver, spec: GuestSpec, stopped: bool) -> None:
-    driver.spawn(spec)  # defines it again if the resize took it down, else starts it
-    if stopped:
-        driver.power_off(spec.uuid)
-
-
-def _pop_old_vm_state(instance: Instance) -> None:
-    meta = dict(instance.system_metadata or {})
-    if meta.pop("old_vm_state", None) is not None:
-        instance.system_metadata = meta
-
-
-# -- resume_guests_state_on_host_boot ---------------------------------------------------------
-
-
-def _resume_safely(rc: _Host, uuid: str) -> str | None:
-    try:
-        return _resume_guest_state(rc, uuid)
-    except Exception as exc:  # noqa: BLE001 - Nova: the instance goes to ERROR
-        LOG.warning("Failed to resume instance %s on %s", uuid, rc.host, exc_info=True)
-        with session_scope(rc.db_url) as session:
-            instance = get_instance(session, uuid)
-            instance.vm_state, instance.updated_at = VmState.ERROR, utcnow()
-            actions.add_fault(session, uuid, exc, rc.host)
-        return f"{uuid}: guest could not be resumed -> ERROR"
-
-
-def _resume_guest_state(rc: _Host, uuid: str) -> str | None:
-    """Nova's ``_resume_guests_state``: the database says the guest ran, the hypervisor
-    says it does not. libvirt's ``resume_state_on_host_boot`` leaves a paused or
-    suspended guest as it is and hard-reboots any other (redefining a lost one)."""
-    with session_scope(rc.db_url) as session:
-        instance = get_instance(session, uuid)
-        if (
-            instance.deleted
-            or instance.task_state is not None
-            or instance.vm_state in NO_RESUME
-            or instance.power_state != power_state.RUNNING
-        ):
-            return None
-        spec = guest_spec(instance, tuple(d.address for d in held_devices(session, uuid)))
-    power = guest_power_state(rc.driver, uuid)
-    if power in (power_state.RUNNING, power_state.PAUSED, power_state.SUSPENDED):
-        return None
-    LOG.info("Rebooting instance %s after nova-compute restart.", uuid)
-    if rc.driver.instance_exists(uuid):
-        rc.driver.reboot(uuid, hard=True)
-    else:
-        rc.driver.spawn(spec)
-    return f"{uuid}: guest resumed (resume_guests_state_on_host_boot)"
-
-
 # -- guests of deleted servers ----------------------------------------------------------------
 
 
-def _cleanup_deleted(rc: _Host, settings: Settings) -> list[str]:
+def _cleanup_deleted(rc: Host, settings: Settings) -> list[str]:
     try:
         result = cleanup_running_deleted_instances(
             PeriodicContext(rc.db_url, settings, rc.host, rc.driver)
@@ -433,7 +316,7 @@ def _cleanup_deleted(rc: _Host, settings: Settings) -> list[str]:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _rerun(rc: _Host, found: _Found, step: Step) -> str:
+def _rerun(rc: Host, found: Found, step: Step) -> str:
     """Run the interrupted host step again, attached to the instance's latest action."""
     LOG.info(
         "Instance %s in transitional state %s at start-up: retrying it",
@@ -444,7 +327,7 @@ def _rerun(rc: _Host, found: _Found, step: Step) -> str:
     return f"{found.uuid}: interrupted {found.task_state} re-run ({outcome})"
 
 
-def _clear(rc: _Host, found: _Found, **values: Any) -> str | None:
+def _clear(rc: Host, found: Found, **values: Any) -> str | None:
     """Task None (and ``values``), by compare-and-swap on the task found."""
     LOG.warning(
         "Instance %s in transitional state (%s) at start-up: clearing task state",
@@ -459,7 +342,7 @@ def _clear(rc: _Host, found: _Found, **values: Any) -> str | None:
     return f"{found.uuid}: {found.task_state} -> {state}, task cleared"
 
 
-def _set_task(rc: _Host, found: _Found, task_state: str) -> None:
+def _set_task(rc: Host, found: Found, task_state: str) -> None:
     with session_scope(rc.db_url) as session:
         cas_update(
             session, found.uuid, expected_task_state=[found.task_state], task_state=task_state
@@ -471,11 +354,11 @@ def _last_request(db_url: str, uuid: str) -> str:
         return actions.latest_request_id(session, uuid) or RECOVERY_REQUEST
 
 
-def _rerun_with(step: Step) -> Callable[[_Host, _Found], str]:
+def _rerun_with(step: Step) -> Callable[[Host, Found], str]:
     return lambda rc, found: _rerun(rc, found, step)
 
 
-_HANDLERS: dict[str, Callable[[_Host, _Found], str | None]] = {
+_HANDLERS: dict[str, Callable[[Host, Found], str | None]] = {
     TaskState.DELETING: _complete_delete,
     **{task: _recover_reboot for task in (*SOFT_REBOOT_TASKS, TaskState.REBOOTING_HARD)},
     TaskState.REBOOT_PENDING_HARD: _recover_reboot,
@@ -487,6 +370,6 @@ _HANDLERS: dict[str, Callable[[_Host, _Found], str | None]] = {
     TaskState.POWERING_ON: _rerun_with(lifecycle.start_instance),
     TaskState.SOFT_DELETING: _rerun_with(soft_delete.soft_delete_instance),
     TaskState.SHELVING_OFFLOADING: _rerun_with(shelve.shelve_offload_instance),
-    TaskState.RESIZE_PREP: _resize_prep,
-    TaskState.RESIZE_MIGRATING: _resize_migrating,
+    TaskState.RESIZE_PREP: recover_resize_prep,
+    TaskState.RESIZE_MIGRATING: recover_resize_migrating,
 }
