@@ -3,8 +3,9 @@ file in the state directory) plus two things Nova's periodic runner had and beat
 
 - **a singleton**: the beat lease (``novaq/beat_lease.py``) is taken before the first
   tick and renewed at every tick; a second beat exits with an error naming the first;
-- **run_immediately**: entries of tasks Nova marks ``run_immediately`` are due at start
-  instead of one spacing later.
+- **run_immediately**: entries of the scheduler's tasks Nova marks ``run_immediately``
+  are due at start instead of one spacing later (the compute ones run at each compute
+  worker's own start).
 """
 
 from __future__ import annotations
@@ -79,7 +80,11 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
         now = self.app.now()
         for name, entry in self.schedule.items():
             task = BY_NAME.get(name)
-            if task is not None and task.run_immediately:
+            # A compute task's "start" is its worker's: each compute worker queues its own
+            # run-immediately tasks when it (re)starts (``queue_run_immediately``), as
+            # each nova-compute does. Making them due at beat's start as well ran them
+            # twice whenever beat and the workers started together.
+            if task is not None and task.run_immediately and task.scope != "compute":
                 # Due now: as if it last ran one spacing ago.
                 entry.last_run_at = now - dt.timedelta(seconds=entry.schedule.seconds)
 

@@ -43,7 +43,11 @@ def beat_app(db_url: str) -> Iterator[Celery]:
         timezone="UTC",
         enable_utc=True,
         beat_schedule=beat_schedule_for(
-            make_settings(periodic_enable=True, periodic={"default_spacing": 2})
+            make_settings(
+                periodic_enable=True,
+                periodic={"default_spacing": 2},
+                scheduler={"discover_hosts_in_cells_interval": 2},
+            )
         ),
     )
     yield app
@@ -90,17 +94,18 @@ def test_a_beat_that_lost_its_lease_stops(beat_app: Celery, tmp_path: Path, db_u
     beat.close()
 
 
-def test_run_immediately_entries_are_due_at_start_and_the_others_a_spacing_later(
+def test_the_schedulers_run_immediately_entries_are_due_at_start_the_others_later(
     beat_app: Celery, tmp_path: Path
 ) -> None:
     beat = _scheduler(beat_app, tmp_path)
     try:
         due = {name for name, entry in beat.schedule.items() if entry.is_due()[0]}
-        assert due == {"_sync_power_states", "_cleanup_running_deleted_instances"}
-        # discover_hosts is run_immediately too, but off by default (interval -1).
-        assert "_discover_hosts_in_cells" not in beat.schedule
-        later = beat.schedule["_check_instance_build_time"].is_due()
-        assert not later[0] and 0 < later[1] <= 2
+        assert due == {"_discover_hosts_in_cells"}
+        # The compute ones run at each compute worker's start, not at beat's.
+        for name in ("_sync_power_states", "_check_instance_build_time"):
+            entry = beat.schedule[name]
+            later = entry.is_due()
+            assert not later[0] and 0 < later[1] <= entry.schedule.seconds
     finally:
         beat.close()
 
@@ -110,14 +115,26 @@ def test_beat_publishes_fan_outs_that_expire_after_one_spacing(
 ) -> None:
     beat = _scheduler(beat_app, tmp_path)
     try:
+        # One spacing on: every entry is due.
+        for name in ("_sync_power_states", "_cleanup_running_deleted_instances"):
+            entry = beat.schedule[name]
+            entry.last_run_at -= dt.timedelta(seconds=entry.schedule.seconds)
         beat.tick()  # populates the heap and sends what is due
+        beat.tick()
         beat.tick()
         sent = drain(beat_app, "celery")
     finally:
         beat.close()
     assert sent, "nothing was published"
-    tasks = {m.headers["task"] for m in sent}
-    assert tasks == {"periodic.fan_out"}
-    fanned = {m.decode()[1]["task_name"] for m in sent}
-    assert fanned == {"compute.sync_power_states", "compute.cleanup_running_deleted_instances"}
+    by_task: dict[str, set[str]] = {}
+    for m in sent:
+        body = m.decode()
+        by_task.setdefault(m.headers["task"], set()).add(body[1].get("task_name", ""))
+    assert by_task == {
+        "periodic.fan_out": {
+            "compute.sync_power_states",
+            "compute.cleanup_running_deleted_instances",
+        },
+        "periodic.discover_hosts_in_cells": {""},  # the scheduler's: sent as it is
+    }
     assert all(m.headers["expires"] for m in sent)
