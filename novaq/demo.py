@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from novaq.cluster import Cluster, cluster_config_path
+from novaq.cluster import Cluster
+from novaq.cluster_plan import cluster_config_path
 from novaq.exceptions import FlavorExists
 from novaq.settings import get_settings, load_settings
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from honcho.environ import parse_procfile
 
-from novaq.cluster import (
+from novaq.cluster import Cluster
+from novaq.cluster_plan import (
     CELERY_ARGV,
-    Cluster,
     ProcessSpec,
     cluster_config_path,
     plan_processes,
