@@ -15,10 +15,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
 from novaq.cluster import Cluster
 from novaq.cluster_plan import cluster_config_path
-from novaq.exceptions import FlavorExists
+from novaq.exceptions import FlavorExists, ServiceUnavailable
 from novaq.settings import get_settings, load_settings
 
 DEMO_FLAVORS = (
@@ -39,6 +40,7 @@ def point_api_at(cluster: Cluster) -> None:
 
 def run_demo(n_hosts: int, n_servers: int, keep: bool, console: Console) -> int:
     cluster = Cluster(load_settings(), n_hosts=n_hosts, quiet=True)
+    runs_before = _run_counts(cluster.settings.sqlalchemy_url)
     with console.status("Starting the cluster: broker, scheduler, compute workers, beat, Flower"):
         cluster.start()
         cluster.wait_ready()
@@ -53,7 +55,7 @@ def run_demo(n_hosts: int, n_servers: int, keep: bool, console: Console) -> int:
         uuids = _boot_with_progress(api, n_servers, console)
         console.print(_servers_table(api, uuids))
         console.print(_hosts_table(api, "Hosts after boot"))
-        console.print(_periodic_table(api))
+        console.print(_periodic_table(api, runs_before))
         console.print(f"Flower: [link={cluster.flower_url}]{cluster.flower_url}[/link]")
         if keep:
             console.print("Cluster kept running; Ctrl-C stops it.")
@@ -156,14 +158,27 @@ def _hosts_table(api: Any, title: str) -> Table:
     return table
 
 
-def _periodic_table(api: Any) -> Table:
-    """What beat has run so far, per host (``novaq periodic-list`` shows the same)."""
+def _run_counts(db_url: str) -> dict[tuple[str, str], int]:
+    """Periodic runs recorded so far: an earlier demo on this state directory left them.
+    None on a new state directory, before the database's first upgrade."""
+    from compute.periodic import runs
+
+    try:
+        return {key: r["run_count"] for key, r in runs.last_runs(db_url).items()}
+    except (SQLAlchemyError, ServiceUnavailable):  # no database yet, or no table yet
+        return {}
+
+
+def _periodic_table(api: Any, before: dict[tuple[str, str], int]) -> Table:
+    """What beat and the workers' starts have run during this demo, per host (``novaq
+    periodic-list`` shows the totals)."""
     table = Table("periodic task", "spacing", "runs per host", title="Periodic maintenance")
     for task in api.list_periodic_tasks():
         if not task["enabled"]:
             continue
-        done = ", ".join(
-            f"{r['host']}: {r['run_count']} ({r['last_status']})" for r in task["runs"]
-        )
+        counts = [
+            (r, r["run_count"] - before.get((task["name"], r["host"]), 0)) for r in task["runs"]
+        ]
+        done = ", ".join(f"{r['host']}: {n} ({r['last_status']})" for r, n in counts if n > 0)
         table.add_row(task["name"], f"{task['spacing']} s", done or "not yet")
     return table

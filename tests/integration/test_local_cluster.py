@@ -131,3 +131,29 @@ def test_novaq_up_with_nothing_configured_boots_and_flower_sees_it(
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(40) == 0
     assert not (tmp_path / "state" / "broker" / "url").exists()
+
+
+def test_novaq_demo_runs_its_scenario_twice_on_one_state_directory(tmp_path: Path) -> None:
+    """The main job, as the README runs it: boots, accounts, shows what the periodic tasks
+    did, deletes back to reserved and stops everything; a second run on the same state
+    directory shows its own periodic runs, not the first one's too."""
+    env = _bare_env(tmp_path / "state", _free_port())
+    for _ in range(2):
+        done = subprocess.run(
+            [*NOVAQ, "demo", "--servers", "3"],
+            env={**env, "COLUMNS": "200"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        out = done.stdout
+        assert "Cluster up" in out and "Hosts after delete (back to reserved)" in out
+        assert out.count("ACTIVE") >= 3
+        # Each compute worker ran its run-immediately tasks once at its start.
+        [power_sync] = [line for line in out.splitlines() if "_sync_power_states" in line]
+        assert "host1: 1 (ok)" in power_sync and "host2: 1 (ok)" in power_sync
+        after = out[out.index("Hosts after delete") :]
+        assert after.count("512/32768") == 2  # both hosts back to their reserved RAM
+    assert not (tmp_path / "state" / "broker" / "url").exists()
