@@ -342,12 +342,12 @@ def reboot_instance(
 
 
 def abort(
-    db_url: str, instance_uuid: str, request_id: str, host: str, name: str, exc: BaseException
+    db_url: str, instance_uuid: str, request_id: str, host: str, op: Operation, exc: BaseException
 ) -> bool:
-    """Undo a step that failed outside its own handling (delivery limit, wrong host): as
-    the operation's own failure path, but only while the instance is still in one of its
-    task_states. Idempotent: False when there was nothing left to undo."""
-    op = OPERATIONS[name]
+    """Undo a step of ``op`` that failed outside its own handling (delivery limit, wrong
+    host): as the operation's own failure path, but only while the instance is still in
+    one of its task_states. Idempotent: False when there was nothing left to undo. Serves
+    every step built on ``Operation`` (lifecycle, soft delete, shelve)."""
     with session_scope(db_url) as session:
         try:
             instance = _locked(session, instance_uuid)

@@ -50,6 +50,7 @@ from compute.lifecycle import (
     _superseded,
     guest_power_state,
 )
+from compute.lifecycle import abort as lifecycle_abort
 from compute.pci import held_devices
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
@@ -299,22 +300,12 @@ def fail_unshelve(
 
 
 def abort(
-    db_url: str, instance_uuid: str, request_id: str, host: str, name: str, exc: BaseException
+    db_url: str, instance_uuid: str, request_id: str, host: str, op: Operation, exc: BaseException
 ) -> bool:
     """Undo a shelve-family step that failed before its own handling ran (delivery
-    limit, wrong host). Idempotent: False when there was nothing left to undo."""
-    op = OPERATIONS[name]
+    limit, wrong host): an unshelve is failed as ``fail_unshelve`` fails it, the others as
+    every ``Operation`` (``compute.lifecycle.abort``). Idempotent: False when there was
+    nothing left to undo."""
     if op is UNSHELVE:
         return fail_unshelve(db_url, instance_uuid, request_id, host, exc, op.event)
-    with session_scope(db_url) as session:
-        try:
-            instance = _locked(session, instance_uuid)
-        except InstanceNotFound:
-            return False
-        if instance.deleted or instance.task_state not in op.tasks:
-            return False
-        cas_update(session, instance_uuid, expected_task_state=op.tasks, task_state=None)
-        actions.add_fault(session, instance_uuid, exc, host)
-        actions.record_event(session, instance_uuid, request_id, op.event, host, exc)
-    LOG.warning("Instance %s on %s: %s aborted: %s", instance_uuid, host, op.name, exc)
-    return True
+    return lifecycle_abort(db_url, instance_uuid, request_id, host, op, exc)

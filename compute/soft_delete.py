@@ -20,11 +20,10 @@ import logging
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute import instance_actions as actions
 from compute.claims import retry_on_conflict
 from compute.delete import _release_and_mark
 from compute.instance_state import cas_update
-from compute.lifecycle import Operation, _keep_vm_state, _locked, _op, _revert, _run
+from compute.lifecycle import Operation, _keep_vm_state, _op, _run
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope
@@ -69,26 +68,6 @@ def restore_instance(
         lambda: driver.power_on(instance_uuid),
         lambda instance: {"vm_state": VmState.ACTIVE},
     )
-
-
-def abort(
-    db_url: str, instance_uuid: str, request_id: str, host: str, name: str, exc: BaseException
-) -> bool:
-    """Undo a soft delete / restore step that failed before its own handling ran.
-    Idempotent: False when there was nothing left to undo."""
-    op = OPERATIONS[name]
-    with session_scope(db_url) as session:
-        try:
-            instance = _locked(session, instance_uuid)
-        except InstanceNotFound:
-            return False
-        if instance.deleted or instance.task_state not in op.tasks:
-            return False
-        _revert(session, instance_uuid, op, None)
-        actions.add_fault(session, instance_uuid, exc, host)
-        actions.record_event(session, instance_uuid, request_id, op.event, host, exc)
-    LOG.warning("Instance %s on %s: %s aborted: %s", instance_uuid, host, op.name, exc)
-    return True
 
 
 def reclaim_queued_deletes(

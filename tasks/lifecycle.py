@@ -94,21 +94,37 @@ def unrescue_instance(instance_uuid: str, request_id: str, host: str) -> dict[st
     return _run(lifecycle.unrescue_instance, instance_uuid, request_id, host)
 
 
-@app.task(name="scheduler.on_lifecycle_error", count_deliveries=False)
-def on_lifecycle_error(request: Any, exc: BaseException, traceback: Any) -> None:
-    """Undo a lifecycle step that failed before its own handling ran (delivery limit,
-    wrong host); a no-op when the step already compensated."""
+def step_name(request: Any) -> str:
+    """The operation a failed step was: ``compute.<name>_instance`` -> ``<name>``."""
+    return str(request.task).removeprefix("compute.").removesuffix("_instance")
+
+
+def abort_step(
+    request: Any,
+    exc: BaseException,
+    op: lifecycle.Operation | None,
+    abort: Callable[..., bool] = lifecycle.abort,
+) -> None:
+    """The errbacks' common end: undo the failed step ``request`` as ``op`` (``abort``);
+    nothing for a task that is no known operation or names no instance."""
     kwargs = request.kwargs or {}
-    name = str(request.task).removeprefix("compute.").removesuffix("_instance")
-    if name == "reboot" and kwargs.get("hard"):
-        name = "reboot_hard"
-    if name not in lifecycle.OPERATIONS or not kwargs.get("instance_uuid"):
+    if op is None or not kwargs.get("instance_uuid"):
         return
-    lifecycle.abort(
+    abort(
         context.db_url(),
         kwargs["instance_uuid"],
         kwargs.get("request_id", ""),
         kwargs.get("host", ""),
-        name,
+        op,
         exc,
     )
+
+
+@app.task(name="scheduler.on_lifecycle_error", count_deliveries=False)
+def on_lifecycle_error(request: Any, exc: BaseException, traceback: Any) -> None:
+    """Undo a lifecycle step that failed before its own handling ran (delivery limit,
+    wrong host); a no-op when the step already compensated."""
+    name = step_name(request)
+    if name == "reboot" and (request.kwargs or {}).get("hard"):
+        name = "reboot_hard"
+    abort_step(request, exc, lifecycle.OPERATIONS.get(name))

@@ -17,7 +17,7 @@ from novaq.exceptions import InstanceNotFound, NoValidHost, UnexpectedTaskStateE
 from scheduler.unshelve import select_for_unshelve as select_host
 from tasks import context
 from tasks.celery import app
-from tasks.lifecycle import _run
+from tasks.lifecycle import _run, abort_step, step_name
 
 LOG = get_task_logger(__name__)
 
@@ -94,20 +94,6 @@ def _close(db_url: str, event_id: int | None, exc: BaseException | None) -> None
 def on_shelve_error(request: Any, exc: BaseException, traceback: Any) -> None:
     """Undo a shelve-family step that failed before its own handling ran (delivery
     limit, wrong host, a lost scheduler step); a no-op when it already compensated."""
-    kwargs = request.kwargs or {}
-    instance_uuid = kwargs.get("instance_uuid")
-    if not instance_uuid:
-        return
     task = str(request.task)
-    name = "unshelve" if task == "scheduler.select_for_unshelve" else task
-    name = name.removeprefix("compute.").removesuffix("_instance")
-    if name not in shelve.OPERATIONS:
-        return
-    shelve.abort(
-        context.db_url(),
-        instance_uuid,
-        kwargs.get("request_id", ""),
-        kwargs.get("host", ""),
-        name,
-        exc,
-    )
+    name = "unshelve" if task == "scheduler.select_for_unshelve" else step_name(request)
+    abort_step(request, exc, shelve.OPERATIONS.get(name), abort=shelve.abort)

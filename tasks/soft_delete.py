@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from compute import soft_delete
-from tasks import context
 from tasks.celery import app
-from tasks.lifecycle import _run
+from tasks.lifecycle import _run, abort_step, step_name
 
 
 @app.task(name="compute.soft_delete_instance")
@@ -25,15 +24,4 @@ def restore_instance(instance_uuid: str, request_id: str, host: str) -> dict[str
 @app.task(name="scheduler.on_soft_delete_error", count_deliveries=False)
 def on_soft_delete_error(request: Any, exc: BaseException, traceback: Any) -> None:
     """Undo a soft delete / restore that failed before its own handling ran."""
-    kwargs = request.kwargs or {}
-    name = str(request.task).removeprefix("compute.").removesuffix("_instance")
-    if name not in soft_delete.OPERATIONS or not kwargs.get("instance_uuid"):
-        return
-    soft_delete.abort(
-        context.db_url(),
-        kwargs["instance_uuid"],
-        kwargs.get("request_id", ""),
-        kwargs.get("host", ""),
-        name,
-        exc,
-    )
+    abort_step(request, exc, soft_delete.OPERATIONS.get(step_name(request)))

@@ -367,8 +367,8 @@ def test_abort_undoes_a_step_that_never_ran_once(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "powering-off")
     error = HypervisorError(reason="delivered too often")
-    assert lifecycle.abort(db_url, uuid, REQUEST, "host1", "stop", error)
-    assert not lifecycle.abort(db_url, uuid, REQUEST, "host1", "stop", error)
+    assert lifecycle.abort(db_url, uuid, REQUEST, "host1", lifecycle.STOP, error)
+    assert not lifecycle.abort(db_url, uuid, REQUEST, "host1", lifecycle.STOP, error)
     assert _state(db_url, uuid)[:2] == ("active", None)
     assert _fault(db_url, uuid) == (500, "Hypervisor error: delivered too often")
     assert _events(db_url, uuid) == [("compute_stop_instance", "Error")]
