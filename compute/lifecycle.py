@@ -53,7 +53,6 @@ from virt.driver import ComputeDriver
 LOG = logging.getLogger(__name__)
 
 DONE, SKIPPED, SUPERSEDED = "done", "skipped", "superseded"
-OFF_STATES = (power_state.NOSTATE, power_state.SHUTDOWN, power_state.CRASHED)
 SHELVED_KEYS = ("shelved_at", "shelved_image_id", "shelved_host")
 
 
@@ -394,7 +393,7 @@ def _run(
         _fail(db_url, instance_uuid, host, op, begun.event_id, exc, vm_state)
         raise
     expected: tuple[str | None, ...] = op.tasks
-    if none_if_off and power in OFF_STATES:
+    if none_if_off and power in power_state.NOT_RUNNING:
         expected = (*expected, None)
     return _finish(
         db_url,

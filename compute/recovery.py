@@ -101,7 +101,6 @@ LOG = logging.getLogger(__name__)
 INTERRUPTED_BUILD = (TaskState.SPAWNING, TaskState.NETWORKING, TaskState.BLOCK_DEVICE_MAPPING)
 RECOVERY_REQUEST = "req-init-host"
 INIT_HOST_EVENT = "compute_init_host"
-SOFT_REBOOT_TASKS = (TaskState.REBOOTING, TaskState.REBOOT_PENDING, TaskState.REBOOT_STARTED)
 REBOOT_STARTED_TASKS = (TaskState.REBOOT_STARTED, TaskState.REBOOT_STARTED_HARD)
 ALLOW_HARD_REBOOT = (
     VmState.ACTIVE,
@@ -110,7 +109,6 @@ ALLOW_HARD_REBOOT = (
     VmState.SUSPENDED,
     VmState.ERROR,
 )
-OFF = frozenset((power_state.SHUTDOWN, power_state.CRASHED))
 
 #: A host step: ``(db_url, driver, instance_uuid, request_id, host) -> outcome``.
 Step = Callable[[str, ComputeDriver, str, str, str], str]
@@ -232,8 +230,8 @@ def _recover_reboot(rc: Host, found: Found) -> str | None:
     pending_hard = task == TaskState.REBOOT_PENDING_HARD and vm in ALLOW_HARD_REBOOT
     started_not_running = task in REBOOT_STARTED_TASKS and not running
     if pending_soft or pending_hard or started_not_running:
-        hard = not running or task not in SOFT_REBOOT_TASKS
-        if task in SOFT_REBOOT_TASKS and hard:
+        hard = not running or task not in lifecycle.REBOOT.tasks
+        if task in lifecycle.REBOOT.tasks and hard:
             _set_task(rc, found, TaskState.REBOOT_PENDING_HARD)
         outcome = lifecycle.reboot_instance(
             rc.db_url, rc.driver, found.uuid, _last_request(rc.db_url, found.uuid), rc.host, hard
@@ -277,12 +275,12 @@ _SILENT: dict[str, tuple[Callable[[Host], Step], frozenset[int]]] = {
         frozenset({power_state.SHUTDOWN}),
     ),
     TaskState.RESUMING: (lambda rc: lifecycle.resume_instance, frozenset({power_state.RUNNING})),
-    TaskState.RESCUING: (lambda rc: lifecycle.rescue_instance, OFF),
+    TaskState.RESCUING: (lambda rc: lifecycle.rescue_instance, power_state.OFF),
     TaskState.UNRESCUING: (
         lambda rc: lifecycle.unrescue_instance,
         frozenset({power_state.RUNNING}),
     ),
-    TaskState.SHELVING: (_shelve_step, OFF),
+    TaskState.SHELVING: (_shelve_step, power_state.OFF),
 }
 
 
@@ -360,7 +358,7 @@ def _rerun_with(step: Step) -> Callable[[Host, Found], str]:
 
 _HANDLERS: dict[str, Callable[[Host, Found], str | None]] = {
     TaskState.DELETING: _complete_delete,
-    **{task: _recover_reboot for task in (*SOFT_REBOOT_TASKS, TaskState.REBOOTING_HARD)},
+    **{task: _recover_reboot for task in (*lifecycle.REBOOT.tasks, TaskState.REBOOTING_HARD)},
     TaskState.REBOOT_PENDING_HARD: _recover_reboot,
     TaskState.REBOOT_STARTED_HARD: _recover_reboot,
     TaskState.PAUSING: _recover_pausing,

@@ -18,6 +18,11 @@ SHUTDOWN: Final = 4  # the guest is off (libvirt: shut off or shutting down)
 CRASHED: Final = 6
 SUSPENDED: Final = 7  # libvirt: pmsuspended (a managed-saved guest reports SHUTDOWN, as in Nova)
 
+#: A guest that is down: shut off or crashed (the pair Nova's checks name together).
+OFF: Final = frozenset((SHUTDOWN, CRASHED))
+#: A guest that does not run: down, or missing altogether.
+NOT_RUNNING: Final = frozenset((NOSTATE, *OFF))
+
 NAMES: Final[dict[int, str]] = {
     NOSTATE: "pending",
     RUNNING: "running",

@@ -77,8 +77,6 @@ OUTCOMES = (
     FAILED,
 )
 
-OFF = (power_state.SHUTDOWN, power_state.CRASHED)
-STOPPED_OK = (power_state.NOSTATE, power_state.SHUTDOWN, power_state.CRASHED)
 DELETED_OK = (power_state.NOSTATE, power_state.SHUTDOWN)
 IGNORED_VM_STATES = (
     VmState.BUILDING,
@@ -105,9 +103,9 @@ def decide(vm_state: str, vm_power_state: int) -> str:
     ``IGNORED_VM_STATES`` are always in step."""
     if vm_state == VmState.ACTIVE:
         return ACTIVE_RULES.get(vm_power_state, IN_SYNC)
-    if vm_state == VmState.STOPPED and vm_power_state not in STOPPED_OK:
+    if vm_state == VmState.STOPPED and vm_power_state not in power_state.NOT_RUNNING:
         return FORCE_STOP
-    if vm_state == VmState.PAUSED and vm_power_state in OFF:
+    if vm_state == VmState.PAUSED and vm_power_state in power_state.OFF:
         return FORCE_STOP
     if vm_state in (VmState.SOFT_DELETED, VmState.DELETED) and vm_power_state not in DELETED_OK:
         return WARN_DELETED

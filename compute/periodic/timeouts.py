@@ -43,7 +43,6 @@ from virt import power_state
 
 LOG = logging.getLogger(__name__)
 
-SOFT_REBOOT_TASKS = (TaskState.REBOOTING, TaskState.REBOOT_PENDING, TaskState.REBOOT_STARTED)
 #: Events named as Nova's ``wrap_instance_event(prefix="compute")`` names a method's.
 BUILD_TIMEOUT_EVENT = "compute__check_instance_build_time"
 REBOOT_POLL_EVENT = "compute__poll_rebooting_instances"
@@ -109,7 +108,7 @@ def poll_rebooting_instances(ctx: PeriodicContext) -> dict[str, Any]:
         return {FINISHED: [], REBOOTED_HARD: [], FAILED: []}
     cutoff = cutoff_for(timeout)
     due = host_instances(
-        ctx, Instance.task_state.in_(SOFT_REBOOT_TASKS), Instance.updated_at < cutoff
+        ctx, Instance.task_state.in_(lifecycle.REBOOT.tasks), Instance.updated_at < cutoff
     )
     return each(
         due, (FINISHED, REBOOTED_HARD), ctx.host, lambda uuid: _end_reboot(ctx, uuid, cutoff)
@@ -152,11 +151,11 @@ def _take_stuck_reboot(
     ``values`` and the event. The reboot action's request id, or None if it moved on."""
     with session_scope(ctx.db_url) as session:
         instance = locked_here(session, ctx, uuid)
-        if instance is None or instance.task_state not in SOFT_REBOOT_TASKS:
+        if instance is None or instance.task_state not in lifecycle.REBOOT.tasks:
             return None
         if instance.updated_at is None or instance.updated_at >= cutoff:
             return None  # the reboot made progress since the query
-        cas_update(session, uuid, expected_task_state=SOFT_REBOOT_TASKS, **values(instance))
+        cas_update(session, uuid, expected_task_state=lifecycle.REBOOT.tasks, **values(instance))
         request_id = latest_request_id(session, uuid)
         actions.record_event(
             session, uuid, request_id, REBOOT_POLL_EVENT, ctx.host, finish_action=finish
