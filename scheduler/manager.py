@@ -41,6 +41,9 @@ from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
 
 LOG = logging.getLogger(__name__)
 
+#: (task_state, vm_state) of an instance the scheduler places for its build.
+BUILD_PLACING = (TaskState.SCHEDULING, VmState.BUILDING)
+
 
 class Scheduler:
     def __init__(self, settings: Settings) -> None:
@@ -117,7 +120,7 @@ class Scheduler:
                     rankings.append([])
                     continue
                 ranked = self.rank(hosts, spec, first=index == 0, prefilter=candidates.prefilter)
-                chosen = self._claim_first(db_url, ranked, spec)
+                chosen = self.claim_first(db_url, ranked, spec)
                 if chosen is None:
                     continue  # deleted while being scheduled
                 chosen.consume(spec.resources, spec.instance_uuid)
@@ -144,19 +147,27 @@ class Scheduler:
         selections = self.schedule(db_url, [spec])
         return selections[0] if selections else None
 
-    def _claim_first(
-        self, db_url: str, ranked: list[HostState], spec: RequestSpec
+    def claim_first(
+        self,
+        db_url: str,
+        ranked: list[HostState],
+        spec: RequestSpec,
+        placing: tuple[str, str] = BUILD_PLACING,
     ) -> HostState | None:
+        """The first host of ``ranked`` that takes ``spec``'s claim, written with the
+        instance's host and node while it is still in ``placing`` (task_state, vm_state);
+        None when it left that state meanwhile (deleted). Raises ``NoValidHost`` when other
+        claims took every host."""
         lost = []
         for host in ranked:
             try:
-                retry_on_conflict(db_url, lambda s, h=host: self._claim(s, h, spec))
+                retry_on_conflict(db_url, lambda s, h=host: _claim(s, h, spec, placing))
             except ResourcesUnavailable as exc:
                 LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, host.host, exc)
                 lost.append(f"{host.host}: {exc}")
                 continue
             except (UnexpectedTaskStateError, InstanceNotFound) as exc:
-                LOG.info("Instance %s left scheduling: %s", spec.instance_uuid, exc)
+                LOG.info("Instance %s left %s: %s", spec.instance_uuid, placing[0], exc)
                 return None
             LOG.info("Instance %s: selected %s/%s", spec.instance_uuid, host.host, host.nodename)
             return host
@@ -185,18 +196,20 @@ class Scheduler:
             result.append(dataclasses.replace(selection, alternates=tuple(alternates)))
         return result
 
-    def _claim(self, session: Session, host: HostState, spec: RequestSpec) -> None:
-        claim_in_session(session, host.compute_node_id, spec.instance_uuid, spec.resources)
-        if spec.instance_group:
-            check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
-        cas_update(
-            session,
-            spec.instance_uuid,
-            expected_task_state=[TaskState.SCHEDULING],
-            expected_vm_state=[VmState.BUILDING],
-            host=host.host,
-            node=host.nodename,
-        )
+
+def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[str, str]) -> None:
+    task_state, vm_state = placing
+    claim_in_session(session, host.compute_node_id, spec.instance_uuid, spec.resources)
+    if spec.instance_group:
+        check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
+    cas_update(
+        session,
+        spec.instance_uuid,
+        expected_task_state=[task_state],
+        expected_vm_state=[vm_state],
+        host=host.host,
+        node=host.nodename,
+    )
 
 
 class MoveScheduler:

@@ -11,29 +11,20 @@ meanwhile is not placed).
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from compute.claims import claim_in_session, retry_on_conflict
-from compute.instance_state import cas_update, get_instance
+from compute.instance_state import get_instance
 from compute.resource_tracker import get_node
 from compute.states import TaskState, VmState
 from models import Instance
 from models.db import session_scope
-from novaq.exceptions import (
-    InstanceNotFound,
-    NoValidHost,
-    ResourcesUnavailable,
-    UnexpectedTaskStateError,
-)
 from scheduler.groups import load_instance_group
-from scheduler.host_state import HostState, load_candidates
-from scheduler.manager import Scheduler, check_group_policy
+from scheduler.host_state import load_candidates
+from scheduler.manager import Scheduler
 from scheduler.request_spec import RequestSpec, Selection
 
-LOG = logging.getLogger(__name__)
+#: (task_state, vm_state) of an instance placed for its unshelve.
+UNSHELVE_PLACING = (TaskState.UNSHELVING, VmState.SHELVED_OFFLOADED)
 
 
 def unshelve_spec(instance: Instance) -> RequestSpec:
@@ -72,35 +63,7 @@ def select_for_unshelve(db_url: str, scheduler: Scheduler, instance_uuid: str) -
         group = load_instance_group(session, spec.group) if spec.group else None
     spec = dataclasses.replace(spec, instance_group=group)
     ranked = scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
-    lost = []
-    for host in ranked:
-        try:
-            retry_on_conflict(db_url, lambda s, h=host: _claim(s, h, spec))
-        except ResourcesUnavailable as exc:
-            LOG.info("Instance %s: unshelve claim on %s failed: %s", instance_uuid, host.host, exc)
-            lost.append(f"{host.host}: {exc}")
-            continue
-        except (UnexpectedTaskStateError, InstanceNotFound) as exc:
-            LOG.info("Instance %s left unshelving: %s", instance_uuid, exc)
-            return None
-        LOG.info("Instance %s: unshelve on %s/%s", instance_uuid, host.host, host.nodename)
-        return Selection(host.host, host.nodename, host.compute_node_id, (), instance_uuid)
-    raise NoValidHost(
-        reason="Every host that passed the filters was taken by other claims meanwhile ("
-        + "; ".join(lost)
-        + ")."
-    )
-
-
-def _claim(session: Session, host: HostState, spec: RequestSpec) -> None:
-    claim_in_session(session, host.compute_node_id, spec.instance_uuid, spec.resources)
-    if spec.instance_group:
-        check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
-    cas_update(
-        session,
-        spec.instance_uuid,
-        expected_task_state=[TaskState.UNSHELVING],
-        expected_vm_state=[VmState.SHELVED_OFFLOADED],
-        host=host.host,
-        node=host.nodename,
-    )
+    host = scheduler.claim_first(db_url, ranked, spec, placing=UNSHELVE_PLACING)
+    if host is None:
+        return None
+    return Selection(host.host, host.nodename, host.compute_node_id, (), instance_uuid)
