@@ -1,5 +1,6 @@
-"""Checks the integration tests share: the guest's PCI devices as libvirt has them, the
-GPU flavors, and the accounting audit reported as its leaks only."""
+"""Checks the integration tests share: servers booted for one test, each host's memory
+in use, the guest's PCI devices as libvirt has them, the GPU flavors, and the accounting
+audit reported as its leaks only."""
 
 from __future__ import annotations
 
@@ -24,6 +25,18 @@ def flavor(name: str, vcpus: int, memory_mb: int, gpus: int = 0) -> str:
     with contextlib.suppress(FlavorExists):
         api.create_flavor(name, vcpus, memory_mb, 10, extra_specs=specs)
     return name
+
+
+def boot_active(name: str, flavor: str, cleanup: list[str]) -> dict[str, Any]:
+    """Boot one server, have ``cleanup`` delete it after the test, wait for ACTIVE."""
+    [uuid] = api.boot(name, flavor, "cirros")
+    cleanup.append(uuid)
+    return api.wait(uuid, "ACTIVE", timeout=60)
+
+
+def memory_used() -> dict[str, int]:
+    """Each host's ``memory_mb_used``, reserved memory included."""
+    return {h["host"]: h["memory_mb_used"] for h in api.list_hosts()}
 
 
 def hostdevs(uuid: str) -> list[str]:

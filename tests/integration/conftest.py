@@ -6,6 +6,7 @@ cleaned up at the end. A missing server skips the tier locally and fails it in C
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import tempfile
@@ -124,6 +125,19 @@ def two_hosts(services: str) -> Iterator[Cluster]:
     cluster = start_cluster(_STATE, ["host1", "host2"])
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[str]]:
+    """Servers to delete once the test ends, whatever it left them in."""
+    from workflows import api
+
+    uuids: list[str] = []
+    yield uuids
+    for uuid in uuids:
+        with contextlib.suppress(Exception):
+            api.delete(uuid)
+            api.wait(uuid, "DELETED", timeout=30)
 
 
 @pytest.fixture

@@ -3,45 +3,27 @@ the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU mus
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 from sqlalchemy import update
 
 from models import Service
 from models.db import session_scope
-from tests.integration.checks import assert_no_leaks, flavor, hostdevs
+from tests.integration.checks import (
+    assert_no_leaks,
+    boot_active,
+    flavor,
+    hostdevs,
+    memory_used,
+)
 from tests.integration.workers import Cluster
 from workflows import api
 
 pytestmark = pytest.mark.integration
 
 
-def _boot(name: str, flavor: str) -> dict[str, Any]:
-    [uuid] = api.boot(name, flavor, "cirros")
-    return api.wait(uuid, "ACTIVE", timeout=60)
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[str]]:
-    uuids: list[str] = []
-    yield uuids
-    for uuid in uuids:
-        with contextlib.suppress(Exception):
-            api.delete(uuid)
-            api.wait(uuid, "DELETED", timeout=30)
-
-
-def _used() -> dict[str, int]:
-    return {h["host"]: h["memory_mb_used"] for h in api.list_hosts()}
-
-
 def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]) -> None:
-    idle = _used()
-    server = _boot("r1", flavor("rs.16g", 2, 16000))
-    cleanup.append(server["uuid"])
+    idle = memory_used()
+    server = boot_active("r1", flavor("rs.16g", 2, 16000), cleanup)
     source = server["host"]
     api.resize(server["uuid"], flavor("rs.17g", 4, 17000))  # both cannot fit on one host
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
@@ -53,14 +35,14 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
         source,
         view["host"],
     )
-    used = _used()
+    used = memory_used()
     assert used[source] == idle[source] + 16000  # the migration holds the source
     assert used[view["host"]] == idle[view["host"]] + 17000
     assert_no_leaks()
     api.confirm_resize(server["uuid"])
     view = api.wait(server["uuid"], "ACTIVE", timeout=60)
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "confirmed"
-    assert _used()[source] == idle[source]
+    assert memory_used()[source] == idle[source]
     events = [e["event"] for a in api.list_actions(server["uuid"]) for e in a["events"]]
     assert events[-4:] == [
         "compute_prep_resize",
@@ -72,16 +54,15 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
 
 
 def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: list[str]) -> None:
-    idle = _used()
-    server = _boot("r2", flavor("rs.16g", 2, 16000))
-    cleanup.append(server["uuid"])
+    idle = memory_used()
+    server = boot_active("r2", flavor("rs.16g", 2, 16000), cleanup)
     api.resize(server["uuid"], flavor("rs.17g", 4, 17000))
     dest = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)["host"]
     api.revert_resize(server["uuid"])
     view = api.wait(server["uuid"], "ACTIVE", timeout=60)
     assert view["host"] == server["host"] and view["flavor"]["name"] == "rs.16g"
     assert api.diagnostics(server["uuid"])["vcpus"] == 2
-    assert _used()[dest] == idle[dest]
+    assert memory_used()[dest] == idle[dest]
     assert api.list_migrations(instance_uuid=server["uuid"])[0]["status"] == "reverted"
     assert_no_leaks()
 
@@ -89,26 +70,24 @@ def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: l
 def test_same_host_resize_when_the_other_host_is_disabled(
     services: str, two_hosts: Cluster, cleanup: list[str]
 ) -> None:
-    server = _boot("r3", flavor("rs.small", 1, 1024))
-    cleanup.append(server["uuid"])
+    server = boot_active("r3", flavor("rs.small", 1, 1024), cleanup)
     other = "host2" if server["host"] == "host1" else "host1"
     with session_scope(services) as session:
         session.execute(update(Service).where(Service.host == other).values(disabled=True))
 
-    def used() -> int:
-        return {h["host"]: h for h in api.list_hosts()}[server["host"]]["memory_mb_used"]
-
     try:
-        before = used()
+        host = server["host"]
+        before = memory_used()[host]
         api.resize(server["uuid"], flavor("rs.medium", 2, 2048))
         view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
         assert view["host"] == server["host"]
-        assert used() == before + 2048  # old and new flavor both held during the resize
+        # old and new flavor both held during the resize
+        assert memory_used()[host] == before + 2048
         assert_no_leaks()
         api.confirm_resize(server["uuid"])
         api.wait(server["uuid"], "ACTIVE", timeout=60)
         assert api.diagnostics(server["uuid"])["memory_mb"] == 2048
-        assert used() == before - 1024 + 2048
+        assert memory_used()[host] == before - 1024 + 2048
     finally:
         with session_scope(services) as session:
             session.execute(update(Service).where(Service.host == other).values(disabled=False))
@@ -116,8 +95,7 @@ def test_same_host_resize_when_the_other_host_is_disabled(
 
 
 def test_cold_migrate_never_picks_the_current_host(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("m1", flavor("rs.small", 1, 1024))
-    cleanup.append(server["uuid"])
+    server = boot_active("m1", flavor("rs.small", 1, 1024), cleanup)
     api.migrate(server["uuid"])
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
     assert view["host"] != server["host"] and view["flavor"]["name"] == "rs.small"
@@ -131,8 +109,7 @@ def test_cold_migrate_never_picks_the_current_host(two_hosts: Cluster, cleanup: 
 def test_gpu_resize_one_to_two_gives_the_guest_twohostdevs(
     two_hosts: Cluster, cleanup: list[str], finish: str
 ) -> None:
-    server = _boot("gpu", flavor("rs.gpu1", 8, 8192, gpus=1))
-    cleanup.append(server["uuid"])
+    server = boot_active("gpu", flavor("rs.gpu1", 8, 8192, gpus=1), cleanup)
     source = server["host"]
     [old_device] = hostdevs(server["uuid"])
     api.resize(server["uuid"], flavor("rs.gpu2", 16, 16384, gpus=2))
@@ -168,8 +145,7 @@ def test_gpu_resize_one_to_two_gives_the_guest_twohostdevs(
 
 
 def test_gpu_resize_two_to_one(two_hosts: Cluster, cleanup: list[str]) -> None:
-    server = _boot("gpu2", flavor("rs.gpu2", 16, 16384, gpus=2))
-    cleanup.append(server["uuid"])
+    server = boot_active("gpu2", flavor("rs.gpu2", 16, 16384, gpus=2), cleanup)
     api.resize(server["uuid"], flavor("rs.gpu1", 8, 8192, gpus=1))
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
     assert len(hostdevs(server["uuid"])) == 1
@@ -190,8 +166,7 @@ def _node_id(host: str) -> int:
 def test_resize_to_a_flavor_no_host_can_take_leaves_the_server_active(
     two_hosts: Cluster, cleanup: list[str]
 ) -> None:
-    server = _boot("r4", flavor("rs.small", 1, 1024))
-    cleanup.append(server["uuid"])
+    server = boot_active("r4", flavor("rs.small", 1, 1024), cleanup)
     api.resize(server["uuid"], flavor("rs.huge", 2, 10**6))
     deadline_view = None
     for _ in range(100):
