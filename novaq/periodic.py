@@ -23,6 +23,8 @@ from novaq.settings import Settings
 
 #: A task that runs once for the whole cluster (not per host) records its runs under this.
 CLUSTER = "cluster"
+#: The scope of a task that runs on every up and enabled compute host.
+PER_HOST = "compute"
 
 
 def nova_spacing(value: int, settings: Settings) -> int | None:
@@ -58,8 +60,8 @@ def _heal_spacing(settings: Settings) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class PeriodicTask:
-    """One periodic task. ``scope`` is ``compute`` (runs on every up and enabled compute
-    host, through a fan-out) or ``cluster`` (runs once, on the maintenance queue)."""
+    """One periodic task. ``scope`` is ``PER_HOST`` (runs on every up and enabled compute
+    host, through a fan-out) or ``CLUSTER`` (runs once, on the maintenance queue)."""
 
     name: str
     function: str
@@ -72,9 +74,13 @@ class PeriodicTask:
     gate: Callable[[Settings], bool] = lambda settings: True
 
     @property
+    def per_host(self) -> bool:
+        return self.scope == PER_HOST
+
+    @property
     def task_name(self) -> str:
         """The Celery task that runs it (its queue follows from the prefix)."""
-        prefix = "compute" if self.scope == "compute" else "periodic"
+        prefix = "compute" if self.per_host else "periodic"
         return f"{prefix}.{self.name.lstrip('_')}"
 
     def effective_spacing(self, settings: Settings) -> int | None:
@@ -98,7 +104,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_check_instance_build_time",
         "compute.periodic.timeouts:check_instance_build_time",
-        "compute",
+        PER_HOST,
         None,
         _default,
         "Errors out instances of this host still BUILDING longer than instance_build_timeout.",
@@ -108,7 +114,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_sync_scheduler_instance_info",
         "compute.periodic.scheduler_sync:sync_scheduler_instance_info",
-        "compute",
+        PER_HOST,
         "scheduler_instance_sync_interval",
         _option("scheduler_instance_sync_interval"),
         "Compares the guests this host runs with the instances the scheduler counts on it "
@@ -119,7 +125,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_heal_instance_info_cache",
         "compute.periodic.info_cache:heal_instance_info_cache",
-        "compute",
+        PER_HOST,
         "heal_instance_info_cache_interval",
         _heal_spacing,
         "Refreshes one instance's cached device info (disks, PCI devices, console) from "
@@ -128,7 +134,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_poll_rebooting_instances",
         "compute.periodic.timeouts:poll_rebooting_instances",
-        "compute",
+        PER_HOST,
         None,
         _default,
         "Finishes soft reboots stuck longer than reboot_timeout: ACTIVE if the guest runs, "
@@ -139,7 +145,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_poll_rescued_instances",
         "compute.periodic.timeouts:poll_rescued_instances",
-        "compute",
+        PER_HOST,
         None,
         _default,
         "Unrescues (through the API, action recorded) servers RESCUED longer than rescue_timeout.",
@@ -149,7 +155,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_poll_unconfirmed_resizes",
         "compute.periodic.resize_confirm:poll_unconfirmed_resizes",
-        "compute",
+        PER_HOST,
         None,
         _default,
         "Confirms (through the API) resizes and migrations to this host left in "
@@ -160,7 +166,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_poll_shelved_instances",
         "compute.periodic.deferred:poll_shelved_instances",
-        "compute",
+        PER_HOST,
         "shelved_poll_interval",
         _option("shelved_poll_interval"),
         "Offloads servers SHELVED on this host longer than shelved_offload_time.",
@@ -170,7 +176,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_instance_usage_audit",
         "compute.periodic.usage_audit:instance_usage_audit",
-        "compute",
+        PER_HOST,
         None,
         _default,
         "Once per instance_usage_audit_period per host: an instance.exists notification "
@@ -181,7 +187,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_poll_volume_usage",
         "compute.periodic.volume_usage:poll_volume_usage",
-        "compute",
+        PER_HOST,
         "volume_usage_poll_interval",
         _option("volume_usage_poll_interval"),
         "Reads each guest disk's I/O counters from the hypervisor into volume_usage_cache "
@@ -192,7 +198,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_sync_power_states",
         "compute.periodic.power_sync:sync_power_states",
-        "compute",
+        PER_HOST,
         "sync_power_state_interval",
         _option("sync_power_state_interval"),
         "Brings each instance's power_state in line with the hypervisor and stops servers "
@@ -202,7 +208,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_reclaim_queued_deletes",
         "compute.periodic.deferred:reclaim_queued_deletes",
-        "compute",
+        PER_HOST,
         None,
         _default,
         "Deletes for good the SOFT_DELETED servers older than reclaim_instance_interval.",
@@ -212,7 +218,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "update_available_resource",
         "compute.periodic.resources:update_available_resource",
-        "compute",
+        PER_HOST,
         "update_resources_interval",
         _option("update_resources_interval"),
         "Audits and heals this host's accounting against the hypervisor (see `novaq "
@@ -221,7 +227,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_cleanup_running_deleted_instances",
         "compute.periodic.running_deleted:cleanup_running_deleted_instances",
-        "compute",
+        PER_HOST,
         "running_deleted_instance_poll_interval",
         _option("running_deleted_instance_poll_interval"),
         "Guests still on the hypervisor whose server was deleted more than "
@@ -234,7 +240,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_run_image_cache_manager_pass",
         "compute.periodic.image_cache:run_image_cache_manager_pass",
-        "compute",
+        PER_HOST,
         "image_cache.manager_interval",
         _option("image_cache.manager_interval"),
         "Keeps the base images instances of this host use and removes the others older "
@@ -243,7 +249,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_run_pending_deletes",
         "compute.periodic.cleanup:run_pending_deletes",
-        "compute",
+        PER_HOST,
         "instance_delete_interval",
         _option("instance_delete_interval"),
         "Removes the files left on this host by deleted servers, up to "
@@ -252,7 +258,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         "_cleanup_incomplete_migrations",
         "compute.periodic.cleanup:cleanup_incomplete_migrations",
-        "compute",
+        PER_HOST,
         "instance_delete_interval",
         _option("instance_delete_interval"),
         "Removes what failed moves of since-deleted servers left on this host (guest, "
@@ -299,7 +305,7 @@ def beat_schedule_for(settings: Settings) -> dict[str, dict[str, object]]:
     for task, spacing in scheduled(settings):
         seconds = float(spacing)
         entry: dict[str, object] = {"schedule": seconds, "options": {"expires": seconds}}
-        if task.scope == "compute":
+        if task.per_host:
             entry["task"] = "periodic.fan_out"
             entry["kwargs"] = {"task_name": task.task_name, "expires_s": seconds}
         else:

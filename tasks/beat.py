@@ -84,7 +84,7 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
             # run-immediately tasks when it (re)starts (``queue_run_immediately``), as
             # each nova-compute does. Making them due at beat's start as well ran them
             # twice whenever beat and the workers started together.
-            if task is not None and task.run_immediately and task.scope != "compute":
+            if task is not None and task.run_immediately and not task.per_host:
                 # Due now: as if it last ran one spacing ago.
                 entry.last_run_at = now - dt.timedelta(seconds=entry.schedule.seconds)
 

@@ -81,7 +81,7 @@ def run_periodic(task: PeriodicTask, host: str, runner: str) -> dict[str, Any]:
         db_url=db_url,
         settings=s,
         host=host,
-        driver=context.driver() if task.scope == "compute" else None,
+        driver=context.driver() if task.per_host else None,
         api=api,
     )
     try:
@@ -137,7 +137,7 @@ def queue_run_immediately(host: str) -> list[str]:
     a compute worker that (re)starts queues them for itself, consumed once it is ready."""
     sent = []
     for task, spacing in scheduled(context.settings()):
-        if task.scope == "compute" and task.run_immediately:
+        if task.per_host and task.run_immediately:
             send_to_host(task.task_name, host, float(spacing))
             sent.append(task.name)
     return sent

@@ -112,7 +112,7 @@ def run_periodic_task(name: str, host: str | None = None) -> list[str]:
 
     if name not in BY_NAME:
         raise InvalidInput(reason=f"unknown periodic task {name!r}; see periodic-list")
-    if host is not None and BY_NAME[name].scope == "compute":
+    if host is not None and BY_NAME[name].per_host:
         with session_scope(common.db_url()) as session:
             servicegroup.get_service(session, host)
     dispatch.check_broker()

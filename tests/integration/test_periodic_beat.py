@@ -109,7 +109,7 @@ def _state(host: str) -> str:
 def test_beat_runs_every_periodic_task_on_every_up_host_and_skips_a_down_one(
     services: str, beat_cluster: Cluster
 ) -> None:
-    expected = {(t.name, h) for t in PERIODIC_TASKS if t.scope == "compute" for h in HOSTS} | {
+    expected = {(t.name, h) for t in PERIODIC_TASKS if t.per_host for h in HOSTS} | {
         (t.name, CLUSTER) for t in PERIODIC_TASKS if t.scope == CLUSTER
     }
 
