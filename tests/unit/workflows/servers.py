@@ -1,15 +1,21 @@
-"""What the API tests that run workflows through the in-thread worker share: a periodic
-pass's context on host1, an ACTIVE server, and a delete that leaves no guest behind."""
+"""What the API tests share: servers placed on host1 by hand (for the API's refusals) or
+booted through the in-thread worker, a delete that leaves no guest behind, the messages
+waiting in queues, the actions recorded, and a periodic pass's context on host1."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
+from sqlalchemy import func, select
+
 from compute.periodic import PeriodicContext
+from models import InstanceAction, utcnow
+from models.db import session_scope
 from novaq.exceptions import FlavorExists
 from novaq.settings import get_settings
-from tasks import context
+from tasks import app, context
+from tests.factories import make_compute_node, make_instance
 from workflows import api
 
 
@@ -31,3 +37,32 @@ def delete_and_wait(uuid: str) -> None:
     """Leave no guest behind: the next test's instance-00000001 must be free."""
     api.delete(uuid)
     api.wait(uuid, "DELETED", timeout=30)
+
+
+def placed_server(db_url: str, vm_state: str = "active", **overrides: Any) -> str:
+    """A launched server on host1, whose compute service is up (no guest: nothing runs)."""
+    make_compute_node(db_url, "host1")
+    values: dict[str, Any] = dict(
+        host="host1", node="host1", vm_state=vm_state, task_state=None, launched_at=utcnow()
+    )
+    values.update(overrides)
+    return make_instance(db_url, **values)
+
+
+def action_count(db_url: str) -> int:
+    """Instance actions recorded so far: an API call refused must add none."""
+    with session_scope(db_url) as session:
+        return int(session.scalar(select(func.count()).select_from(InstanceAction)) or 0)
+
+
+def queued(*queues: str) -> int:
+    """Messages waiting in ``queues``: an API call refused must send none."""
+    with app.connection_for_write() as conn:
+        return sum(conn.SimpleQueue(queue).qsize() for queue in queues)
+
+
+def clear_queues(*queues: str) -> None:
+    """Leave no message behind for a later test's worker."""
+    with app.connection_for_write() as conn:
+        for queue in queues:
+            conn.SimpleQueue(queue).clear()

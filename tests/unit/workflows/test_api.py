@@ -19,17 +19,13 @@ from novaq.exceptions import (
     ServiceUnavailable,
 )
 from tasks import app
+from tests.unit.workflows.servers import queued
 from workflows import api, api_common
 
 
 def _count(db_url: str, model: Any) -> int:
     with session_scope(db_url) as session:
         return int(session.scalar(select(func.count()).select_from(model)) or 0)
-
-
-def _queued(queue: str) -> int:
-    with app.connection_for_write() as conn:
-        return conn.SimpleQueue(queue).qsize()
 
 
 @pytest.mark.parametrize(
@@ -81,12 +77,12 @@ def test_boot_refuses_bad_input_before_writing_or_enqueuing(
     api.create_flavor("m1", 1, 512, 1)
     args: dict[str, Any] = {"name": "vm", "flavor": "m1", "image": "cirros"}
     args.update(kwargs)
-    before = _queued("scheduler")
+    before = queued("scheduler")
     with pytest.raises(error):
         api.boot(**args)
     assert _count(db_url, Instance) == 0
     assert _count(db_url, InstanceAction) == 0
-    assert _queued("scheduler") == before
+    assert queued("scheduler") == before
 
 
 def test_unknown_instances_are_not_found(db_url: str) -> None:

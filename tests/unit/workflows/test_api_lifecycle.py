@@ -8,46 +8,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from compute.instance_state import get_instance
-from models import InstanceAction, Service, utcnow
+from models import Service
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState, InvalidInput, ServiceUnavailable
 from tasks import app
-from tests.factories import make_compute_node, make_instance
+from tests.unit.workflows.servers import action_count, clear_queues, placed_server, queued
 from workflows import api, gate
 from workflows.gate import GATE, InstanceHostDown, InstanceIsLocked, InstanceNotReady
 
 QUEUE = "compute.host1"
 
 
-def _queued(queue: str = QUEUE) -> int:
-    with app.connection_for_write() as conn:
-        return conn.SimpleQueue(queue).qsize()
-
-
 @pytest.fixture
 def empty_queue() -> Iterator[None]:
     """Leave no message behind for a later test's worker."""
     yield
-    with app.connection_for_write() as conn:
-        conn.SimpleQueue(QUEUE).clear()
-
-
-def _actions(db_url: str) -> int:
-    with session_scope(db_url) as session:
-        return int(session.scalar(select(func.count()).select_from(InstanceAction)) or 0)
-
-
-def _server(db_url: str, vm_state: str = "active", **overrides: Any) -> str:
-    """A launched server on host1, whose compute service is up (no guest: nothing runs)."""
-    make_compute_node(db_url, "host1")
-    values: dict[str, Any] = dict(
-        host="host1", node="host1", vm_state=vm_state, task_state=None, launched_at=utcnow()
-    )
-    values.update(overrides)
-    return make_instance(db_url, **values)
+    clear_queues(QUEUE)
 
 
 # -- the gate as data ----------------------------------------------------------------------
@@ -112,7 +91,7 @@ def test_the_gate_names_every_action_and_defaults_to_no_task_in_flight() -> None
 def test_check_instance_state_follows_novas_table(
     db_url: str, action: str, vm_state: str, allowed: bool
 ) -> None:
-    uuid = _server(db_url, vm_state)
+    uuid = placed_server(db_url, vm_state)
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         if allowed:
@@ -123,7 +102,7 @@ def test_check_instance_state_follows_novas_table(
 
 
 def test_a_never_launched_instance_cannot_be_stopped_but_can_be_deleted(db_url: str) -> None:
-    uuid = _server(db_url, "error", launched_at=None)
+    uuid = placed_server(db_url, "error", launched_at=None)
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         with pytest.raises(InstanceInvalidState, match="never been launched"):
@@ -152,16 +131,16 @@ REFUSED = [
 def test_an_operation_in_a_state_nova_forbids_is_refused_before_anything_happens(
     db_url: str, call: Any, vm_state: str
 ) -> None:
-    uuid = _server(db_url, vm_state)
-    before = (_queued(), _actions(db_url))
+    uuid = placed_server(db_url, vm_state)
+    before = (queued(QUEUE), action_count(db_url))
     with pytest.raises(InstanceInvalidState, match=f"vm_state {vm_state}, task_state None"):
         call(uuid)
-    assert (_queued(), _actions(db_url)) == before
+    assert (queued(QUEUE), action_count(db_url)) == before
     assert api.show(uuid)["task_state"] is None
 
 
 def test_an_operation_while_another_is_in_flight_is_refused(db_url: str) -> None:
-    uuid = _server(db_url, "active", task_state="pausing")
+    uuid = placed_server(db_url, "active", task_state="pausing")
     with pytest.raises(InstanceInvalidState, match="task_state pausing"):
         api.stop(uuid)
     with pytest.raises(InstanceInvalidState):
@@ -172,10 +151,10 @@ def test_an_operation_while_another_is_in_flight_is_refused(db_url: str) -> None
 def test_a_hard_reboot_is_accepted_where_nova_accepts_it(
     db_url: str, empty_queue: None, vm_state: str
 ) -> None:
-    uuid = _server(db_url, vm_state, task_state="pausing" if vm_state == "active" else None)
-    before = _queued()
+    uuid = placed_server(db_url, vm_state, task_state="pausing" if vm_state == "active" else None)
+    before = queued(QUEUE)
     request_id = api.reboot(uuid, hard=True)
-    assert _queued() == before + 1
+    assert queued(QUEUE) == before + 1
     view = api.show(uuid)
     assert (view["task_state"], view["vm_state"]) == ("rebooting_hard", vm_state)
     [*_, action] = api.list_actions(uuid)
@@ -185,7 +164,7 @@ def test_a_hard_reboot_is_accepted_where_nova_accepts_it(
 def test_an_accepted_request_sets_the_task_state_and_starts_the_action(
     db_url: str, empty_queue: None
 ) -> None:
-    uuid = _server(db_url, "active")
+    uuid = placed_server(db_url, "active")
     request_id = api.stop(uuid)
     assert request_id.startswith("req-")
     view = api.show(uuid)
@@ -193,16 +172,16 @@ def test_an_accepted_request_sets_the_task_state_and_starts_the_action(
     assert api.list_actions(uuid)[-1]["action"] == "stop"
     with pytest.raises(InstanceInvalidState, match="powering-off"):
         api.stop(uuid)
-    assert _queued() == 1
+    assert queued(QUEUE) == 1
 
 
 def test_a_locked_server_refuses_every_operation_until_unlocked(
     db_url: str, empty_queue: None
 ) -> None:
-    uuid = _server(db_url, "active")
+    uuid = placed_server(db_url, "active")
     view = api.lock(uuid, reason="maintenance")
     assert (view["locked"], view["locked_reason"]) == (True, "maintenance")
-    before = (_queued(), _actions(db_url))
+    before = (queued(QUEUE), action_count(db_url))
     for call in (api.stop, api.pause, api.suspend, api.rescue, api.reboot):
         with pytest.raises(InstanceIsLocked, match=r"is locked \(maintenance\)"):
             call(uuid)
@@ -213,9 +192,9 @@ def test_a_locked_server_refuses_every_operation_until_unlocked(
         for action in ("resize", "migrate", "shelve", "delete"):
             with pytest.raises(InstanceIsLocked):
                 gate.check_instance_state(instance, action)
-    assert (_queued(), _actions(db_url)) == before
+    assert (queued(QUEUE), action_count(db_url)) == before
     assert api.lock(uuid)["locked_reason"] == "maintenance"  # already locked: no change
-    assert _actions(db_url) == before[1]
+    assert action_count(db_url) == before[1]
     view = api.unlock(uuid)
     assert (view["locked"], view["locked_reason"]) == (False, None)
     api.stop(uuid)
@@ -226,39 +205,39 @@ def test_a_locked_server_refuses_every_operation_until_unlocked(
 
 
 def test_a_lock_reason_must_be_a_short_string(db_url: str) -> None:
-    uuid = _server(db_url, "active")
+    uuid = placed_server(db_url, "active")
     with pytest.raises(InvalidInput):
         api.lock(uuid, reason="x" * 256)
     assert api.show(uuid)["locked"] is False
 
 
 def test_a_server_whose_host_is_down_is_refused(db_url: str) -> None:
-    uuid = _server(db_url, "active")
+    uuid = placed_server(db_url, "active")
     with session_scope(db_url) as session:
         for service in session.scalars(select(Service).where(Service.host == "host1")):
             service.forced_down = True
-    before = (_queued(), _actions(db_url))
+    before = (queued(QUEUE), action_count(db_url))
     with pytest.raises(InstanceHostDown, match="compute service of its host host1 is down"):
         api.stop(uuid)
-    assert (_queued(), _actions(db_url)) == before
+    assert (queued(QUEUE), action_count(db_url)) == before
     assert api.show(uuid)["task_state"] is None
 
 
 def test_a_server_without_a_host_is_not_ready(db_url: str) -> None:
-    uuid = _server(db_url, "error", host=None, node=None)
+    uuid = placed_server(db_url, "error", host=None, node=None)
     with pytest.raises(InstanceNotReady):
         api.stop(uuid)
 
 
 def test_the_broker_down_changes_nothing(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    uuid = _server(db_url, "active")
-    before = _actions(db_url)
+    uuid = placed_server(db_url, "active")
+    before = action_count(db_url)
     monkeypatch.setitem(app.conf, "broker_url", "redis://127.0.0.1:1/0")
     monkeypatch.setitem(app.conf, "broker_write_url", "redis://127.0.0.1:1/0")
     with pytest.raises(ServiceUnavailable, match="message broker"):
         api.stop(uuid)
     assert api.show(uuid)["task_state"] is None
-    assert _actions(db_url) == before
+    assert action_count(db_url) == before
 
 
 def test_deleted_and_unknown_servers_are_not_found(db_url: str) -> None:

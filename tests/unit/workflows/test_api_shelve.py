@@ -11,38 +11,26 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
 
 from compute.claims import consumer_allocations
 from compute.instance_state import cas_update
 from compute.soft_delete import reclaim_queued_deletes
-from models import InstanceAction, utcnow
+from models import utcnow
 from models.db import session_scope
 from novaq.exceptions import FlavorExists, InstanceInvalidState
 from novaq.settings import get_settings
-from tasks import app, context
-from tests.factories import make_compute_node, make_instance
+from tasks import context
+from tests.factories import make_instance
+from tests.unit.workflows.servers import action_count, clear_queues, placed_server, queued
 from workflows import api, api_common
 
 QUEUES = ("compute.host1", "scheduler")
 
 
-def _queued() -> int:
-    with app.connection_for_write() as conn:
-        return sum(conn.SimpleQueue(q).qsize() for q in QUEUES)
-
-
 @pytest.fixture
 def empty_queues() -> Iterator[None]:
     yield
-    with app.connection_for_write() as conn:
-        for queue in QUEUES:
-            conn.SimpleQueue(queue).clear()
-
-
-def _actions(db_url: str) -> int:
-    with session_scope(db_url) as session:
-        return int(session.scalar(select(func.count()).select_from(InstanceAction)) or 0)
+    clear_queues(*QUEUES)
 
 
 def _allocations(db_url: str, uuid: str) -> dict[str, int]:
@@ -53,15 +41,6 @@ def _allocations(db_url: str, uuid: str) -> dict[str, int]:
 def _memory_used() -> int:
     [host] = [h for h in api.list_hosts() if h["host"] == "host1"]
     return int(host["memory_mb_used"])
-
-
-def _server(db_url: str, vm_state: str, **overrides: Any) -> str:
-    make_compute_node(db_url, "host1")
-    values: dict[str, Any] = dict(
-        host="host1", node="host1", vm_state=vm_state, task_state=None, launched_at=utcnow()
-    )
-    values.update(overrides)
-    return make_instance(db_url, **values)
 
 
 # -- refusals -----------------------------------------------------------------------------
@@ -87,23 +66,25 @@ REFUSED = [
 def test_a_shelve_family_call_in_a_state_nova_forbids_is_refused(
     db_url: str, call: Any, vm_state: str
 ) -> None:
-    uuid = _server(db_url, vm_state)
-    before = (_queued(), _actions(db_url))
+    uuid = placed_server(db_url, vm_state)
+    before = (queued(*QUEUES), action_count(db_url))
     with pytest.raises(InstanceInvalidState, match=f"vm_state {vm_state}"):
         if call is api.resize:
             api.create_flavor("m2", 2, 1024, 1)
             call(uuid, "m2")
         else:
             call(uuid)
-    assert (_queued(), _actions(db_url)) == before
+    assert (queued(*QUEUES), action_count(db_url)) == before
     assert api.show(uuid)["task_state"] is None
 
 
 def test_a_shelve_while_another_task_is_in_flight_is_refused(db_url: str) -> None:
-    uuid = _server(db_url, "active", task_state="pausing")
+    uuid = placed_server(db_url, "active", task_state="pausing")
     with pytest.raises(InstanceInvalidState, match="task_state pausing"):
         api.shelve(uuid)
-    offloaded = _server(db_url, "shelved_offloaded", host=None, node=None, task_state="unshelving")
+    offloaded = placed_server(
+        db_url, "shelved_offloaded", host=None, node=None, task_state="unshelving"
+    )
     with pytest.raises(InstanceInvalidState, match="task_state unshelving"):
         api.unshelve(offloaded)
 
@@ -111,19 +92,19 @@ def test_a_shelve_while_another_task_is_in_flight_is_refused(db_url: str) -> Non
 def test_an_accepted_shelve_sets_the_task_and_enqueues_one_step(
     db_url: str, empty_queues: None
 ) -> None:
-    uuid = _server(db_url, "paused")
-    before = _queued()
+    uuid = placed_server(db_url, "paused")
+    before = queued(*QUEUES)
     request_id = api.shelve(uuid)
     view = api.show(uuid)
     assert (view["vm_state"], view["task_state"]) == ("paused", "shelving")
     assert api.list_actions(uuid)[-1]["action"] == "shelve"
     assert api.list_actions(uuid)[-1]["request_id"] == request_id
-    assert _queued() == before + 1
-    offloaded = _server(db_url, "shelved_offloaded", host=None, node=None)
+    assert queued(*QUEUES) == before + 1
+    offloaded = placed_server(db_url, "shelved_offloaded", host=None, node=None)
     api.unshelve(offloaded)  # no host needed: it is scheduled again
     assert api.show(offloaded)["task_state"] == "unshelving"
     assert api.list_actions(offloaded)[-1]["action"] == "unshelve"
-    assert _queued() == before + 2
+    assert queued(*QUEUES) == before + 2
 
 
 # -- through a worker -------------------------------------------------------------------
