@@ -28,7 +28,7 @@ from compute.states import TaskState, VmState
 from models import ComputeNode, Instance, utcnow
 from models.db import session_scope
 from novaq.exceptions import InstanceNotFound, ResourcesUnavailable, UnexpectedTaskStateError
-from virt.driver import ComputeDriver, GuestSpec
+from virt.driver import ComputeDriver, GuestSpec, ImageSpec
 
 LOG = logging.getLogger(__name__)
 
@@ -56,7 +56,10 @@ def guest_spec(
         root_gb=flavor["root_gb"],
         ephemeral_gb=flavor.get("ephemeral_gb", 0),
         swap_mb=flavor.get("swap", 0),
-        image=instance.image_ref,
+        # NOTE: a stand-in until the image registry resolves image_ref to its record.
+        image=ImageSpec(id=instance.image_ref, name=instance.image_ref, location="")
+        if instance.image_ref
+        else None,
         pci_addresses=pci_addresses,
     )
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid as uuid_module
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from novaq.exceptions import InvalidInput
 from virt.host_profile import validate_pci_address
@@ -36,9 +36,60 @@ def _require_int(spec: GuestSpec, field: str, minimum: int) -> None:
         )
 
 
+DISK_FORMATS: Final = ("raw", "qcow2")
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSpec:
+    """The image a guest boots from, as the image registry (Glance's fields) describes it.
+
+    ``location`` is where the image store keeps the data: an absolute file path or an
+    ``http(s)://`` URL. ``checksum`` is the SHA-256 of that data in hex (empty: not
+    verified); ``size`` is its length in bytes; ``virtual_size`` the disk size the data
+    describes, in bytes (qcow2 can be larger than its file). ``properties`` are the
+    image's properties (``hw_architecture``, ``hw_rescue_device``,
+    ``os_shutdown_timeout``…) as sorted (name, value) string pairs, so the spec stays
+    hashable and JSON-friendly.
+    """
+
+    id: str
+    name: str
+    location: str
+    disk_format: str = "raw"
+    checksum: str = ""
+    size: int = 0
+    virtual_size: int = 0
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidInput(reason="image id must be a non-empty string")
+        if self.disk_format not in DISK_FORMATS:
+            raise InvalidInput(
+                reason=f"image {self.id}: disk_format must be one of {', '.join(DISK_FORMATS)}, "
+                f"not {self.disk_format!r}"
+            )
+
+    def prop(self, name: str, default: str | None = None) -> str | None:
+        """The value of property ``name``, or ``default``."""
+        return dict(self.properties).get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["properties"] = dict(self.properties)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ImageSpec:
+        fields = dict(data)
+        fields["properties"] = tuple(sorted(dict(fields.get("properties") or {}).items()))
+        return cls(**fields)
+
+
 @dataclass(frozen=True, slots=True)
 class GuestSpec:
-    """What to start: sizes in MiB (memory, swap) and GiB (disks)."""
+    """What to start: sizes in MiB (memory, swap) and GiB (disks); ``image`` is None only
+    for a guest with no image to boot (its root disk is created blank)."""
 
     uuid: str
     name: str
@@ -47,8 +98,10 @@ class GuestSpec:
     root_gb: int
     ephemeral_gb: int = 0
     swap_mb: int = 0
-    image: str = "cirros"
+    image: ImageSpec | None = None
     pci_addresses: tuple[str, ...] = ()
+    display_name: str = ""
+    flavor_name: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -61,20 +114,30 @@ class GuestSpec:
             _require_int(self, field, minimum=1)
         for field in ("root_gb", "ephemeral_gb", "swap_mb"):
             _require_int(self, field, minimum=0)
+        if self.image is not None and not isinstance(self.image, ImageSpec):
+            raise InvalidInput(reason=f"guest {self.uuid}: image must be an ImageSpec")
         if not isinstance(self.pci_addresses, tuple):
             raise InvalidInput(reason=f"guest {self.uuid}: pci_addresses must be a tuple")
         for address in self.pci_addresses:
             validate_pci_address(address)
 
+    @property
+    def image_id(self) -> str:
+        """The image's id, or "" for a guest with no image."""
+        return self.image.id if self.image is not None else ""
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["pci_addresses"] = list(self.pci_addresses)
+        data["image"] = self.image.to_dict() if self.image is not None else None
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GuestSpec:
         fields = dict(data)
         fields["pci_addresses"] = tuple(fields.get("pci_addresses", ()))
+        image = fields.get("image")
+        fields["image"] = ImageSpec.from_dict(image) if isinstance(image, dict) else None
         return cls(**fields)
 
 

@@ -95,8 +95,8 @@ class FakeDriver:
                 self.spawn_count += 1
                 guest = FakeGuest(spec, power_state.RUNNING)
                 self.instance_files.add(spec.uuid)
-                if spec.image:
-                    self.cached_images[spec.image] = time.time()
+                if spec.image_id:
+                    self.cached_images[spec.image_id] = time.time()
             elif guest.power_state not in (power_state.RUNNING, power_state.PAUSED):
                 guest = replace(guest, power_state=power_state.RUNNING, saved=False)
             self._guests[spec.uuid] = guest

@@ -102,7 +102,7 @@ def design_guest(
         vcpus=spec.vcpus,
         os=LibvirtConfigGuestOS(type=platform.os_type, arch=platform.arch),
         metadata=LibvirtConfigGuestMetadata(
-            image=spec.image,
+            image=spec.image_id,
             root_gb=spec.root_gb,
             ephemeral_gb=spec.ephemeral_gb,
             swap_mb=spec.swap_mb,

@@ -199,8 +199,8 @@ class LibvirtDriver:
     def _prepare_files(self, spec: GuestSpec) -> bool:
         """Nova's ``_create_image``: the image's base file in the cache (fetched or marked
         used), then the instance directory; True if the directory is new."""
-        if spec.image:
-            self._image_cache.fetch(spec.image)
+        if spec.image_id:
+            self._image_cache.fetch(spec.image_id)
         disks = design_disks(spec, self.instances_path)
         return self._files.create(spec.uuid, {d.source_path: d.driver_type for d in disks})
 

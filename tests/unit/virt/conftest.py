@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from virt.driver import GuestSpec, HostResources, PciDevice
+from virt.driver import GuestSpec, HostResources, ImageSpec, PciDevice
 from virt.host_profile import HostProfile, default_profiles
 from virt.libvirt.driver import LibvirtDriver
 from virt.node_xml import test_uri, write_node_xml
@@ -65,7 +65,14 @@ def driver(make_driver: MakeDriver, gpu_profile: HostProfile) -> LibvirtDriver:
 
 @pytest.fixture
 def plain_spec() -> GuestSpec:
-    return GuestSpec(uuid=UUID_1, name="plain", vcpus=2, memory_mb=2048, root_gb=20)
+    return GuestSpec(
+        uuid=UUID_1,
+        name="plain",
+        vcpus=2,
+        memory_mb=2048,
+        root_gb=20,
+        image=ImageSpec(id="cirros", name="cirros", location=""),
+    )
 
 
 @pytest.fixture
@@ -78,7 +85,7 @@ def gpu_spec() -> GuestSpec:
         root_gb=40,
         ephemeral_gb=10,
         swap_mb=1024,
-        image="ubuntu-22.04",
+        image=ImageSpec(id="ubuntu-22.04", name="ubuntu-22.04", location=""),
         pci_addresses=GPU_ADDRESSES,
     )
 

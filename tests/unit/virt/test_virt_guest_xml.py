@@ -11,7 +11,7 @@ import pytest
 from lxml import etree
 
 from virt import power_state
-from virt.driver import GuestSpec
+from virt.driver import GuestSpec, ImageSpec
 from virt.libvirt.config import (
     LibvirtConfigCaps,
     LibvirtConfigGuest,
@@ -134,7 +134,7 @@ def test_special_characters_are_escaped_and_survive_libvirt(
 ) -> None:
     name = "a<b&\"c'"
     image = "<img> & 'x'"
-    spec = replace(plain_spec, name=name, image=image)
+    spec = replace(plain_spec, name=name, image=ImageSpec(id=image, name=image, location=""))
     xml = driver.guest_xml(spec)
 
     assert "a&lt;b&amp;" in xml

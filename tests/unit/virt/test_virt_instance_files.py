@@ -15,7 +15,7 @@ import pytest
 
 from novaq.exceptions import HypervisorError
 from tests.undeletable import undeletable
-from virt.driver import ComputeDriver, GuestSpec, HostResources
+from virt.driver import ComputeDriver, GuestSpec, HostResources, ImageSpec
 from virt.fake import FakeDriver
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
@@ -27,7 +27,12 @@ HOUR_S = 3600
 
 def _spec(uuid: str, image: str = "cirros") -> GuestSpec:
     return GuestSpec(
-        uuid=uuid, name=f"i-{uuid[-6:]}", vcpus=1, memory_mb=256, root_gb=1, image=image
+        uuid=uuid,
+        name=f"i-{uuid[-6:]}",
+        vcpus=1,
+        memory_mb=256,
+        root_gb=1,
+        image=ImageSpec(id=image, name=image, location=""),
     )
 
 

@@ -25,7 +25,7 @@ def test_guest_spec_from_dict_defaults_optional_fields() -> None:
             "root_gb": 1,
         }
     )
-    assert (spec.ephemeral_gb, spec.swap_mb, spec.image, spec.pci_addresses) == (0, 0, "cirros", ())
+    assert (spec.ephemeral_gb, spec.swap_mb, spec.image, spec.pci_addresses) == (0, 0, None, ())
 
 
 @pytest.mark.parametrize(
@@ -39,13 +39,16 @@ def test_guest_spec_from_dict_defaults_optional_fields() -> None:
         ({"swap_mb": 1.5}, "swap_mb must be"),
         ({"pci_addresses": ("08:00.0",)}, "PCI address"),
         ({"pci_addresses": ["0000:08:00.0"]}, "must be a tuple"),
+        ({"image": "cirros"}, "image must be an ImageSpec"),
     ],
 )
 def test_guest_spec_rejects_bad_values(
     plain_spec: GuestSpec, overrides: dict[str, object], message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=message):
-        GuestSpec(**{**plain_spec.to_dict(), "pci_addresses": (), **overrides})
+        GuestSpec(
+            **{**plain_spec.to_dict(), "pci_addresses": (), "image": plain_spec.image, **overrides}
+        )
 
 
 def test_host_resources_and_guest_info_are_json(fake_resources: HostResources) -> None:
