@@ -22,13 +22,14 @@ from compute.claims import (
     retry_on_conflict,
 )
 from compute.heal import release_orphan
+from compute.images import image_spec
 from compute.instance_state import cas_update, get_instance
 from compute.pci import PciRequest, held_devices
 from compute.states import TaskState, VmState
 from models import ComputeNode, Instance, utcnow
 from models.db import session_scope
 from novaq.exceptions import InstanceNotFound, ResourcesUnavailable, UnexpectedTaskStateError
-from virt.driver import ComputeDriver, GuestSpec, ImageSpec
+from virt.driver import ComputeDriver, GuestSpec
 
 LOG = logging.getLogger(__name__)
 
@@ -42,11 +43,13 @@ def instance_name(instance: Instance) -> str:
 
 
 def guest_spec(
+    session: Session,
     instance: Instance,
     pci_addresses: tuple[str, ...] = (),
     flavor: dict[str, Any] | None = None,
 ) -> GuestSpec:
-    """The guest of ``instance`` with ``flavor`` (default: the instance's own)."""
+    """The guest of ``instance`` with ``flavor`` (default: the instance's own), booting
+    from the registry's record of its image (``ImageNotFound`` if it was purged)."""
     flavor = flavor if flavor is not None else instance.flavor
     return GuestSpec(
         uuid=instance.uuid,
@@ -56,11 +59,10 @@ def guest_spec(
         root_gb=flavor["root_gb"],
         ephemeral_gb=flavor.get("ephemeral_gb", 0),
         swap_mb=flavor.get("swap", 0),
-        # NOTE: a stand-in until the image registry resolves image_ref to its record.
-        image=ImageSpec(id=instance.image_ref, name=instance.image_ref, location="")
-        if instance.image_ref
-        else None,
+        image=image_spec(session, instance.image_ref) if instance.image_ref else None,
         pci_addresses=pci_addresses,
+        display_name=instance.display_name or "",
+        flavor_name=flavor.get("name", ""),
     )
 
 
@@ -116,7 +118,7 @@ def build_and_run_instance(
                 task_state=TaskState.SPAWNING,
             )
             devices = held_devices(session, instance_uuid)
-            spec = guest_spec(instance, tuple(d.address for d in devices))
+            spec = guest_spec(session, instance, tuple(d.address for d in devices))
             event_id = actions.start_event(session, instance_uuid, request_id, BUILD_EVENT, host)
     except (UnexpectedTaskStateError, InstanceNotFound) as exc:
         LOG.info("Instance %s on %s: build skipped: %s", instance_uuid, host, exc)

@@ -95,10 +95,12 @@ def node_id(session: Session, host: str | None, node: str | None) -> int:
     return row.id
 
 
-def guest_spec(instance: Instance, flavor: dict[str, Any], addresses: list[str]) -> GuestSpec:
+def guest_spec(
+    session: Session, instance: Instance, flavor: dict[str, Any], addresses: list[str]
+) -> GuestSpec:
     from compute.build import guest_spec as build_guest_spec
 
-    return build_guest_spec(instance, tuple(addresses), flavor)
+    return build_guest_spec(session, instance, tuple(addresses), flavor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +198,7 @@ def finish_resize(ctx: StepContext) -> None:
             _take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
             dest = node_id(session, migration.dest_compute, migration.dest_node)
             addresses = [d.address for d in held_devices(session, instance_uuid, dest)]
-            spec = guest_spec(instance, migration.new_flavor, addresses)
+            spec = guest_spec(session, instance, migration.new_flavor, addresses)
             stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
         info = _start_guest(ctx.driver, spec, stopped)
         with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
@@ -313,7 +315,7 @@ def finish_revert_resize(ctx: StepContext) -> None:
             instance = get_instance(session, instance_uuid)
             source = node_id(session, migration.source_compute, migration.source_node)
             addresses = [d.address for d in held_devices(session, instance_uuid, source)]
-            spec = guest_spec(instance, migration.old_flavor, addresses)
+            spec = guest_spec(session, instance, migration.old_flavor, addresses)
             stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
         info = _start_guest(ctx.driver, spec, stopped)
         with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:

@@ -52,7 +52,9 @@ def recover_resize_migrating(rc: Host, found: Found) -> str | None:
         if active_migration(session, found.uuid) is not None:
             return None  # resize_instance is redelivered and resumes
         instance = get_instance(session, found.uuid)
-        spec = guest_spec(instance, tuple(d.address for d in held_devices(session, found.uuid)))
+        spec = guest_spec(
+            session, instance, tuple(d.address for d in held_devices(session, found.uuid))
+        )
         stopped = (instance.system_metadata or {}).get("old_vm_state") == VmState.STOPPED
     try:
         _bring_back(rc.driver, spec, stopped)

@@ -62,7 +62,7 @@ def _resume_guest_state(rc: Host, uuid: str) -> str | None:
             or instance.power_state != power_state.RUNNING
         ):
             return None
-        spec = guest_spec(instance, tuple(d.address for d in held_devices(session, uuid)))
+        spec = guest_spec(session, instance, tuple(d.address for d in held_devices(session, uuid)))
     power = guest_power_state(rc.driver, uuid)
     if power in (power_state.RUNNING, power_state.PAUSED, power_state.SUSPENDED):
         return None

@@ -208,7 +208,7 @@ def unshelve_instance(
         with session_scope(db_url) as session:
             instance = _locked(session, instance_uuid)
             devices = held_devices(session, instance_uuid)
-            spec = guest_spec(instance, tuple(d.address for d in devices))
+            spec = guest_spec(session, instance, tuple(d.address for d in devices))
         driver.spawn(spec)
         power = guest_power_state(driver, instance_uuid)
     except Exception as exc:

@@ -10,6 +10,7 @@ from models.delivery import TaskDelivery
 from models.flavor import Flavor, FlavorExtraSpec
 from models.heal import ResourceHeal
 from models.host_mapping import HostMapping
+from models.image import ContainerFormat, DiskFormat, Image, ImageStatus
 from models.info_cache import InstanceInfoCache
 from models.instance import Instance
 from models.migration import Migration
@@ -30,6 +31,10 @@ __all__ = [
     "BeatLease",
     "ConsoleAuthToken",
     "HostMapping",
+    "ContainerFormat",
+    "DiskFormat",
+    "Image",
+    "ImageStatus",
     "InstanceInfoCache",
     "PeriodicTaskRun",
     "TaskLog",

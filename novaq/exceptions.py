@@ -27,6 +27,19 @@
     ├── InstanceErrored              api.wait saw the instance go to ERROR
     └── WaitTimeout                  api.wait gave up
 
+Images (the registry and boot's checks against it)::
+
+    NotFound
+    └── ImageNotFound                no image with that id or name (or purged)
+    InvalidInput
+    ├── InvalidImage                 bad image-create input; data not in its disk_format
+    ├── ImageNotActive               boot from an image that is queued or deleted
+    ├── FlavorMemoryTooSmall         flavor memory_mb < image min_ram
+    └── FlavorDiskTooSmall
+        ├── FlavorDiskSmallerThanImage     root_gb < the image's (virtual) size
+        └── FlavorDiskSmallerThanMinDisk   root_gb < the image's min_disk
+    ImageStoreError                  the store failed (no qemu-img, disk full, unreadable)
+
 Messages come from class templates filled with keyword arguments, as Nova's do:
 ``NoValidHost(reason="...")``.
 """
@@ -159,3 +172,45 @@ class InstanceErrored(NovaqError):
 class WaitTimeout(NovaqError):
     msg_fmt = "Instance %(uuid)s did not reach %(status)s within %(timeout)s s (now %(actual)s)."
     code = 408
+
+
+# -- images --------------------------------------------------------------------------------
+
+
+class ImageNotFound(NotFound):
+    msg_fmt = "Image %(image_id)s could not be found."
+
+
+class InvalidImage(InvalidInput):
+    msg_fmt = "Invalid image: %(reason)s"
+
+
+class ImageNotActive(InvalidInput):
+    msg_fmt = "Image %(image_id)s is not active."
+
+
+class FlavorMemoryTooSmall(InvalidInput):
+    msg_fmt = "Flavor's memory is too small for requested image."
+
+
+class FlavorDiskTooSmall(InvalidInput):
+    msg_fmt = "The created instance's disk would be too small."
+
+
+class FlavorDiskSmallerThanImage(FlavorDiskTooSmall):
+    msg_fmt = (
+        "Flavor's disk is too small for requested image. Flavor disk is "
+        "%(flavor_size)i bytes, image is %(image_size)i bytes."
+    )
+
+
+class FlavorDiskSmallerThanMinDisk(FlavorDiskTooSmall):
+    msg_fmt = (
+        "Flavor's disk is smaller than the minimum size specified in image metadata. "
+        "Flavor disk is %(flavor_size)i bytes, minimum size is %(image_min_disk)i bytes."
+    )
+
+
+class ImageStoreError(NovaqError):
+    msg_fmt = "Image store error: %(reason)s"
+    code = 503

@@ -171,12 +171,11 @@ class PeriodicGroup(_Group):
     default_spacing: int = Field(default=60, gt=0)
 
 
-class ImageEntry(_Group):
-    """One ``[[images]]`` table: a local image catalogue standing in for Glance, so image
-    properties (``hw_architecture``, ``img_hv_type``, ``hw_vm_mode``…) reach the filters."""
+class GlanceGroup(_Group):
+    """``[glance]``: where novaq's image registry keeps image data. ``store_path`` is a
+    directory (default: ``<state_dir>/images``); each image's data is ``<store_path>/<id>``."""
 
-    name: str = Field(min_length=1)
-    properties: dict[str, str] = Field(default_factory=dict)
+    store_path: Path | None = None
 
 
 class FlowerGroup(_Group):
@@ -224,7 +223,6 @@ class Settings(BaseSettings):
     result_backend: str | None = None
     libvirt_uri: str | None = None
     hosts: tuple[SimulatedHost, ...] = ()
-    images: tuple[ImageEntry, ...] = ()
 
     # -- [DEFAULT] (Nova names and defaults) ---------------------------------------------
     host: str = Field(default_factory=socket.gethostname, min_length=1)
@@ -282,6 +280,7 @@ class Settings(BaseSettings):
     image_cache: ImageCacheGroup = ImageCacheGroup()
     consoleauth: ConsoleAuthGroup = ConsoleAuthGroup()
     periodic: PeriodicGroup = PeriodicGroup()
+    glance: GlanceGroup = GlanceGroup()
 
     @field_validator("database_url", "broker_url", "result_backend", "libvirt_uri")
     @classmethod
@@ -317,10 +316,10 @@ class Settings(BaseSettings):
             return self.database_url
         return f"sqlite:///{(self.state_dir / 'novaq.sqlite').resolve()}"
 
-    def image_properties(self, name: str) -> dict[str, str]:
-        """Properties of a catalogued image; an image not catalogued has none."""
-        entry = next((i for i in self.images if i.name == name), None)
-        return dict(entry.properties) if entry else {}
+    @property
+    def image_store_path(self) -> Path:
+        """The image store's directory (``[glance] store_path``, else under state_dir)."""
+        return self.glance.store_path or self.state_dir / "images"
 
     def simulated_host(self, name: str | None = None) -> SimulatedHost | None:
         wanted = name or self.host

@@ -14,6 +14,8 @@ from compute.pci import PciRequest
 class RequestSpec:
     instance_uuid: str
     flavor: dict[str, Any]
+    # The image's id and, from the registry at boot, its name and properties (what
+    # ImagePropertiesFilter and IsolatedHostsFilter read).
     image: str = ""
     availability_zone: str | None = None
     hints: dict[str, Any] = field(default_factory=dict)
@@ -22,6 +24,7 @@ class RequestSpec:
     ignore_hosts: tuple[str, ...] = ()
     pci_requests: tuple[PciRequest, ...] = ()
     image_properties: dict[str, str] = field(default_factory=dict)
+    image_name: str = ""
     force_hosts: tuple[str, ...] = ()
     requested_host: str | None = None
     # Filled by the scheduler from the database at decision time (Nova's instance_group):

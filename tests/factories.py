@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
 import uuid as uuid_module
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete
@@ -12,7 +15,7 @@ from compute.claims import write_usage
 from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, register_service
 from compute.states import TaskState, VmState
-from models import Base, ComputeNode, Instance, Migration
+from models import Base, ComputeNode, Image, ImageStatus, Instance, Migration
 from models.db import session_scope
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
@@ -23,6 +26,69 @@ def reset_database(db_url: str) -> None:
     with session_scope(db_url) as session:
         for table in reversed(Base.metadata.sorted_tables):
             session.execute(delete(table))
+
+
+# -- images ----------------------------------------------------------------------------------
+
+# The image every test server boots from: registered as "cirros" wherever a test database
+# is set up, with a fixed id so tests can name it.
+CIRROS_ID = "c1a5c1a5-0000-4000-8000-000000000001"
+TINY_IMAGE_BYTES = 1024 * 1024
+
+
+def write_raw_image(path: Path, size: int = TINY_IMAGE_BYTES) -> Path:
+    """A raw disk image of ``size`` zero bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.truncate(size)
+    return path
+
+
+def write_qcow2_image(path: Path, virtual_size: str = "1M") -> Path:
+    """A tiny qcow2 image (``qemu-img create``) of ``virtual_size``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", str(path), virtual_size],
+        check=True,
+        timeout=60,
+    )
+    return path
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_image(db_url: str, data: Path, **overrides: Any) -> str:
+    """An active raw image row whose data is ``data`` (already in place; nothing is
+    copied), as ``api.create_image`` records it. Returns its id."""
+    values: dict[str, Any] = dict(
+        id=str(uuid_module.uuid4()),
+        name="cirros",
+        disk_format="raw",
+        container_format="bare",
+        status=ImageStatus.ACTIVE,
+        size=data.stat().st_size,
+        virtual_size=data.stat().st_size,
+        os_hash_algo="sha256",
+        os_hash_value=sha256_of(data),
+        min_disk=0,
+        min_ram=0,
+        properties={},
+        location=str(data.resolve()),
+    )
+    values.update(overrides)
+    with session_scope(db_url) as session:
+        session.add(Image(**values))
+    return str(values["id"])
+
+
+def register_cirros(db_url: str, store: Path) -> str:
+    """The "cirros" test image (1 MiB of raw zeros) in ``store`` and in the database."""
+    data = store / CIRROS_ID
+    if not data.is_file():
+        write_raw_image(data)
+    return make_image(db_url, data, id=CIRROS_ID)
 
 
 def make_settings(**overrides: Any) -> Settings:
@@ -122,7 +188,7 @@ def make_instance(db_url: str, flavor: dict[str, Any] | None = None, **overrides
             display_name="test",
             flavor_id=flavor_row.id,
             flavor=flavor,
-            image_ref="cirros",
+            image_ref=CIRROS_ID,
             vcpus=flavor["vcpus"],
             memory_mb=flavor["memory_mb"],
             root_gb=flavor["root_gb"],

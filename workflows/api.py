@@ -15,6 +15,7 @@ from workflows import (
     api_admin,
     api_cells,
     api_consoles,
+    api_images,
     api_lifecycle,
     api_moves,
     api_servers,
@@ -22,6 +23,7 @@ from workflows import (
 from workflows.api_admin import *  # noqa: F403
 from workflows.api_cells import *  # noqa: F403
 from workflows.api_consoles import *  # noqa: F403
+from workflows.api_images import *  # noqa: F403
 from workflows.api_lifecycle import *  # noqa: F403
 from workflows.api_moves import *  # noqa: F403
 from workflows.api_servers import *  # noqa: F403
@@ -31,6 +33,7 @@ __all__ = sorted(
         *api_admin.__all__,
         *api_cells.__all__,
         *api_consoles.__all__,
+        *api_images.__all__,
         *api_lifecycle.__all__,
         *api_moves.__all__,
         *api_servers.__all__,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 import uuid as uuid_module
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
 
+from compute import images
 from compute import instance_actions as actions
 from compute.delete import local_delete
 from compute.instance_state import get_instance
@@ -94,6 +96,7 @@ def boot(
     with session_scope(common.db_url()) as session:
         flavor_row = flavors.get_flavor(session, flavor)
         snapshot, flavor_id = flavors.flavor_dict(flavor_row), flavor_row.id
+        boot_image = _boot_image(session, image, snapshot)
         if availability_zone is not None:
             flavors.check_name(availability_zone, "availability_zone")
             if availability_zone not in aggregates.known_zones(session, settings):
@@ -111,16 +114,17 @@ def boot(
             spec = RequestSpec(
                 instance_uuid=str(uuid_module.uuid4()),
                 flavor=snapshot,
-                image=image,
+                image=boot_image.id,
+                image_name=boot_image.name,
                 availability_zone=availability_zone,
                 hints=hints,
                 group=group_uuid,
                 num_instances=count,
                 pci_requests=pci_requests,
-                image_properties=settings.image_properties(image),
+                image_properties=dict(boot_image.properties),
                 force_hosts=force_hosts,
             )
-            session.add(_new_instance(spec, display, flavor_id))
+            session.add(_new_instance(spec, display, flavor_id, boot_image.system_metadata))
             actions.start_action(session, spec.instance_uuid, "create", request_id)
             specs.append(spec)
         if group_uuid is not None:
@@ -129,6 +133,27 @@ def boot(
             )
     _send_or_undo([build_workflow(request_id, specs)], specs)
     return [s.instance_uuid for s in specs]
+
+
+@dataclass(frozen=True, slots=True)
+class _BootImage:
+    """What boot keeps of the image once it passed Nova's checks against the flavor."""
+
+    id: str
+    name: str
+    properties: dict[str, str]
+    system_metadata: dict[str, str]
+
+
+def _boot_image(session: Any, ref: str, flavor: dict[str, Any]) -> _BootImage:
+    image = images.find_image(session, ref)
+    images.check_bootable(image, flavor)
+    return _BootImage(
+        id=image.id,
+        name=image.name,
+        properties={k: str(v) for k, v in (image.properties or {}).items()},
+        system_metadata=images.system_metadata(image, flavor),
+    )
 
 
 HINTS = ("same_host", "different_host")
@@ -152,7 +177,9 @@ def _check_hints(hints: Any) -> dict[str, Any]:
     return checked
 
 
-def _new_instance(spec: RequestSpec, display_name: str, flavor_id: int) -> Instance:
+def _new_instance(
+    spec: RequestSpec, display_name: str, flavor_id: int, system_metadata: dict[str, str]
+) -> Instance:
     flavor = spec.flavor
     return Instance(
         uuid=spec.instance_uuid,
@@ -169,7 +196,7 @@ def _new_instance(spec: RequestSpec, display_name: str, flavor_id: int) -> Insta
         power_state=0,
         availability_zone=spec.availability_zone,
         request_spec=spec.to_dict(),
-        system_metadata={},
+        system_metadata=dict(system_metadata),
     )
 
 

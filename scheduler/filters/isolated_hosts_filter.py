@@ -9,8 +9,8 @@ hosts also take other images::
     other host       refuse           pass
 
 With no isolated images configured, an isolated host refuses everything when restricted
-and nothing otherwise. ``spec.image`` is the image name (novaq has no Glance ids); a
-request without an image is never an isolated one.
+and nothing otherwise. ``isolated_images`` lists image ids, as in Nova; an image's name
+is accepted too, for convenience. A request without an image is never an isolated one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class IsolatedHostsFilter(BaseFilter):
         group = self.settings.filter_scheduler
         restricted = group.restrict_isolated_hosts_to_isolated_images
         host_isolated = host.host in group.isolated_hosts
-        image_isolated = bool(spec.image) and spec.image in group.isolated_images
+        image_isolated = _image_isolated(spec, group.isolated_images)
         if restricted:
             passes = image_isolated == host_isolated
         else:
@@ -45,3 +45,8 @@ class IsolatedHostsFilter(BaseFilter):
                 image_isolated,
             )
         return passes
+
+
+def _image_isolated(spec: RequestSpec, isolated_images: tuple[str, ...]) -> bool:
+    refs = {ref for ref in (spec.image, spec.image_name) if ref}
+    return not refs.isdisjoint(isolated_images)

@@ -29,7 +29,7 @@ os.environ.update(
     NOVAQ_PERIODIC_ENABLE="false",
 )
 
-from tests.factories import reset_database  # noqa: E402
+from tests.factories import register_cirros, reset_database  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +48,8 @@ def migrated_url() -> str:
 
 @pytest.fixture
 def db_url(migrated_url: str) -> Iterator[str]:
-    """The unit database, emptied after each test."""
+    """The unit database with the "cirros" image registered (data in the default image
+    store, ``<state_dir>/images``), emptied after each test."""
+    register_cirros(migrated_url, _STATE / "images")
     yield migrated_url
     reset_database(migrated_url)

@@ -37,7 +37,7 @@ def _server(
     uuid = make_instance(db_url, flavor_dict(swap=64), launched_at=utcnow(), **{**state, **values})
     if driver is not None:
         with session_scope(db_url) as session:
-            driver.spawn(guest_spec(get_instance(session, uuid), pci_addresses=pci))
+            driver.spawn(guest_spec(session, get_instance(session, uuid), pci_addresses=pci))
     return uuid
 
 
@@ -161,7 +161,7 @@ def test_the_fake_driver_describes_a_guest_as_the_libvirt_one_does(
     fake = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, hypervisor, pci=(GPU,))
     with session_scope(db_url) as session:
-        fake.spawn(guest_spec(get_instance(session, uuid), pci_addresses=(GPU,)))
+        fake.spawn(guest_spec(session, get_instance(session, uuid), pci_addresses=(GPU,)))
 
     real, faked = hypervisor.guest_devices(uuid), fake.guest_devices(uuid)
 

@@ -36,7 +36,7 @@ def _server(db_url: str, driver: ComputeDriver | None, **values: Any) -> str:
     uuid = make_instance(db_url, FLAVOR, launched_at=utcnow(), **{**state, **values})
     if driver is not None:
         with session_scope(db_url) as session:
-            driver.spawn(guest_spec(get_instance(session, uuid)))
+            driver.spawn(guest_spec(session, get_instance(session, uuid)))
     return uuid
 
 

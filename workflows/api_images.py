@@ -1,0 +1,149 @@
+"""The public API for images: Glance's create, list, show and delete, as Nova sees them.
+
+An image is created ``queued``, its data copied into the store (SHA-256 and size
+recorded, format and virtual size read with ``qemu-img``), then made ``active``; any
+failure on the way removes the row and the data, so a refused upload leaves nothing.
+Deleting an image marks it ``deleted`` and removes its data; servers booted from it keep
+working from their hosts' ``_base`` copies, as in Nova.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid as uuid_module
+from typing import Any
+
+from sqlalchemy import delete as sa_delete
+from sqlalchemy import select
+
+from compute.images import find_image
+from models import Image, ImageStatus, utcnow
+from models.db import session_scope
+from novaq.exceptions import ImageNotFound, InvalidImage
+from workflows import api_common as common
+from workflows import api_images_store as store
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def image_dict(image: Image) -> dict[str, Any]:
+    return {
+        "id": image.id,
+        "name": image.name,
+        "status": image.status,
+        "disk_format": image.disk_format,
+        "container_format": image.container_format,
+        "size": image.size,
+        "virtual_size": image.virtual_size,
+        "os_hash_algo": image.os_hash_algo,
+        "os_hash_value": image.os_hash_value,
+        "min_disk": image.min_disk,
+        "min_ram": image.min_ram,
+        "properties": dict(image.properties or {}),
+        "location": image.location,
+        "created_at": _iso(image.created_at),
+        "updated_at": _iso(image.updated_at),
+        "deleted_at": _iso(image.deleted_at),
+    }
+
+
+def _new_id(image_id: Any) -> str:
+    if image_id is None:
+        return str(uuid_module.uuid4())
+    try:
+        return str(uuid_module.UUID(image_id))
+    except (TypeError, ValueError, AttributeError):
+        raise InvalidImage(reason=f"image id must be a UUID, got {image_id!r}") from None
+
+
+def create_image(
+    name: str,
+    path: str | None = None,
+    disk_format: str | None = None,
+    container_format: str = "bare",
+    min_disk: int = 0,
+    min_ram: int = 0,
+    properties: dict[str, str] | None = None,
+    image_id: str | None = None,
+) -> dict[str, Any]:
+    """Register the image file at ``path`` (``disk_format`` raw or qcow2) and copy it into
+    the store; returns the image, ``active``. ``image_id`` chooses the id (Glance's
+    ``--id``); by default a new UUID."""
+    upload = store.check_upload(
+        name, path, disk_format, container_format, min_disk, min_ram, properties
+    )
+    new_id = _new_id(image_id)
+    with session_scope(common.db_url()) as session:
+        if session.get(Image, new_id) is not None:
+            raise InvalidImage(reason=f"an image with id {new_id} already exists")
+        session.add(_queued(new_id, upload))
+    try:
+        data = store.store_data(common.settings(), new_id, upload)
+    except BaseException:
+        with session_scope(common.db_url()) as session:
+            session.execute(sa_delete(Image).where(Image.id == new_id))
+        raise
+    return _activate(new_id, data)
+
+
+def _queued(image_id: str, upload: store.Upload) -> Image:
+    return Image(
+        id=image_id,
+        name=upload.name,
+        disk_format=upload.disk_format,
+        container_format=upload.container_format,
+        status=ImageStatus.QUEUED,
+        min_disk=upload.min_disk,
+        min_ram=upload.min_ram,
+        properties=upload.properties,
+        os_hash_algo="sha256",
+    )
+
+
+def _activate(image_id: str, data: store.StoredData) -> dict[str, Any]:
+    with session_scope(common.db_url()) as session:
+        image = session.get(Image, image_id)
+        if image is None or image.status != ImageStatus.QUEUED:
+            # Deleted while its data was being copied in: the data goes too.
+            store.remove_data(data.location)
+            raise ImageNotFound(image_id=image_id)
+        image.status = ImageStatus.ACTIVE
+        image.location = data.location
+        image.size = data.size
+        image.virtual_size = data.virtual_size
+        image.os_hash_value = data.sha256
+        image.updated_at = utcnow()
+        return image_dict(image)
+
+
+def list_images(include_deleted: bool = False) -> list[dict[str, Any]]:
+    """Images, oldest first; deleted ones only when asked (Glance hides them)."""
+    query = select(Image).order_by(Image.created_at, Image.id)
+    if not include_deleted:
+        query = query.where(Image.status != ImageStatus.DELETED)
+    with session_scope(common.db_url()) as session:
+        return [image_dict(i) for i in session.scalars(query)]
+
+
+def show_image(ref: str) -> dict[str, Any]:
+    """An image by id (deleted ones too) or by name (the one live image of that name)."""
+    with session_scope(common.db_url()) as session:
+        return image_dict(find_image(session, ref))
+
+
+def delete_image(ref: str) -> dict[str, Any]:
+    """Mark the image deleted and remove its data from the store."""
+    with session_scope(common.db_url()) as session:
+        image = find_image(session, ref)
+        if image.status == ImageStatus.DELETED:
+            raise ImageNotFound(image_id=ref)
+        now = utcnow()
+        image.status, image.deleted_at, image.updated_at = ImageStatus.DELETED, now, now
+        view = image_dict(image)
+    store.remove_data(view["location"])
+    return view
+
+
+__all__ = ["create_image", "delete_image", "list_images", "show_image"]
