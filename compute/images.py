@@ -46,10 +46,9 @@ def find_image(session: Session, ref: Any) -> Image:
     shared by several live images is refused, naming them."""
     if not isinstance(ref, str) or not ref:
         raise InvalidInput(reason=f"image must be a name or an id, got {ref!r}")
-    if _is_uuid(ref):
-        row = session.get(Image, str(uuid_module.UUID(ref)))
-        if row is not None:
-            return row
+    row = session.get(Image, str(uuid_module.UUID(ref)) if _is_uuid(ref) else ref)
+    if row is not None:
+        return row
     named = list(
         session.scalars(
             select(Image)

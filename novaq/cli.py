@@ -10,6 +10,7 @@ from novaq import (  # noqa: F401  (they register their commands)
     cli_cells,
     cli_cluster,
     cli_consoles,
+    cli_images,
     cli_lifecycle,
     cli_moves,
     cli_servers,

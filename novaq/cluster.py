@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import signal
@@ -136,13 +137,24 @@ def _upgrade_database(url: str) -> None:
     upgrade(url)
 
 
+def _prepare_database(settings: Settings, url: str) -> None:
+    """Upgrade the schema, then register the demo "cirros" image if there is none, so a
+    fresh cluster boots servers at once (``novaq boot --image cirros``)."""
+    from workflows.api_images import ensure_demo_image
+
+    _upgrade_database(url)
+    if ensure_demo_image(settings) is not None:
+        LOG.info("registered the demo image cirros in %s", settings.image_store_path)
+
+
 class Cluster:
     """A local cluster: a context manager, ``start()`` (non-blocking), ``wait_ready()``,
     ``run_forever()`` (foreground, until Ctrl-C, SIGTERM or a child's exit) and ``stop()``.
 
     Output goes to ``<state_dir>/logs/<name>.log`` and, unless ``quiet``, to ``output``
     (default stdout) prefixed with the process name. ``migrate`` (default
-    ``models.migrate.upgrade``) is called with the database URL before anything starts.
+    ``models.migrate.upgrade`` plus the demo image) is called with the database URL before
+    anything starts.
     """
 
     def __init__(
@@ -161,7 +173,7 @@ class Cluster:
         self.state_dir = settings.state_dir.resolve()
         self.log_dir = self.state_dir / "logs"
         self.shutdown_timeout_s = shutdown_timeout_s
-        self._migrate = migrate or _upgrade_database
+        self._migrate = migrate or functools.partial(_prepare_database, settings)
         self._env = dict(os.environ if env is None else env)
         self._printer = None if quiet else Printer(output or sys.stdout, width=len(_SYSTEM))
         self._print_lock = threading.RLock()  # RLock: signal handlers print too

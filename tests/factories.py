@@ -91,6 +91,17 @@ def register_cirros(db_url: str, store: Path) -> str:
     return make_image(db_url, data, id=CIRROS_ID)
 
 
+def make_image_ref(db_url: str, ref: str) -> str:
+    """An image whose id and name are both ``ref`` (a readable id for tests that name
+    images), sharing the "cirros" test data; none is added if it exists."""
+    from novaq.settings import get_settings
+
+    with session_scope(db_url) as session:
+        if session.get(Image, ref) is not None:
+            return ref
+    return make_image(db_url, get_settings().image_store_path / CIRROS_ID, id=ref, name=ref)
+
+
 def make_settings(**overrides: Any) -> Settings:
     return Settings(**overrides)
 

@@ -10,7 +10,9 @@ working from their hosts' ``_base`` copies, as in Nova.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 import uuid as uuid_module
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete as sa_delete
@@ -20,8 +22,11 @@ from compute.images import find_image
 from models import Image, ImageStatus, utcnow
 from models.db import session_scope
 from novaq.exceptions import ImageNotFound, InvalidImage
+from novaq.settings import Settings
 from workflows import api_common as common
 from workflows import api_images_store as store
+
+DEMO_IMAGE_BYTES = 1024 * 1024
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -74,18 +79,42 @@ def create_image(
     upload = store.check_upload(
         name, path, disk_format, container_format, min_disk, min_ram, properties
     )
-    new_id = _new_id(image_id)
-    with session_scope(common.db_url()) as session:
-        if session.get(Image, new_id) is not None:
-            raise InvalidImage(reason=f"an image with id {new_id} already exists")
-        session.add(_queued(new_id, upload))
+    return register(common.db_url(), common.settings(), upload, _new_id(image_id))
+
+
+def register(
+    db_url: str, settings: Settings, upload: store.Upload, image_id: str
+) -> dict[str, Any]:
+    """Queue the image, take its data into the store, make it active; on any failure the
+    row is removed again (the store has already removed the data)."""
+    with session_scope(db_url) as session:
+        if session.get(Image, image_id) is not None:
+            raise InvalidImage(reason=f"an image with id {image_id} already exists")
+        session.add(_queued(image_id, upload))
     try:
-        data = store.store_data(common.settings(), new_id, upload)
+        data = store.store_data(settings, image_id, upload)
     except BaseException:
-        with session_scope(common.db_url()) as session:
-            session.execute(sa_delete(Image).where(Image.id == new_id))
+        with session_scope(db_url) as session:
+            session.execute(sa_delete(Image).where(Image.id == image_id))
         raise
-    return _activate(new_id, data)
+    return _activate(db_url, image_id, data)
+
+
+def ensure_demo_image(settings: Settings, name: str = "cirros") -> dict[str, Any] | None:
+    """Register a tiny image ``name`` (1 MiB of raw zeros, made here: nothing is
+    downloaded) unless a live image of that name exists, so a fresh ``novaq up`` or
+    ``novaq demo`` can boot servers at once. Returns the new image, or None."""
+    db_url = settings.sqlalchemy_url
+    with session_scope(db_url) as session:
+        live = select(Image.id).where(Image.name == name, Image.status != ImageStatus.DELETED)
+        if session.scalars(live).first() is not None:
+            return None
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "disk.raw"
+        with data.open("wb") as f:
+            f.truncate(DEMO_IMAGE_BYTES)
+        upload = store.check_upload(name, data, "raw", "bare", 0, 0, None)
+        return register(db_url, settings, upload, str(uuid_module.uuid4()))
 
 
 def _queued(image_id: str, upload: store.Upload) -> Image:
@@ -102,8 +131,8 @@ def _queued(image_id: str, upload: store.Upload) -> Image:
     )
 
 
-def _activate(image_id: str, data: store.StoredData) -> dict[str, Any]:
-    with session_scope(common.db_url()) as session:
+def _activate(db_url: str, image_id: str, data: store.StoredData) -> dict[str, Any]:
+    with session_scope(db_url) as session:
         image = session.get(Image, image_id)
         if image is None or image.status != ImageStatus.QUEUED:
             # Deleted while its data was being copied in: the data goes too.

@@ -19,7 +19,7 @@ from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.image_cache import images_in_use, run_image_cache_manager_pass
 from models.db import session_scope
-from tests.factories import make_compute_node, make_instance, make_settings
+from tests.factories import make_compute_node, make_image_ref, make_instance, make_settings
 from virt.host_profile import HostProfile
 from virt.libvirt.imagecache import cache_file_name
 from virt.simulated import SimulatedHostDriver
@@ -45,6 +45,7 @@ def _ctx(db_url: str, driver: SimulatedHostDriver, **image_cache: Any) -> Period
 def _server(db_url: str, driver: SimulatedHostDriver, image: str) -> str:
     """A server of ``image`` built on host1 the real way (its spawn fetches the image)."""
     node_id = make_compute_node(db_url, "host1")
+    make_image_ref(db_url, image)
     uuid = make_instance(db_url, host="host1", node="host1", image_ref=image)
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
     assert build_and_run_instance(db_url, driver, uuid, "req-test", "host1").outcome == "active"

@@ -90,3 +90,17 @@ def test_isolated_hosts_filter_passes_everything_with_the_default_settings(
     flt = make_filter("IsolatedHostsFilter")
     assert flt.host_passes(host(), spec(image="cirros")) is True
     assert flt.run_filter_once_per_request is True
+
+
+def test_isolated_images_are_image_ids_or_for_convenience_names(
+    make_filter: Callable[..., BaseFilter], host: HostFactory, spec: SpecFactory
+) -> None:
+    flt = _isolated(make_filter, restrict=True, images=True)
+    by_name = spec(image="5a5a5a5a-0000-4000-8000-000000000005", image_name="iso-image")
+    by_id = spec(image="iso-image", image_name="renamed")
+    other = spec(image="6b6b6b6b-0000-4000-8000-000000000006", image_name="cirros")
+
+    assert flt.host_passes(host("iso-host"), by_name) is True
+    assert flt.host_passes(host("iso-host"), by_id) is True
+    assert flt.host_passes(host("iso-host"), other) is False
+    assert flt.host_passes(host("plain-host"), by_name) is False
