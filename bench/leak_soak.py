@@ -62,6 +62,10 @@ def main() -> int:
     cluster = None
     try:
         upgrade(os.environ["NOVAQ_DATABASE_URL"])
+        from novaq.settings import get_settings
+        from workflows.api_images import ensure_demo_image
+
+        ensure_demo_image(get_settings())  # the "cirros" image the soak boots
         chaos = {}
         for host in ("soak1", "soak2"):
             config = STATE / f"{host}.toml"

@@ -1,9 +1,9 @@
 """``novaq demo``: a local cluster running a real scenario, with progress on the console.
 
 Starts the cluster (embedded broker, SQLite, simulated libvirt hosts, scheduler, compute
-workers, beat, Flower), creates flavors, boots servers across the hosts, shows where each
-landed and what each host accounts, then deletes them and shows the hosts back at their
-reserved amounts.
+workers, beat, Flower; a local "cirros" image registered if none exists), creates flavors,
+boots servers across the hosts, shows where each landed and what each host accounts, then
+deletes them and shows the hosts back at their reserved amounts.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ DEMO_FLAVORS = (
     ("m1.small", 1, 2048, 20),
     ("m1.medium", 2, 4096, 40),
 )
+DEMO_IMAGE = "cirros"
 FINAL = {"ACTIVE", "ERROR"}
 
 
@@ -52,6 +53,7 @@ def run_demo(n_hosts: int, n_servers: int, keep: bool, console: Console) -> int:
         from workflows import api
 
         _create_flavors(api, console)
+        _show_image(api, console)
         uuids = _boot_with_progress(api, n_servers, console)
         console.print(_servers_table(api, uuids))
         console.print(_hosts_table(api, "Hosts after boot"))
@@ -78,6 +80,16 @@ def _create_flavors(api: Any, console: Console) -> None:
             console.print(f"flavor {name}: exists")
 
 
+def _show_image(api: Any, console: Console) -> None:
+    """The image the servers boot: registered by the cluster's start when missing (1 MiB of
+    raw zeros made locally, nothing downloaded)."""
+    image = api.show_image(DEMO_IMAGE)
+    console.print(
+        f"image {image['name']}: {image['id']}, {image['disk_format']}, "
+        f"{image['virtual_size']} bytes, sha256 {image['os_hash_value'][:12]}…"
+    )
+
+
 def _progress(console: Console) -> Progress:
     return Progress(
         SpinnerColumn(),
@@ -93,7 +105,7 @@ def _boot_with_progress(api: Any, n_servers: int, console: Console) -> list[str]
     uuids = []
     for index in range(n_servers):
         flavor = DEMO_FLAVORS[index % len(DEMO_FLAVORS)][0]
-        uuids.extend(api.boot(f"demo-{index + 1}", flavor, "cirros"))
+        uuids.extend(api.boot(f"demo-{index + 1}", flavor, DEMO_IMAGE))
     _watch(api, uuids, FINAL, "Booting servers", console)
     return uuids
 

@@ -90,6 +90,14 @@ def _require_services() -> None:
         pytest.skip(message)
 
 
+def _register_cirros() -> None:
+    """The image the tests boot ("cirros"): 1 MiB of raw zeros in the tier's image store."""
+    from novaq.settings import get_settings
+    from workflows.api_images import ensure_demo_image
+
+    ensure_demo_image(get_settings())
+
+
 @pytest.fixture(scope="session")
 def services() -> Iterator[str]:
     """A fresh PostgreSQL database with the schema, and an empty Redis database."""
@@ -109,6 +117,7 @@ def services() -> Iterator[str]:
     client.flushdb()
     url = os.environ["NOVAQ_DATABASE_URL"]
     upgrade(url)
+    _register_cirros()
     yield url
     from models.db import dispose_all
 
