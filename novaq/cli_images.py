@@ -40,7 +40,9 @@ def _properties(pairs: tuple[str, ...]) -> dict[str, str]:
 
 @main.command("image-create")
 @click.argument("name")
-@click.option("--file", "path", required=True, help="The image data: a local file.")
+@click.option(
+    "--file", "path", required=True, help="The image data: a local file or an http(s) URL."
+)
 @click.option("--disk-format", required=True, type=click.Choice(["raw", "qcow2"]))
 @click.option("--container-format", default="bare", show_default=True)
 @click.option("--min-disk", type=int, default=0, show_default=True, help="Minimum disk in GB.")

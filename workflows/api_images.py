@@ -73,9 +73,9 @@ def create_image(
     properties: dict[str, str] | None = None,
     image_id: str | None = None,
 ) -> dict[str, Any]:
-    """Register the image file at ``path`` (``disk_format`` raw or qcow2) and copy it into
-    the store; returns the image, ``active``. ``image_id`` chooses the id (Glance's
-    ``--id``); by default a new UUID."""
+    """Register the image data at ``path`` (a local file, or an ``http(s)://`` URL to
+    fetch; ``disk_format`` raw or qcow2), copied into the store; returns the image,
+    ``active``. ``image_id`` chooses the id (Glance's ``--id``); by default a new UUID."""
     upload = store.check_upload(
         name, path, disk_format, container_format, min_disk, min_ram, properties
     )

@@ -1,7 +1,8 @@
 """The image store and the checks of an upload: Glance's part of novaq.
 
 The store is a directory (``[glance] store_path``, default ``<state_dir>/images``); an
-image's data is ``<store>/<id>``. An upload is copied in under a temporary name while its
+image's data is ``<store>/<id>``. An upload (a local file, or an ``http(s)://`` URL
+fetched as Glance's web-download does) is copied in under a temporary name while its
 SHA-256 and size are computed, then inspected with ``qemu-img info`` (format and virtual
 size, as Glance's format inspector does) and only then renamed into place.
 
@@ -11,14 +12,18 @@ Nothing here touches the database; ``workflows/api_images.py`` orders the writes
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import logging
 import os
 import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid as uuid_module
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from models import ContainerFormat, DiskFormat
 from novaq.exceptions import ImageStoreError, InvalidImage
@@ -28,6 +33,7 @@ LOG = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 QEMU_IMG_TIMEOUT_S = 60
+DOWNLOAD_TIMEOUT_S = 60
 MAX_NAME = 255
 MAX_VALUE = 255
 
@@ -67,7 +73,7 @@ class Upload:
     """A checked image-create request (sizes: min_disk GB, min_ram MB)."""
 
     name: str
-    source: Path
+    source: Path | str  # a local file, or an http(s):// URL (Glance's web-download)
     disk_format: str
     container_format: str
     min_disk: int
@@ -115,9 +121,13 @@ def check_upload(
     )
 
 
-def _check_source(path: Any) -> Path:
+def _check_source(path: Any) -> Path | str:
     if not isinstance(path, str | os.PathLike) or not str(path):
-        raise InvalidImage(reason=f"path must name a local file, got {path!r}")
+        raise InvalidImage(reason=f"path must name a local file or a URL, got {path!r}")
+    if isinstance(path, str) and path.startswith(("http://", "https://")):
+        if not urllib.parse.urlsplit(path).hostname:
+            raise InvalidImage(reason=f"no host in the URL {path!r}")
+        return path
     source = Path(path)
     if not source.is_file():
         raise InvalidImage(reason=f"no such file: {source}")
@@ -193,18 +203,39 @@ def store_data(settings: Settings, image_id: str, upload: Upload) -> StoredData:
     return StoredData(str(final), size, virtual_size, sha256)
 
 
-def _copy_hashing(source: Path, target: Path) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
+def _copy_hashing(source: Path | str, target: Path) -> tuple[int, str]:
+    if isinstance(source, str):
+        return _download_hashing(source, target)
     try:
-        with source.open("rb") as src, target.open("xb") as dst:
-            while chunk := src.read(CHUNK):
-                digest.update(chunk)
-                dst.write(chunk)
-                size += len(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
+        with source.open("rb") as src:
+            return _stream(src, target)
     except OSError as exc:
         raise ImageStoreError(reason=f"cannot copy {source} into the store: {exc}") from exc
+
+
+def _download_hashing(url: str, target: Path) -> tuple[int, str]:
+    """Glance's web-download: the data fetched from ``url`` straight into the store."""
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            return _stream(response, target)
+    except urllib.error.HTTPError as exc:
+        raise InvalidImage(reason=f"cannot fetch {url}: HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, TimeoutError, http.client.HTTPException) as exc:
+        raise InvalidImage(reason=f"cannot fetch {url}: {exc}") from exc
+    except OSError as exc:  # the connection dropped, or the store's disk failed
+        raise ImageStoreError(reason=f"cannot fetch {url} into the store: {exc}") from exc
+
+
+def _stream(src: BinaryIO, target: Path) -> tuple[int, str]:
+    """Copy ``src`` into the new file ``target``; its size in bytes and SHA-256 in hex."""
+    digest, size = hashlib.sha256(), 0
+    with target.open("xb") as dst:
+        while chunk := src.read(CHUNK):
+            digest.update(chunk)
+            dst.write(chunk)
+            size += len(chunk)
+        dst.flush()
+        os.fsync(dst.fileno())
     return size, digest.hexdigest()
 
 

@@ -255,3 +255,50 @@ def test_the_demo_image_is_registered_once(db_url: str, clean_store: None) -> No
     finally:
         # The shared test data of "cirros" was removed with it: make it again.
         write_raw_image(_store() / CIRROS_ID)
+
+
+@pytest.fixture
+def http_dir(tmp_path: Path) -> Any:
+    """A loopback HTTP server of ``tmp_path / "www"``; yields (directory, base URL)."""
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_create_image_fetches_an_http_url_into_the_store(
+    db_url: str, http_dir: Any, clean_store: None
+) -> None:
+    root, base = http_dir
+    data = write_qcow2_image(root / "disk.qcow2", "2G")
+
+    image = api.create_image("web", path=f"{base}/disk.qcow2", disk_format="qcow2")
+
+    assert (image["status"], image["virtual_size"]) == ("active", 2 * 1024**3)
+    assert image["os_hash_value"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert Path(image["location"]).read_bytes() == data.read_bytes()
+
+
+def test_a_url_that_cannot_be_fetched_is_refused_and_nothing_is_kept(
+    db_url: str, http_dir: Any, clean_store: None
+) -> None:
+    _, base = http_dir
+    with pytest.raises(InvalidImage, match="HTTP 404"):
+        api.create_image("web", path=f"{base}/missing.raw", disk_format="raw")
+    assert _rows(db_url) == 1 and _stored_files() == set()
