@@ -28,7 +28,12 @@ from compute.pci import PciRequest, held_devices
 from compute.states import TaskState, VmState
 from models import ComputeNode, Instance, utcnow
 from models.db import session_scope
-from novaq.exceptions import InstanceNotFound, ResourcesUnavailable, UnexpectedTaskStateError
+from novaq.exceptions import (
+    ImageNotFound,
+    InstanceNotFound,
+    ResourcesUnavailable,
+    UnexpectedTaskStateError,
+)
 from virt.driver import ComputeDriver, GuestSpec
 
 LOG = logging.getLogger(__name__)
@@ -123,6 +128,10 @@ def build_and_run_instance(
     except (UnexpectedTaskStateError, InstanceNotFound) as exc:
         LOG.info("Instance %s on %s: build skipped: %s", instance_uuid, host, exc)
         return BuildResult(instance_uuid, "skipped", host)
+    except ImageNotFound as exc:
+        # Nova aborts the build (no reschedule: no other host can fetch a purged image).
+        fail_build(db_url, instance_uuid, request_id, exc, host=host)
+        raise
     try:
         info = driver.spawn(spec)
     except Exception as exc:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from compute.build import build_and_run_instance, fail_build
 from compute.claims import ResourceRequest, claim, consumer_allocations
@@ -9,10 +9,11 @@ from compute.delete import local_delete, terminate_instance
 from compute.instance_actions import latest_fault
 from compute.instance_state import get_instance
 from compute.resource_tracker import update_available_resource
-from models import InstanceAction
+from models import Image, InstanceAction
 from models.db import session_scope
-from novaq.exceptions import HypervisorError, NoValidHost
+from novaq.exceptions import HypervisorError, ImageNotFound, NoValidHost
 from tests.factories import (
+    CIRROS_ID,
     host_resources,
     make_compute_node,
     make_instance,
@@ -77,6 +78,25 @@ def test_spawn_failure_errors_the_instance_with_a_fault_and_releases_the_claim(d
     assert node_row(db_url, node_id).memory_mb_used == 512
     assert _events(db_url, uuid) == [("compute__do_build_and_run_instance", "Error")]
     assert driver.list_instance_uuids() == []
+
+
+def test_a_build_whose_image_was_purged_is_aborted_with_a_fault_and_no_claim(
+    db_url: str,
+) -> None:
+    uuid, node_id = _placed_instance(db_url)
+    with session_scope(db_url) as session:
+        session.execute(delete(Image).where(Image.id == CIRROS_ID))
+    driver = FakeDriver(host_resources("host1"))
+    with pytest.raises(ImageNotFound):
+        build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    with session_scope(db_url) as session:
+        instance = get_instance(session, uuid)
+        assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
+        fault = latest_fault(session, uuid)
+        assert fault is not None and fault.message == f"Image {CIRROS_ID} could not be found."
+        assert consumer_allocations(session, uuid) == {}
+    assert node_row(db_url, node_id).memory_mb_used == 512
+    assert driver.spawn_count == 0
 
 
 def test_fail_build_is_idempotent(db_url: str) -> None:

@@ -302,3 +302,21 @@ def test_a_url_that_cannot_be_fetched_is_refused_and_nothing_is_kept(
     with pytest.raises(InvalidImage, match="HTTP 404"):
         api.create_image("web", path=f"{base}/missing.raw", disk_format="raw")
     assert _rows(db_url) == 1 and _stored_files() == set()
+
+
+def test_glance_store_path_chooses_the_stores_directory(
+    db_url: str, raw_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from novaq.settings import Settings
+    from workflows import api_images_store as store
+    from workflows.api_images import register
+
+    monkeypatch.setenv("NOVAQ_GLANCE__STORE_PATH", str(tmp_path / "elsewhere"))
+    settings = Settings()
+    assert settings.image_store_path == tmp_path / "elsewhere"
+    upload = store.check_upload("x", raw_file, "raw", "bare", 0, 0, None)
+
+    image = register(db_url, settings, upload, "7c7c7c7c-0000-4000-8000-000000000007")
+
+    assert Path(image["location"]) == tmp_path / "elsewhere" / image["id"]
+    assert get_settings().image_store_path != settings.image_store_path
