@@ -361,3 +361,19 @@ def test_a_configured_broker_url_is_used_instead_of_an_embedded_one(tmp_path: Pa
         assert cluster.broker_url == BROKER
         assert cluster._broker is None
     assert cluster.flower_url == "http://127.0.0.1:5555"
+
+
+def test_a_new_cluster_database_gets_the_demo_image_once(tmp_path: Path) -> None:
+    from models import Image
+    from models.db import session_scope
+    from novaq.cluster import _prepare_database
+    from workflows.api_images import image_dict
+
+    settings = Settings(state_dir=tmp_path)
+    _prepare_database(settings, settings.sqlalchemy_url)
+    _prepare_database(settings, settings.sqlalchemy_url)
+
+    with session_scope(settings.sqlalchemy_url) as session:
+        [image] = [image_dict(i) for i in session.query(Image)]
+    assert (image["name"], image["status"], image["disk_format"]) == ("cirros", "active", "raw")
+    assert Path(image["location"]) == (tmp_path / "images" / image["id"]).resolve()
