@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
 from compute.images import find_image
 from models import Image, ImageStatus, utcnow
@@ -87,10 +88,14 @@ def register(
 ) -> dict[str, Any]:
     """Queue the image, take its data into the store, make it active; on any failure the
     row is removed again (the store has already removed the data)."""
-    with session_scope(db_url) as session:
-        if session.get(Image, image_id) is not None:
-            raise InvalidImage(reason=f"an image with id {image_id} already exists")
-        session.add(_queued(image_id, upload))
+    exists = InvalidImage(reason=f"an image with id {image_id} already exists")
+    try:
+        with session_scope(db_url) as session:
+            if session.get(Image, image_id) is not None:
+                raise exists
+            session.add(_queued(image_id, upload))
+    except IntegrityError:  # the same id created meanwhile by another request
+        raise exists from None
     try:
         data = store.store_data(settings, image_id, upload)
     except BaseException:
