@@ -239,11 +239,24 @@ class ComputeDriver(Protocol):
         ``target_type``, ``port``)."""
         ...
 
-    def power_off(self, uuid: str) -> None: ...
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
+        """Stop the guest. ``timeout_s`` > 0: a clean shutdown (ACPI) waited for up to
+        that long first, then destroy (Nova's ``power_off(timeout, retry_interval)``);
+        0: destroy at once."""
+        ...
 
     def power_on(self, uuid: str) -> None: ...
 
-    def reboot(self, uuid: str, hard: bool) -> None: ...
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        """Soft: a clean shutdown waited for, then a new boot, falling back to hard when
+        the guest does not go down in time (never a reboot only asked for). Hard: off,
+        the guest defined again from ``spec``, booted."""
+        ...
+
+    def get_console_output(self, uuid: str, length: int | None = None) -> str:
+        """The tail of the guest's console log (at most 100 KiB, then the last ``length``
+        lines); "" when nothing was logged yet."""
+        ...
 
     def pause(self, uuid: str) -> None: ...
 

@@ -37,6 +37,7 @@ from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
 from virt.libvirt.guest import Guest
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY
+from virt.libvirt.options import GuestOptions
 from virt.node_xml import build_node_xml, domain_for_restart, test_uri
 
 LOG = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class SimulatedHostDriver:
         instances_path: Path | None = None,
         image_cache_subdirectory: str = DEFAULT_SUBDIRECTORY,
         rng: random.Random | None = None,
+        options: GuestOptions | None = None,
     ) -> None:
         self.profile = profile
         self.state_dir = Path(state_dir)
@@ -130,6 +132,7 @@ class SimulatedHostDriver:
             instances_path=instances_path or self.state_dir / INSTANCES_DIR,
             nodename=profile.name,
             image_cache_subdirectory=image_cache_subdirectory,
+            options=options,
         )
 
     def _write_node_xml(self) -> Path:
@@ -178,6 +181,9 @@ class SimulatedHostDriver:
     def guest_devices(self, uuid: str) -> dict[str, Any]:
         return self._driver.guest_devices(uuid)
 
+    def get_console_output(self, uuid: str, length: int | None = None) -> str:
+        return self._driver.get_console_output(uuid, length)
+
     def instance_files_exist(self, uuid: str) -> bool:
         return self._driver.instance_files_exist(uuid)
 
@@ -221,15 +227,16 @@ class SimulatedHostDriver:
                 self.record_path(canonical).unlink(missing_ok=True)
         self._mutate(uuid, self._driver.destroy)
 
-    def power_off(self, uuid: str) -> None:
-        self._mutate(uuid, self._driver.power_off)
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
+        with self._persisting(uuid):
+            self._driver.power_off(uuid, timeout_s)
 
     def power_on(self, uuid: str) -> None:
         self._mutate(uuid, self._driver.power_on)
 
-    def reboot(self, uuid: str, hard: bool) -> None:
-        with self._persisting(uuid):
-            self._driver.reboot(uuid, hard)
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        with self._persisting(spec.uuid):
+            self._driver.reboot(spec, hard)
 
     def pause(self, uuid: str) -> None:
         self._mutate(uuid, self._driver.pause)

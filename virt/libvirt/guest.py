@@ -34,6 +34,11 @@ class Guest:
     def name(self) -> str:
         return str(self._domain.name())
 
+    @property
+    def domain_id(self) -> int:
+        """The running domain's id (-1 while it is shut off); a new boot may change it."""
+        return int(self._call("id read", "ID"))
+
     def _call(self, action: str, method: str, *args: int) -> Any:
         with translate_errors(f"{action} of guest {self.uuid}", self.uuid):
             return getattr(self._domain, method)(*args)
@@ -49,10 +54,6 @@ class Guest:
     def shutdown(self) -> None:
         """Ask the guest OS to shut down (ACPI); returns before it has."""
         self._call("shutdown", "shutdown")
-
-    def reboot(self) -> None:
-        """Ask the guest OS to reboot."""
-        self._call("reboot", "reboot", 0)
 
     def pause(self) -> None:
         """Freeze the vCPUs; memory stays in the host."""
