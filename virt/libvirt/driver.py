@@ -337,12 +337,16 @@ class LibvirtDriver:
 
     def _hard_reboot(self, spec: GuestSpec, guest: Guest | None) -> None:
         """NOTE: the new XML is defined over the old definition (same uuid and name)
-        rather than after an undefine, so a failure never leaves the guest undefined."""
+        rather than after an undefine, so a failure never leaves the guest undefined;
+        libvirt refuses a new name over an old definition, so a guest of another name
+        (defined by something else) is undefined first."""
         if guest is not None:
             if guest.is_active():
                 guest.poweroff()
             if guest.has_saved_memory_state():
                 guest.discard_saved_memory_state()
+            if guest.name != spec.name:
+                guest.delete_configuration()
         self._prepare_files(spec)
         guest = Guest(self._host.define_domain(self.guest_xml(spec)))
         guest.launch()
