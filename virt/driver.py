@@ -20,11 +20,12 @@ Semantics every driver keeps (tests in ``tests/unit/virt`` check both drivers):
 from __future__ import annotations
 
 import uuid as uuid_module
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from novaq.exceptions import InvalidInput
+from virt.event import LifecycleEvent
 from virt.host_profile import validate_pci_address
 
 
@@ -283,6 +284,14 @@ class ComputeDriver(Protocol):
         """One pass of the image cache manager over this host's base images: those in
         ``images_in_use`` are kept (and marked used now); the others, when
         ``remove_unused``, are removed once unused for ``min_age_s`` seconds."""
+        ...
+
+    def register_event_listener(
+        self, listener: Callable[[LifecycleEvent], None] | None, delay_s: float = 15.0
+    ) -> None:
+        """Hand the hypervisor's guest lifecycle events (``virt.event``) to ``listener``
+        on a thread of the driver's, STOPPED ones ``delay_s`` late unless another event of
+        the guest cancels them (Nova's); None stops them."""
         ...
 
     def close(self) -> None: ...

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.console_log import check_length, tail_lines
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
+from virt.event import LifecycleEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ class FakeDriver:
         self.console_logs: dict[str, str] = {}
         self.power_off_timeouts: list[tuple[str, float]] = []
         self.reboots: list[tuple[str, bool]] = []
+        self.event_listener: Callable[[LifecycleEvent], None] | None = None
 
     def init_host(self, host: str) -> None:
         self.host = host
@@ -216,6 +218,17 @@ class FakeDriver:
             removed=tuple(removed),
             kept_unused=tuple(r for r in unused if r not in removed),
         )
+
+    def register_event_listener(
+        self, listener: Callable[[LifecycleEvent], None] | None, delay_s: float = 15.0
+    ) -> None:
+        """Kept for ``emit``: the fake hands events over at once, a test plays the delay."""
+        self.event_listener = listener
+
+    def emit(self, event: LifecycleEvent) -> None:
+        """A lifecycle event from this fake hypervisor (a test calls it)."""
+        if self.event_listener is not None:
+            self.event_listener(event)
 
     def close(self) -> None:
         self.closed = True

@@ -33,6 +33,7 @@ from typing import Any, Final, TypeVar
 
 from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
+from virt.event import LifecycleEvent
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
 from virt.libvirt.guest import Guest
@@ -197,6 +198,11 @@ class SimulatedHostDriver:
         return self._driver.manage_image_cache(
             images_in_use, remove_unused=remove_unused, min_age_s=min_age_s
         )
+
+    def register_event_listener(
+        self, listener: Callable[[LifecycleEvent], None] | None, delay_s: float = 15.0
+    ) -> None:
+        self._driver.register_event_listener(listener, delay_s)
 
     def close(self) -> None:
         self._driver.close()

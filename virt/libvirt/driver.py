@@ -45,6 +45,7 @@ from virt.libvirt.designer import (
     design_disks,
     design_guest,
 )
+from virt.libvirt.events import LIFECYCLE_DELAY_S, DomainEventSource, Listener
 from virt.libvirt.guest import Guest
 from virt.libvirt.host import Host
 from virt.libvirt.host_facts import cpu_info, filesystem_bytes, pci_device
@@ -88,6 +89,7 @@ class LibvirtDriver:
         self._owner: str | None = None
         self._platform: GuestPlatform | None = None
         self._platform_lock = threading.Lock()
+        self._events: DomainEventSource | None = None
 
     @property
     def host(self) -> Host:
@@ -151,7 +153,22 @@ class LibvirtDriver:
         its own ``test`` domains (None: take what the hypervisor offers)."""
         return None if self.uri.startswith("test:") else self.options.virt_type
 
+    def register_event_listener(
+        self, listener: Listener | None, delay_s: float = LIFECYCLE_DELAY_S
+    ) -> None:
+        """Hand this connection's guest lifecycle events to ``listener`` (Nova's
+        ``register_event_listener``), STOPPED ones ``delay_s`` late; None stops them."""
+        with self._platform_lock:
+            events, self._events = self._events, None
+        if events is not None:
+            events.close()
+        if listener is not None:
+            source = DomainEventSource(self._host, listener, delay_s)
+            with self._platform_lock:
+                self._events = source
+
     def close(self) -> None:
+        self.register_event_listener(None)
         self._host.close()
 
     # -- guests -------------------------------------------------------------
