@@ -61,6 +61,9 @@ def guest_spec(
         if instance.image_ref
         else None,
         pci_addresses=pci_addresses,
+        # The domain's <metadata> names the server and its flavor, as Nova's does.
+        display_name=instance.display_name or "",
+        flavor_name=str(flavor.get("name", "")),
     )
 
 

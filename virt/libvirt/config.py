@@ -349,6 +349,10 @@ class LibvirtConfigGuest(LibvirtConfigObject):
         return tuple(d for d in self.devices if isinstance(d, LibvirtConfigGuestHostdevPCI))
 
     @property
+    def disks(self) -> tuple[LibvirtConfigGuestDisk, ...]:
+        return tuple(d for d in self.devices if isinstance(d, LibvirtConfigGuestDisk))
+
+    @property
     def serial_log_file(self) -> str | None:
         """Where the first logged serial port writes the guest's console (``console.log``)."""
         return next(

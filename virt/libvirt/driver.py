@@ -3,8 +3,19 @@
 Owns the meaning of each compute operation on a libvirt domain: what is a
 no-op (already in the target state), what is refused (``HypervisorError``),
 what is cleaned up when a start fails, and where host resources are read from.
-Nothing here is specific to the test driver: the domain type comes from the
-capabilities, so ``test:///<node.xml>`` and ``qemu:///system`` take the same path.
+Nothing here is specific to the test driver: ``test:///<node.xml>`` and
+``qemu:///system`` take the same path; the one difference is the domain type, which is
+``[libvirt] virt_type`` (checked at ``init_host``) except on a ``test:`` URI, where it
+is what the test driver offers (``virt.libvirt.options``).
+
+Power as Nova's libvirt driver: ``power_off`` with a timeout is a clean shutdown
+waited for, then destroy; a soft reboot is a shutdown waited for then a new boot,
+falling back to hard; a hard reboot defines the domain again from fresh XML
+(``virt.libvirt.power``). Guests belong to the compute host named at ``init_host``
+(written in their metadata): ``list_instance_uuids`` lists only those, so hosts may
+share one libvirtd. Lifecycle events go to a listener (``register_event_listener``,
+``virt.libvirt.events``); the console log is read from the guest's serial log file.
+
 Refuses to create disk images or networks: it defines and runs domains. What it
 does keep on disk is Nova's layout under ``instances_path``, small stand-ins only: a
 directory per guest with ``disk.info`` (``virt.libvirt.instance_files``) and the base
@@ -31,11 +42,6 @@ from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.console_log import check_length, read_tail, tail_lines
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, PciDevice
-from virt.libvirt.config import (
-    LibvirtConfigGuest,
-    LibvirtConfigGuestConsole,
-    LibvirtConfigGuestDisk,
-)
 from virt.libvirt.config_caps import LibvirtConfigCaps
 from virt.libvirt.designer import (
     DEFAULT_INSTANCES_PATH,
@@ -46,7 +52,7 @@ from virt.libvirt.designer import (
     design_guest,
 )
 from virt.libvirt.events import LIFECYCLE_DELAY_S, DomainEventSource, Listener
-from virt.libvirt.guest import Guest
+from virt.libvirt.guest import Guest, guest_devices, guest_info
 from virt.libvirt.host import Host
 from virt.libvirt.host_facts import cpu_info, filesystem_bytes, pci_device
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
@@ -201,7 +207,7 @@ class LibvirtDriver:
         if not guest.is_active():
             return {}
         stats: dict[str, dict[str, int]] = {}
-        for disk in _disks(guest.get_config()):
+        for disk in guest.get_config().disks:
             try:
                 stats[disk.target_dev] = guest.block_stats(disk.target_dev)
             except HypervisorError as exc:
@@ -423,38 +429,3 @@ def _is_suspended(guest: Guest) -> bool:
 def _refuse(action: str, uuid: str, state: int) -> HypervisorError:
     name = power_state.NAMES.get(state, str(state))
     return HypervisorError(reason=f"cannot {action} guest {uuid} while it is {name}")
-
-
-def guest_info(guest: Guest) -> GuestInfo:
-    """The live view of ``guest``."""
-    xml = guest.get_xml()
-    config = LibvirtConfigGuest.from_xml(xml)
-    vcpus, memory_mb = guest.get_resources()
-    return GuestInfo(
-        uuid=guest.uuid,
-        name=guest.name,
-        power_state=guest.get_power_state(),
-        vcpus=vcpus,
-        memory_mb=memory_mb,
-        pci_addresses=tuple(hostdev.address for hostdev in config.hostdevs),
-        xml=xml,
-    )
-
-
-def _disks(config: LibvirtConfigGuest) -> list[LibvirtConfigGuestDisk]:
-    return [d for d in config.devices if isinstance(d, LibvirtConfigGuestDisk)]
-
-
-def guest_devices(config: LibvirtConfigGuest) -> dict[str, Any]:
-    """The JSON view of what a domain is attached to (``ComputeDriver.guest_devices``)."""
-    consoles = [d for d in config.devices if isinstance(d, LibvirtConfigGuestConsole)]
-    return {
-        "disks": [
-            {"target_dev": d.target_dev, "source_path": d.source_path, "bus": d.target_bus}
-            for d in _disks(config)
-        ],
-        "pci_devices": [hostdev.address for hostdev in config.hostdevs],
-        "consoles": [
-            {"type": c.type, "target_type": c.target_type, "port": c.target_port} for c in consoles
-        ],
-    }
