@@ -224,3 +224,30 @@ def test_the_workaround_turned_off_ignores_events(db_url: str, hypervisor: Libvi
     assert handle_lifecycle_event(ctx, LifecycleEvent(uuid, virtevent.STOPPED)) == IGNORED
     assert _row(db_url, uuid) == ("active", None, power_state.RUNNING)
     assert api.calls == []
+
+
+# -- the compute worker's wiring -------------------------------------------------------------
+
+
+def test_a_compute_worker_listens_only_with_the_workaround_on(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks import bootsteps, context
+    from tests.factories import make_settings
+
+    assert bootsteps.listen_to_lifecycle_events("host1") is False  # the unit tier's default
+    on = make_settings(workarounds={"handle_virt_lifecycle_events": True})
+    monkeypatch.setattr(context, "settings", lambda: on)
+    driver = context.driver()
+    uuid = host1_server(db_url, "active", power=power_state.NOSTATE)
+    try:
+        assert bootsteps.listen_to_lifecycle_events("host1") is True
+        spawn_guest(driver, uuid)  # STARTED: the row learns its guest runs
+
+        deadline = time.monotonic() + 5
+        while _row(db_url, uuid)[2] != power_state.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _row(db_url, uuid) == ("active", None, power_state.RUNNING)
+    finally:
+        driver.register_event_listener(None)
+        driver.destroy(uuid)
