@@ -3,6 +3,7 @@ defined, started, destroyed and undefined on a fresh test driver."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,8 @@ from virt.libvirt.config_caps import LibvirtConfigCaps
 from virt.libvirt.designer import GuestPlatform, choose_platform, design_guest
 from virt.libvirt.driver import LibvirtDriver
 from virt.libvirt.options import GuestOptions
+
+from .conftest import GOLDEN_DIR
 
 INSTANCES = Path("/var/lib/novaq/instances")
 TEST_PLATFORM = GuestPlatform(virt_type="test", arch="i686")
@@ -293,3 +296,20 @@ def test_config_round_trips_every_feature(
     config = design_guest(_named(gpu_spec), platform, INSTANCES, options=options, host="h")
 
     assert LibvirtConfigGuest.from_xml(config.to_xml()) == config
+
+
+DOMAIN_SCHEMA = Path("/usr/share/libvirt/schemas/domain.rng")
+
+
+@pytest.mark.parametrize("golden_name", [case[0] for case in GOLDEN_CASES])
+def test_every_golden_guest_is_valid_for_libvirts_domain_schema(golden_name: str) -> None:
+    """What a real libvirtd would parse, not only the lenient test driver (the schema
+    ships with libvirt's Debian packages, which CI installs)."""
+    if not DOMAIN_SCHEMA.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{DOMAIN_SCHEMA} is missing")
+        pytest.skip(f"no {DOMAIN_SCHEMA} here")
+    schema = etree.RelaxNG(etree.parse(str(DOMAIN_SCHEMA)))
+    document = etree.parse(str(GOLDEN_DIR / golden_name))
+
+    assert schema.validate(document), schema.error_log.last_error
