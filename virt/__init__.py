@@ -55,12 +55,16 @@ def get_driver(
                 options=guest_options,
             )
             _drivers[key] = driver
-    _check_same_options(driver, fail_spawn, instances_path)
+    _check_same_options(driver, fail_spawn, instances_path, guest_options)
     return driver
 
 
-def _check_same_options(driver: LibvirtDriver, fail_spawn: bool, path: Path | None) -> None:
-    if driver.fail_spawn != fail_spawn or (path is not None and driver.instances_path != path):
+def _check_same_options(
+    driver: LibvirtDriver, fail_spawn: bool, path: Path | None, guest: GuestOptions | None
+) -> None:
+    other_path = path is not None and driver.instances_path != path
+    other_guest = guest is not None and driver.options != guest
+    if driver.fail_spawn != fail_spawn or other_path or other_guest:
         raise ConfigError(
             option="libvirt_uri",
             reason=f"a driver for {driver.uri} already exists with other options in this process",
