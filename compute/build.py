@@ -66,8 +66,9 @@ def guest_spec(
         swap_mb=flavor.get("swap", 0),
         image=image_spec(session, instance.image_ref) if instance.image_ref else None,
         pci_addresses=pci_addresses,
+        # The domain's <metadata> names the server and its flavor, as Nova's does.
         display_name=instance.display_name or "",
-        flavor_name=flavor.get("name", ""),
+        flavor_name=str(flavor.get("name", "")),
     )
 
 

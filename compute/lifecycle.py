@@ -38,6 +38,11 @@ from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
 from compute.instance_state import cas_update
+from compute.power import (
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    current_guest_spec,
+    instance_power_off_timeout,
+)
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope
@@ -130,10 +135,26 @@ OPERATIONS["reboot_hard"] = REBOOT_HARD
 
 
 def stop_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
+    db_url: str,
+    driver: ComputeDriver,
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    clean_shutdown: bool = True,
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> str:
-    """Power off: ``powering-off`` → STOPPED. As Nova, the final compare-and-swap also
-    accepts task None when the guest is off (another operation may have cleared it)."""
+    """Power off: ``powering-off`` → STOPPED. A clean shutdown (``compute.power``) waited
+    for up to ``shutdown_timeout_s`` (``[DEFAULT] shutdown_timeout``) unless the image says
+    otherwise, then destroy; ``clean_shutdown`` False (``force_stop``) destroys at once.
+    As Nova, the final compare-and-swap also accepts task None when the guest is off
+    (another operation may have cleared it)."""
+
+    def act() -> None:
+        timeout = instance_power_off_timeout(
+            db_url, instance_uuid, shutdown_timeout_s, clean_shutdown
+        )
+        driver.power_off(instance_uuid, timeout)
+
     return _run(
         db_url,
         driver,
@@ -141,7 +162,7 @@ def stop_instance(
         request_id,
         host,
         STOP,
-        lambda: driver.power_off(instance_uuid),
+        act,
         lambda instance: {"vm_state": VmState.STOPPED},
         none_if_off=True,
     )
@@ -246,7 +267,12 @@ def resume_instance(
 
 
 def rescue_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
+    db_url: str,
+    driver: ComputeDriver,
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> str:
     """``rescuing`` → RESCUED (simplified: the guest is powered off, see the module
     docstring); ``launched_at`` reset as Nova does. A driver error is
@@ -254,7 +280,8 @@ def rescue_instance(
 
     def act() -> None:
         try:
-            driver.power_off(instance_uuid)
+            timeout = instance_power_off_timeout(db_url, instance_uuid, shutdown_timeout_s)
+            driver.power_off(instance_uuid, timeout)
         except Exception as exc:
             raise InstanceNotRescuable(uuid=instance_uuid, reason=f"Driver Error: {exc}") from exc
 
@@ -297,7 +324,9 @@ def reboot_instance(
     """``rebooting`` → ``reboot_pending`` → ``reboot_started`` → ACTIVE (RESCUED stays
     RESCUED); the ``_hard`` states for a hard reboot. A failed reboot that leaves the
     guest running keeps the instance as it was, with a fault (Nova records the event as
-    Success then); otherwise the instance goes to ERROR."""
+    Success then); otherwise the instance goes to ERROR. The driver gets the instance's
+    guest as it is now (``compute.power.current_guest_spec``): a hard reboot defines it
+    again from fresh XML, as Nova's does."""
     op = REBOOT_HARD if hard else REBOOT
     _, pending, started = op.tasks
     begun = _begin(
@@ -319,7 +348,7 @@ def reboot_instance(
         return _superseded(db_url, instance_uuid, host, op, begun.event_id, exc)
     new_vm_state = VmState.RESCUED if begun.vm_state == VmState.RESCUED else VmState.ACTIVE
     try:
-        driver.reboot(instance_uuid, hard)
+        driver.reboot(current_guest_spec(db_url, instance_uuid), hard)
     except Exception as exc:
         if guest_power_state(driver, instance_uuid, quiet=True) != power_state.RUNNING:
             LOG.error("Instance %s on %s: cannot reboot: %s", instance_uuid, host, exc)

@@ -34,6 +34,7 @@ from compute.claims import (
 )
 from compute.instance_state import cas_update, get_instance
 from compute.pci import PciRequest, held_devices
+from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S, instance_power_off_timeout
 from compute.resource_tracker import get_node
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
@@ -110,6 +111,8 @@ class StepContext:
     migration_uuid: str
     request_id: str
     host: str
+    #: ``[DEFAULT] shutdown_timeout``: how long the source waits for a clean shutdown.
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S
 
 
 @contextmanager
@@ -168,6 +171,7 @@ def resize_instance(ctx: StepContext) -> None:
                 task_state=TaskState.RESIZE_MIGRATING,
             )
             _set_migration(session, ctx.migration_uuid, "migrating")
+        _power_off_cleanly(ctx, instance_uuid)
         ctx.driver.destroy(instance_uuid)
         with session_scope(ctx.db_url) as session:
             migration = get_migration(session, ctx.migration_uuid)
@@ -180,6 +184,14 @@ def resize_instance(ctx: StepContext) -> None:
                 node=migration.dest_node,
             )
             _set_migration(session, ctx.migration_uuid, "post-migrating")
+
+
+def _power_off_cleanly(ctx: StepContext, instance_uuid: str) -> None:
+    """Nova's ``migrate_disk_and_power_off`` starts with a clean power-off (the image's
+    ``os_shutdown_timeout`` or ``shutdown_timeout``), so the guest's disks are quiet."""
+    if ctx.driver.instance_exists(instance_uuid):
+        timeout = instance_power_off_timeout(ctx.db_url, instance_uuid, ctx.shutdown_timeout_s)
+        ctx.driver.power_off(instance_uuid, timeout)
 
 
 def finish_resize(ctx: StepContext) -> None:

@@ -68,7 +68,7 @@ def _resume_guest_state(rc: Host, uuid: str) -> str | None:
         return None
     LOG.info("Rebooting instance %s after nova-compute restart.", uuid)
     if rc.driver.instance_exists(uuid):
-        rc.driver.reboot(uuid, hard=True)
+        rc.driver.reboot(spec, hard=True)
     else:
         rc.driver.spawn(spec)
     return f"{uuid}: guest resumed (resume_guests_state_on_host_boot)"

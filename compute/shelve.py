@@ -20,8 +20,10 @@ a fault, the event closed ``Error``), and the exception is re-raised.
   devices, vm ACTIVE, the shelve keys dropped. A spawn failure releases the claim and
   nulls host/node (the instance stays SHELVED_OFFLOADED), task None, fault.
 
-Nova's ``clean_shutdown``/"unclean if paused" distinction has no effect here: the
-driver's ``power_off`` is always a hard power off.
+The guest is powered off as Nova does: a clean shutdown waited for up to
+``shutdown_timeout_s`` (``compute.power``: the image's ``os_shutdown_timeout`` or
+``[DEFAULT] shutdown_timeout``), then destroyed; the driver asks only a running guest,
+so a paused one is powered off at once (Nova's "unclean if paused").
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from compute.lifecycle import (
 )
 from compute.lifecycle import abort as lifecycle_abort
 from compute.pci import held_devices
+from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S, instance_power_off_timeout
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope
@@ -92,6 +95,7 @@ def shelve_instance(
     request_id: str,
     host: str,
     offload: bool = True,
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> str:
     """``shelving`` → SHELVED, or (``offload``: Nova's ``shelved_offload_time == 0``)
     SHELVED/``shelving_offloading`` → SHELVED_OFFLOADED in the same step."""
@@ -99,7 +103,8 @@ def shelve_instance(
     if begun is None:
         return SKIPPED
     try:
-        driver.power_off(instance_uuid)  # Nova: unclean when paused; always hard here
+        timeout = instance_power_off_timeout(db_url, instance_uuid, shutdown_timeout_s)
+        driver.power_off(instance_uuid, timeout)
         power = guest_power_state(driver, instance_uuid)
     except Exception as exc:
         LOG.warning("Instance %s on %s: shelve failed: %s", instance_uuid, host, exc)
@@ -131,17 +136,23 @@ def shelve_instance(
             )
     except (UnexpectedTaskStateError, InstanceNotFound) as exc:
         return _superseded(db_url, instance_uuid, host, SHELVE, begun.event_id, exc)
-    return _offload(db_url, driver, instance_uuid, host, SHELVE, begun.event_id)
+    return _offload(db_url, driver, instance_uuid, host, SHELVE, begun.event_id, timeout)
 
 
 def shelve_offload_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
+    db_url: str,
+    driver: ComputeDriver,
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> str:
     """SHELVED/``shelving_offloading`` → SHELVED_OFFLOADED, nothing left on this host."""
     begun = _begin(db_url, instance_uuid, request_id, host, SHELVE_OFFLOAD, (SHELVE_OFFLOAD.task,))
     if begun is None:
         return SKIPPED
-    return _offload(db_url, driver, instance_uuid, host, SHELVE_OFFLOAD, begun.event_id)
+    timeout = instance_power_off_timeout(db_url, instance_uuid, shutdown_timeout_s)
+    return _offload(db_url, driver, instance_uuid, host, SHELVE_OFFLOAD, begun.event_id, timeout)
 
 
 def _offload(
@@ -151,11 +162,12 @@ def _offload(
     host: str,
     op: Operation,
     event_id: int | None,
+    timeout_s: int,
 ) -> str:
     """Nova's ``_shelve_offload_instance``: power off, destroy, then the accounting."""
     try:
         if driver.instance_exists(instance_uuid):  # a guest already gone is offloaded
-            driver.power_off(instance_uuid)
+            driver.power_off(instance_uuid, timeout_s)
             driver.destroy(instance_uuid)
         driver.delete_instance_files(instance_uuid)  # unshelve spawns anew, maybe elsewhere
         power = guest_power_state(driver, instance_uuid)

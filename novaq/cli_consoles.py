@@ -1,6 +1,7 @@
 """``novaq console-url``: a console URL for a server (the nova client's
 ``console-url-show``). The URL carries a secret token valid for ``[consoleauth]
-token_ttl`` seconds; it is printed once and never stored."""
+token_ttl`` seconds; it is printed once and never stored. ``novaq console-log``: the
+tail of a server's console log, as the host read it."""
 
 from __future__ import annotations
 
@@ -23,3 +24,12 @@ def console_url(server: str, console_type: str, as_json: bool) -> None:
         expires = dt.datetime.fromtimestamp(console["expires"], dt.UTC)
         console = {**console, "expires": f"{expires.isoformat()} ({console['expires']})"}
     render(console, ("type", "url", "expires"), as_json)
+
+
+@main.command("console-log")
+@click.argument("server")
+@click.option("--length", type=click.IntRange(min=0), default=None, help="Only the last N lines.")
+@handle_errors
+def console_log(server: str, length: int | None) -> None:
+    """Print the tail of SERVER's console log (the nova client's ``console-log``)."""
+    click.echo(api().console_log(server, length=length), nl=False)

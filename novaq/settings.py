@@ -18,7 +18,15 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -85,6 +93,25 @@ class LibvirtGroup(_Group):
 
     connection_uri: str = ""
     instances_path: str | None = None
+    # -- the guest (Nova's names and defaults); see ``virt.libvirt.options`` --------------
+    #: The domain type. Nova's choices are kvm, lxc, qemu and parallels; novaq runs kvm and
+    #: qemu (TCG). A ``test:///`` URI ignores it: the test driver offers only ``test``.
+    virt_type: Literal["kvm", "qemu"] = "kvm"
+    #: None: host-model under kvm, none under qemu; ``custom`` takes ``cpu_models``.
+    cpu_mode: Literal["host-model", "host-passthrough", "custom", "none"] | None = None
+    cpu_models: tuple[str, ...] = ()
+    #: How long a soft reboot waits for the guest to shut down before rebooting hard.
+    wait_soft_reboot_seconds: int = Field(default=120, ge=1)
+    #: The memory balloon's statistics period (0: no statistics).
+    mem_stats_period_seconds: int = Field(default=10, ge=0)
+
+    @model_validator(mode="after")
+    def _cpu_models_need_custom(self) -> LibvirtGroup:
+        if self.cpu_mode == "custom" and not self.cpu_models:
+            raise ValueError("cpu_mode custom needs at least one of cpu_models")
+        if self.cpu_models and self.cpu_mode != "custom":
+            raise ValueError("cpu_models is only valid with cpu_mode custom")
+        return self
 
 
 class SchedulerGroup(_Group):
@@ -147,6 +174,8 @@ class ComputeGroup(_Group):
     """``[compute]``."""
 
     consecutive_build_service_disable_threshold: int = Field(default=10, ge=0)
+    #: Seconds between ACPI shutdown requests while a clean shutdown is waited for.
+    shutdown_retry_interval: int = Field(default=10, ge=1)
 
 
 class ImageCacheGroup(_Group):
@@ -176,6 +205,14 @@ class GlanceGroup(_Group):
     directory (default: ``<state_dir>/images``); each image's data is ``<store_path>/<id>``."""
 
     store_path: Path | None = None
+
+
+class WorkaroundsGroup(_Group):
+    """``[workarounds]``."""
+
+    #: Turn the hypervisor's lifecycle events into power-state syncs (Nova's default);
+    #: off, only the periodic ``_sync_power_states`` does.
+    handle_virt_lifecycle_events: bool = True
 
 
 class FlowerGroup(_Group):
@@ -268,6 +305,9 @@ class Settings(BaseSettings):
     instance_delete_interval: int = 300
     maximum_instance_delete_attempts: int = Field(default=5, ge=1)
     resume_guests_state_on_host_boot: bool = False
+    #: Seconds a clean shutdown (stop, shelve, resize, rescue) waits for the guest before
+    #: destroying it; the image property ``os_shutdown_timeout`` overrides it.
+    shutdown_timeout: int = Field(default=60, ge=0)
 
     libvirt: LibvirtGroup = LibvirtGroup()
     scheduler: SchedulerGroup = SchedulerGroup()
@@ -281,6 +321,7 @@ class Settings(BaseSettings):
     consoleauth: ConsoleAuthGroup = ConsoleAuthGroup()
     periodic: PeriodicGroup = PeriodicGroup()
     glance: GlanceGroup = GlanceGroup()
+    workarounds: WorkaroundsGroup = WorkaroundsGroup()
 
     @field_validator("database_url", "broker_url", "result_backend", "libvirt_uri")
     @classmethod

@@ -1,7 +1,9 @@
 """The worker bootstep that makes a Celery worker a novaq service.
 
 At start, a compute worker (one consuming ``compute.<NOVAQ_HOST>``) opens its hypervisor,
-registers or revives its ``services`` row and records its compute node; a scheduler
+listens to its guest lifecycle events (``compute.lifecycle_events``; libvirt's event loop
+runs in a thread of the worker process from the first connection on), registers or
+revives its ``services`` row and records its compute node; a scheduler
 worker registers its row. Then each heartbeats every ``report_interval`` from a thread the
 step owns, so a host is up only while it says so itself (not beat, not the scheduler).
 """
@@ -14,7 +16,8 @@ from typing import Any
 
 from celery import bootsteps
 
-from compute import notifications, recovery, resource_tracker, servicegroup
+from compute import lifecycle_events, notifications, recovery, resource_tracker, servicegroup
+from compute.periodic import PeriodicContext
 from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tasks import context
@@ -50,10 +53,28 @@ def consumed_queues(worker: Any) -> set[str]:
     return set(consume_from)
 
 
+def listen_to_lifecycle_events(host: str) -> bool:
+    """Nova's ``init_host``: with ``[workarounds] handle_virt_lifecycle_events``, the
+    hypervisor's guest lifecycle events sync power states as they happen
+    (``compute.lifecycle_events``). True when listening."""
+    s = context.settings()
+    if not s.workarounds.handle_virt_lifecycle_events:
+        LOG.info("Compute service on %s ignores hypervisor lifecycle events", host)
+        return False
+    from workflows import api  # the power sync stops servers through the public API
+
+    ctx = PeriodicContext(context.db_url(), s, host, context.driver(), api)
+    context.driver().register_event_listener(
+        lambda event: lifecycle_events.handle_lifecycle_event(ctx, event)
+    )
+    return True
+
+
 def start_compute_service(host: str) -> int:
     s = context.settings()
     driver = context.driver()
     driver.init_host(host)
+    listen_to_lifecycle_events(host)
     with session_scope(context.db_url()) as session:
         service_id = servicegroup.register_service(
             session, host, servicegroup.COMPUTE, f"compute.{host}", s
@@ -106,6 +127,8 @@ class NovaqServiceStep(bootsteps.StartStopStep):
 
     def stop(self, worker: Any) -> None:
         notifications.install(None)
+        if any(q.startswith("compute.") for q in consumed_queues(worker)):
+            context.driver().register_event_listener(None)
         for beat in self.heartbeats:
             beat.stop()
         self.heartbeats.clear()

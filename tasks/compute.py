@@ -86,6 +86,13 @@ def get_diagnostics(instance_uuid: str, host: str) -> dict[str, Any]:
     return context.driver().get_info(instance_uuid).to_dict()
 
 
+@app.task(name="compute.get_console_output", acks_late=False, count_deliveries=False)
+def get_console_output(instance_uuid: str, host: str, length: int | None = None) -> str:
+    """The tail of the guest's console log on this host (a query, as ``get_diagnostics``)."""
+    check_host(host)
+    return context.driver().get_console_output(instance_uuid, length)
+
+
 @app.task(name="compute.hypervisor_view", acks_late=False, count_deliveries=False)
 def hypervisor_view(host: str) -> dict[str, Any]:
     """What the hypervisor itself reports (for the audit): totals and every guest."""

@@ -10,6 +10,7 @@ from novaq.settings import Settings, get_settings
 from virt import get_driver, get_simulated_driver
 from virt.driver import ComputeDriver
 from virt.host_profile import HostProfile, PciDeviceSpec
+from virt.libvirt.options import GuestOptions
 
 
 def settings() -> Settings:
@@ -55,13 +56,32 @@ def driver() -> ComputeDriver:
     instances_path = Path(s.libvirt.instances_path or state / "instances") / s.host
     cache = s.image_cache.subdirectory_name
     explicit = s.libvirt_uri or s.libvirt.connection_uri
+    guest = guest_options(s)
     if explicit:
-        return get_driver(explicit, instances_path=instances_path, image_cache_subdirectory=cache)
+        return get_driver(
+            explicit,
+            instances_path=instances_path,
+            image_cache_subdirectory=cache,
+            guest_options=guest,
+        )
     return get_simulated_driver(
         host_profile(s),
         state / "hosts" / s.host,
         instances_path=instances_path,
         image_cache_subdirectory=cache,
+        guest_options=guest,
+    )
+
+
+def guest_options(s: Settings) -> GuestOptions:
+    """The ``[libvirt]`` / ``[compute]`` guest choices the libvirt driver applies."""
+    return GuestOptions(
+        virt_type=s.libvirt.virt_type,
+        cpu_mode=s.libvirt.cpu_mode,
+        cpu_models=s.libvirt.cpu_models,
+        wait_soft_reboot_seconds=s.libvirt.wait_soft_reboot_seconds,
+        mem_stats_period_seconds=s.libvirt.mem_stats_period_seconds,
+        shutdown_retry_interval_s=s.compute.shutdown_retry_interval,
     )
 
 

@@ -48,8 +48,18 @@ def _run(
 
 
 @app.task(name="compute.stop_instance")
-def stop_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    return _run(lifecycle.stop_instance, instance_uuid, request_id, host)
+def stop_instance(
+    instance_uuid: str, request_id: str, host: str, clean_shutdown: bool = True
+) -> dict[str, str]:
+    """``clean_shutdown`` False is ``force_stop``: destroyed at once (Nova's)."""
+    return _run(
+        lifecycle.stop_instance,
+        instance_uuid,
+        request_id,
+        host,
+        clean_shutdown=bool(clean_shutdown),
+        shutdown_timeout_s=context.settings().shutdown_timeout,
+    )
 
 
 @app.task(name="compute.start_instance")
@@ -86,7 +96,10 @@ def resume_instance(instance_uuid: str, request_id: str, host: str) -> dict[str,
 
 @app.task(name="compute.rescue_instance")
 def rescue_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    return _run(lifecycle.rescue_instance, instance_uuid, request_id, host)
+    timeout = context.settings().shutdown_timeout
+    return _run(
+        lifecycle.rescue_instance, instance_uuid, request_id, host, shutdown_timeout_s=timeout
+    )
 
 
 @app.task(name="compute.unrescue_instance")

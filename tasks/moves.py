@@ -24,7 +24,14 @@ LOG = get_task_logger(__name__)
 
 def _ctx(migration_uuid: str, request_id: str, host: str) -> moves.StepContext:
     check_host(host)
-    return moves.StepContext(context.db_url(), context.driver(), migration_uuid, request_id, host)
+    return moves.StepContext(
+        context.db_url(),
+        context.driver(),
+        migration_uuid,
+        request_id,
+        host,
+        shutdown_timeout_s=context.settings().shutdown_timeout,
+    )
 
 
 def move_spec(migration_uuid: str) -> tuple[RequestSpec, str]:

@@ -27,13 +27,23 @@ SCHEDULE_EVENT = "schedule_instances"
 
 @app.task(name="compute.shelve_instance")
 def shelve_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    offload = context.settings().shelved_offload_time == 0
-    return _run(shelve.shelve_instance, instance_uuid, request_id, host, offload=offload)
+    s = context.settings()
+    return _run(
+        shelve.shelve_instance,
+        instance_uuid,
+        request_id,
+        host,
+        offload=s.shelved_offload_time == 0,
+        shutdown_timeout_s=s.shutdown_timeout,
+    )
 
 
 @app.task(name="compute.shelve_offload_instance")
 def offload(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    return _run(shelve.shelve_offload_instance, instance_uuid, request_id, host)
+    timeout = context.settings().shutdown_timeout
+    return _run(
+        shelve.shelve_offload_instance, instance_uuid, request_id, host, shutdown_timeout_s=timeout
+    )
 
 
 @app.task(name="compute.unshelve_instance")

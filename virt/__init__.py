@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from virt.driver import ComputeDriver
     from virt.host_profile import HostProfile
     from virt.libvirt.driver import LibvirtDriver
+    from virt.libvirt.options import GuestOptions
     from virt.simulated import SimulatedHostDriver
 
 _drivers: dict[tuple[int, str], LibvirtDriver] = {}
@@ -35,8 +36,10 @@ def get_driver(
     instances_path: Path | None = None,
     nodename: str | None = None,
     image_cache_subdirectory: str = "_base",
+    guest_options: GuestOptions | None = None,
 ) -> ComputeDriver:
-    """The process's one ``LibvirtDriver`` for ``uri`` (a forked child gets its own)."""
+    """The process's one ``LibvirtDriver`` for ``uri`` (a forked child gets its own);
+    ``guest_options`` are the ``[libvirt]`` guest choices (``virt.libvirt.options``)."""
     from virt.libvirt.driver import LibvirtDriver
 
     key = (os.getpid(), uri)
@@ -49,14 +52,19 @@ def get_driver(
                 instances_path=instances_path,
                 nodename=nodename,
                 image_cache_subdirectory=image_cache_subdirectory,
+                options=guest_options,
             )
             _drivers[key] = driver
-    _check_same_options(driver, fail_spawn, instances_path)
+    _check_same_options(driver, fail_spawn, instances_path, guest_options)
     return driver
 
 
-def _check_same_options(driver: LibvirtDriver, fail_spawn: bool, path: Path | None) -> None:
-    if driver.fail_spawn != fail_spawn or (path is not None and driver.instances_path != path):
+def _check_same_options(
+    driver: LibvirtDriver, fail_spawn: bool, path: Path | None, guest: GuestOptions | None
+) -> None:
+    other_path = path is not None and driver.instances_path != path
+    other_guest = guest is not None and driver.options != guest
+    if driver.fail_spawn != fail_spawn or other_path or other_guest:
         raise ConfigError(
             option="libvirt_uri",
             reason=f"a driver for {driver.uri} already exists with other options in this process",
@@ -69,6 +77,7 @@ def get_simulated_driver(
     *,
     instances_path: Path | None = None,
     image_cache_subdirectory: str = "_base",
+    guest_options: GuestOptions | None = None,
 ) -> ComputeDriver:
     """The process's one ``SimulatedHostDriver`` for host ``profile.name``.
 
@@ -85,6 +94,7 @@ def get_simulated_driver(
                 state_dir,
                 instances_path=instances_path,
                 image_cache_subdirectory=image_cache_subdirectory,
+                options=guest_options,
             )
             _simulated[key] = driver
     _check_same_host(driver, profile, Path(state_dir), instances_path)

@@ -20,11 +20,12 @@ Semantics every driver keeps (tests in ``tests/unit/virt`` check both drivers):
 from __future__ import annotations
 
 import uuid as uuid_module
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from novaq.exceptions import InvalidInput
+from virt.event import LifecycleEvent
 from virt.host_profile import validate_pci_address
 
 
@@ -239,11 +240,24 @@ class ComputeDriver(Protocol):
         ``target_type``, ``port``)."""
         ...
 
-    def power_off(self, uuid: str) -> None: ...
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
+        """Stop the guest. ``timeout_s`` > 0: a clean shutdown (ACPI) waited for up to
+        that long first, then destroy (Nova's ``power_off(timeout, retry_interval)``);
+        0: destroy at once."""
+        ...
 
     def power_on(self, uuid: str) -> None: ...
 
-    def reboot(self, uuid: str, hard: bool) -> None: ...
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        """Soft: a clean shutdown waited for, then a new boot, falling back to hard when
+        the guest does not go down in time (never a reboot only asked for). Hard: off,
+        the guest defined again from ``spec``, booted."""
+        ...
+
+    def get_console_output(self, uuid: str, length: int | None = None) -> str:
+        """The tail of the guest's console log (at most 100 KiB, then the last ``length``
+        lines); "" when nothing was logged yet."""
+        ...
 
     def pause(self, uuid: str) -> None: ...
 
@@ -270,6 +284,14 @@ class ComputeDriver(Protocol):
         """One pass of the image cache manager over this host's base images: those in
         ``images_in_use`` are kept (and marked used now); the others, when
         ``remove_unused``, are removed once unused for ``min_age_s`` seconds."""
+        ...
+
+    def register_event_listener(
+        self, listener: Callable[[LifecycleEvent], None] | None, delay_s: float = 15.0
+    ) -> None:
+        """Hand the hypervisor's guest lifecycle events (``virt.event``) to ``listener``
+        on a thread of the driver's, STOPPED ones ``delay_s`` late unless another event of
+        the guest cancels them (Nova's); None stops them."""
         ...
 
     def close(self) -> None: ...

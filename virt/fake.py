@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,7 +21,9 @@ from lxml import etree
 
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
+from virt.console_log import check_length, tail_lines
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
+from virt.event import LifecycleEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,12 @@ class FakeDriver:
         self.cached_images: dict[str, float] = {}
         #: I/O counters a test sets per guest and disk target; unset ones read 0.
         self.block_counters: dict[str, dict[str, dict[str, int]]] = {}
+        #: What each guest "printed" on its console (a test writes it), the
+        #: ``power_off`` timeouts and the reboots (uuid, hard) asked for.
+        self.console_logs: dict[str, str] = {}
+        self.power_off_timeouts: list[tuple[str, float]] = []
+        self.reboots: list[tuple[str, bool]] = []
+        self.event_listener: Callable[[LifecycleEvent], None] | None = None
 
     def init_host(self, host: str) -> None:
         self.host = host
@@ -133,14 +141,31 @@ class FakeDriver:
             "consoles": [{"type": "pty", "target_type": "serial", "port": 0}],
         }
 
-    def power_off(self, uuid: str) -> None:
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
+        """Off at once whatever ``timeout_s`` (a fake guest always answers ACPI);
+        ``power_off_timeouts`` records the timeouts asked for."""
+        self.power_off_timeouts.append((uuid, timeout_s))
         self._set(uuid, power_state.SHUTDOWN, allowed=None, keep_saved=True)
 
     def power_on(self, uuid: str) -> None:
         self._set(uuid, power_state.RUNNING, allowed=None)
 
-    def reboot(self, uuid: str, hard: bool) -> None:
-        self._set(uuid, power_state.RUNNING, allowed=None)
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        """Running again; a hard reboot takes ``spec`` (as a redefined domain would)."""
+        with self._lock:
+            guest = self._get(spec.uuid)
+            self._guests[spec.uuid] = replace(
+                guest,
+                spec=spec if hard else guest.spec,
+                power_state=power_state.RUNNING,
+                saved=False,
+            )
+            self.reboots.append((spec.uuid, hard))
+
+    def get_console_output(self, uuid: str, length: int | None = None) -> str:
+        with self._lock:
+            self._get(uuid)
+            return tail_lines(self.console_logs.get(uuid, ""), check_length(length))
 
     def pause(self, uuid: str) -> None:
         self._set(uuid, power_state.PAUSED, allowed=(power_state.RUNNING,))
@@ -193,6 +218,17 @@ class FakeDriver:
             removed=tuple(removed),
             kept_unused=tuple(r for r in unused if r not in removed),
         )
+
+    def register_event_listener(
+        self, listener: Callable[[LifecycleEvent], None] | None, delay_s: float = 15.0
+    ) -> None:
+        """Kept for ``emit``: the fake hands events over at once, a test plays the delay."""
+        self.event_listener = listener
+
+    def emit(self, event: LifecycleEvent) -> None:
+        """A lifecycle event from this fake hypervisor (a test calls it)."""
+        if self.event_listener is not None:
+            self.event_listener(event)
 
     def close(self) -> None:
         self.closed = True

@@ -33,10 +33,12 @@ from typing import Any, Final, TypeVar
 
 from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
+from virt.event import LifecycleEvent
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
 from virt.libvirt.guest import Guest
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY
+from virt.libvirt.options import GuestOptions
 from virt.node_xml import build_node_xml, domain_for_restart, test_uri
 
 LOG = logging.getLogger(__name__)
@@ -113,6 +115,7 @@ class SimulatedHostDriver:
         instances_path: Path | None = None,
         image_cache_subdirectory: str = DEFAULT_SUBDIRECTORY,
         rng: random.Random | None = None,
+        options: GuestOptions | None = None,
     ) -> None:
         self.profile = profile
         self.state_dir = Path(state_dir)
@@ -130,6 +133,7 @@ class SimulatedHostDriver:
             instances_path=instances_path or self.state_dir / INSTANCES_DIR,
             nodename=profile.name,
             image_cache_subdirectory=image_cache_subdirectory,
+            options=options,
         )
 
     def _write_node_xml(self) -> Path:
@@ -178,6 +182,9 @@ class SimulatedHostDriver:
     def guest_devices(self, uuid: str) -> dict[str, Any]:
         return self._driver.guest_devices(uuid)
 
+    def get_console_output(self, uuid: str, length: int | None = None) -> str:
+        return self._driver.get_console_output(uuid, length)
+
     def instance_files_exist(self, uuid: str) -> bool:
         return self._driver.instance_files_exist(uuid)
 
@@ -191,6 +198,11 @@ class SimulatedHostDriver:
         return self._driver.manage_image_cache(
             images_in_use, remove_unused=remove_unused, min_age_s=min_age_s
         )
+
+    def register_event_listener(
+        self, listener: Callable[[LifecycleEvent], None] | None, delay_s: float = 15.0
+    ) -> None:
+        self._driver.register_event_listener(listener, delay_s)
 
     def close(self) -> None:
         self._driver.close()
@@ -221,15 +233,16 @@ class SimulatedHostDriver:
                 self.record_path(canonical).unlink(missing_ok=True)
         self._mutate(uuid, self._driver.destroy)
 
-    def power_off(self, uuid: str) -> None:
-        self._mutate(uuid, self._driver.power_off)
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
+        with self._persisting(uuid):
+            self._driver.power_off(uuid, timeout_s)
 
     def power_on(self, uuid: str) -> None:
         self._mutate(uuid, self._driver.power_on)
 
-    def reboot(self, uuid: str, hard: bool) -> None:
-        with self._persisting(uuid):
-            self._driver.reboot(uuid, hard)
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        with self._persisting(spec.uuid):
+            self._driver.reboot(spec, hard)
 
     def pause(self, uuid: str) -> None:
         self._mutate(uuid, self._driver.pause)

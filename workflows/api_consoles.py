@@ -1,6 +1,14 @@
 """The public API for consoles: a console URL for a server, and the check a console proxy
 makes on the token the URL carries (Nova's ``os-remote-consoles`` and the consoleauth
-``validate``).
+``validate``); the guest's console log (Nova's ``os-getConsoleOutput``).
+
+``console_log`` is a query to ``compute.<host>`` answered with the tail of the guest's
+``console.log``, as Nova's ``get_console_output`` is an RPC call to the compute host: the
+file lives in the host's instance directory, which the API's machine need not see (one
+machine in tests, many in a deployment). Allowed whenever the server has a host that is
+up and is not being deleted or migrated (Nova's ``check_instance_host`` and
+``reject_instance_state``; novaq also refuses a down host at once rather than waiting
+for an answer that cannot come).
 
 ``get_console`` asks the server's host for the guest's domain XML (a query to
 ``compute.<host>``, as Nova's ``get_serial_console`` is an RPC call to the compute host),
@@ -25,8 +33,9 @@ from compute.states import TaskState, VmState
 from models import Instance
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState
+from virt.console_log import check_length
 from workflows import api_common as common
-from workflows import api_servers, gate
+from workflows import api_servers, dispatch, gate
 
 CONSOLE_VM_STATES = frozenset({VmState.ACTIVE, VmState.PAUSED, VmState.RESCUED, VmState.RESIZED})
 REFUSED_TASK_STATES = frozenset({TaskState.DELETING, TaskState.MIGRATING})
@@ -65,6 +74,36 @@ def validate_console_token(token: str) -> dict[str, Any]:
     return consoles.validate_token(common.db_url(), token)
 
 
+def console_log(server: str, length: int | None = None, timeout: float = 30.0) -> str:
+    """The tail of ``server``'s console log (name or uuid): at most its last 100 KiB, then
+    its last ``length`` lines when given; "" when the guest has logged nothing yet."""
+    from tasks.compute import get_console_output
+
+    length = check_length(length)
+    with session_scope(common.db_url()) as session:
+        uuid = common.resolve_server(session, server)
+        host = _log_host(session, get_instance(session, uuid, with_deleted=False))
+    dispatch.check_broker()
+    query = get_console_output.si(instance_uuid=uuid, host=host, length=length)
+    return str(dispatch.call(query, timeout))
+
+
+def _log_host(session: Session, instance: Instance) -> str:
+    state = dict(
+        action="get_console_output",
+        uuid=instance.uuid,
+        vm_state=instance.vm_state,
+        task_state=instance.task_state,
+    )
+    if instance.task_state in REFUSED_TASK_STATES:
+        raise InstanceInvalidState(**state)
+    if instance.host is None:
+        raise gate.InstanceNotReady(**state)
+    if not common.host_is_up(session, instance.host, common.settings()):
+        raise gate.InstanceHostDown(action=state["action"], uuid=instance.uuid, host=instance.host)
+    return instance.host
+
+
 def _console_host(session: Session, instance: Instance) -> str:
     state = dict(
         action=ACTION,
@@ -81,4 +120,4 @@ def _console_host(session: Session, instance: Instance) -> str:
     return instance.host
 
 
-__all__ = ["get_console", "validate_console_token"]
+__all__ = ["console_log", "get_console", "validate_console_token"]

@@ -65,7 +65,8 @@ def force_stop(uuid: str) -> str:
             ) from None
         actions.start_action(session, uuid, "stop", request_id)
     try:
-        dispatch.send(lifecycle_step("stop", uuid, request_id, host))
+        # NOTE: Nova's force_stop is unclean: the guest is destroyed, not asked.
+        dispatch.send(lifecycle_step("stop", uuid, request_id, host, clean_shutdown=False))
     except Exception:
         _undo_request(uuid, request_id, TaskState.POWERING_OFF, None)
         raise

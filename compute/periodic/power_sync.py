@@ -174,6 +174,12 @@ def _sync_safely(ctx: PeriodicContext, uuid: str) -> _Synced:
         return _Synced(FAILED)
 
 
+def sync_instance(ctx: PeriodicContext, uuid: str) -> str:
+    """Nova's ``_sync_instance_power_state`` for one instance, as the pass does it (the
+    lifecycle-event handler's entry); returns the outcome."""
+    return _sync_safely(ctx, uuid).outcome
+
+
 def _sync_one(ctx: PeriodicContext, uuid: str) -> _Synced:
     """Nova's ``_query_driver_power_state_and_sync`` for one instance."""
     pending = _pending_task(ctx.db_url, uuid)

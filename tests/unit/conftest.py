@@ -27,6 +27,10 @@ os.environ.update(
     # The in-thread test workers would otherwise queue their run-at-start periodic tasks
     # (power-state sync…) into every workflow test; the periodic tests call them directly.
     NOVAQ_PERIODIC_ENABLE="false",
+    # Likewise the in-thread workers' lifecycle-event syncs would race the tests that
+    # change guests behind compute's back; tests/unit/compute/test_lifecycle_events.py
+    # turns them on where they are the subject.
+    NOVAQ_WORKAROUNDS__HANDLE_VIRT_LIFECYCLE_EVENTS="false",
 )
 
 from tests.factories import register_cirros, reset_database  # noqa: E402

@@ -92,3 +92,47 @@ def test_a_missing_config_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
 def test_service_down_time_below_report_interval_is_raised_as_nova_does() -> None:
     s = load_settings(report_interval=10, service_down_time=5)
     assert s.effective_service_down_time == 25
+
+
+def test_guest_options_default_as_nova() -> None:
+    s = load_settings()
+
+    assert (s.libvirt.virt_type, s.libvirt.cpu_mode, s.libvirt.cpu_models) == ("kvm", None, ())
+    assert (s.libvirt.wait_soft_reboot_seconds, s.libvirt.mem_stats_period_seconds) == (120, 10)
+    assert (s.shutdown_timeout, s.compute.shutdown_retry_interval) == (60, 10)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "option"),
+    [
+        ("NOVAQ_LIBVIRT__VIRT_TYPE", "xen", "virt_type"),
+        ("NOVAQ_LIBVIRT__CPU_MODE", "custom", "cpu_mode custom needs"),
+        ("NOVAQ_LIBVIRT__CPU_MODELS", '["Haswell"]', "only valid with cpu_mode custom"),
+        ("NOVAQ_SHUTDOWN_TIMEOUT", "-1", "shutdown_timeout"),
+    ],
+)
+def test_bad_guest_options_stop_the_process(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, option: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+
+    with pytest.raises(ConfigError, match=option):
+        load_settings()
+
+
+def test_the_guest_options_reach_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.context import guest_options
+
+    monkeypatch.setenv("NOVAQ_LIBVIRT__VIRT_TYPE", "qemu")
+    monkeypatch.setenv("NOVAQ_LIBVIRT__CPU_MODE", "custom")
+    monkeypatch.setenv("NOVAQ_LIBVIRT__CPU_MODELS", '["Haswell"]')
+    monkeypatch.setenv("NOVAQ_COMPUTE__SHUTDOWN_RETRY_INTERVAL", "3")
+
+    options = guest_options(load_settings())
+
+    assert (options.virt_type, options.cpu_mode, options.cpu_models) == (
+        "qemu",
+        "custom",
+        ("Haswell",),
+    )
+    assert options.shutdown_retry_interval_s == 3

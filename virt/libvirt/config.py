@@ -1,10 +1,11 @@
-"""libvirt XML objects: guest domain XML and the capabilities the designer reads.
+"""libvirt XML objects for guest domains: the domain, its OS, devices and metadata.
 
+(Capabilities: ``config_caps``; CPU, clock, serial, balloon: ``config_platform``.)
 Each class mirrors one libvirt element with ``to_element()``/``from_element()``
 (lxml) and writes its children in a fixed order, so generated XML is stable
 enough for golden files. No policy here: no defaults chosen for a guest, no
 libvirt calls, no string formatting of values. ``from_element`` reads what it
-models and ignores the elements libvirt adds (``<serial>``, ``<clock>``, ...).
+models and ignores the elements libvirt adds (controllers, addresses, aliases, ...).
 """
 
 from __future__ import annotations
@@ -14,67 +15,33 @@ from typing import ClassVar, Final, Self
 
 from lxml import etree
 
+from virt.libvirt.config_base import (
+    LibvirtConfigObject,
+    _attr,
+    _leaf,
+    _required,
+    _text,
+    memory_kib,
+)
+from virt.libvirt.config_platform import (
+    LibvirtConfigGuestClock,
+    LibvirtConfigGuestCPU,
+    LibvirtConfigGuestMemBalloon,
+    LibvirtConfigGuestSerial,
+    LibvirtConfigGuestTimer,
+)
+
+__all__ = [
+    "LibvirtConfigGuestClock",
+    "LibvirtConfigGuestCPU",
+    "LibvirtConfigGuestMemBalloon",
+    "LibvirtConfigGuestSerial",
+    "LibvirtConfigGuestTimer",
+    "LibvirtConfigObject",
+    "memory_kib",
+]
+
 NOVAQ_NS: Final = "urn:novaq:libvirt:instance:1.0"
-_MEMORY_UNITS: Final[dict[str, int]] = {
-    "b": 1,
-    "bytes": 1,
-    "KiB": 1024,
-    "k": 1024,
-    "MiB": 1024**2,
-    "M": 1024**2,
-    "GiB": 1024**3,
-    "G": 1024**3,
-}
-
-
-def _leaf(parent: etree._Element, tag: str, text: object, **attrs: str) -> etree._Element:
-    element = etree.SubElement(parent, tag, attrs)
-    element.text = str(text)
-    return element
-
-
-def _required(element: etree._Element, path: str) -> etree._Element:
-    found = element.find(path)
-    if found is None:
-        raise ValueError(f"<{element.tag}> has no {path}")
-    return found
-
-
-def _text(element: etree._Element, path: str) -> str:
-    return _required(element, path).text or ""
-
-
-def _attr(element: etree._Element, name: str) -> str:
-    value = element.get(name)
-    if value is None:
-        raise ValueError(f"<{element.tag}> has no {name} attribute")
-    return value
-
-
-def memory_kib(element: etree._Element) -> int:
-    """A libvirt memory element (``unit`` attribute, KiB by default) in KiB."""
-    scale = _MEMORY_UNITS[element.get("unit", "KiB")]
-    return int(element.text or "0") * scale // 1024
-
-
-class LibvirtConfigObject:
-    """An XML object: ``to_element()``, ``from_element()`` and their string forms."""
-
-    root_name: ClassVar[str]
-
-    def to_element(self) -> etree._Element:
-        raise NotImplementedError
-
-    @classmethod
-    def from_element(cls, element: etree._Element) -> Self:
-        raise NotImplementedError
-
-    def to_xml(self) -> str:
-        return etree.tostring(self.to_element(), pretty_print=True, encoding="unicode")
-
-    @classmethod
-    def from_xml(cls, xml: str) -> Self:
-        return cls.from_element(etree.fromstring(xml.encode()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +154,13 @@ class LibvirtConfigGuestHostdevPCI(LibvirtConfigObject):
         )
 
 
-GuestDevice = LibvirtConfigGuestDisk | LibvirtConfigGuestConsole | LibvirtConfigGuestHostdevPCI
+GuestDevice = (
+    LibvirtConfigGuestDisk
+    | LibvirtConfigGuestSerial
+    | LibvirtConfigGuestConsole
+    | LibvirtConfigGuestHostdevPCI
+    | LibvirtConfigGuestMemBalloon
+)
 
 
 def _device_from_element(element: etree._Element) -> GuestDevice | None:
@@ -197,6 +170,10 @@ def _device_from_element(element: etree._Element) -> GuestDevice | None:
         return LibvirtConfigGuestConsole.from_element(element)
     if element.tag == "hostdev" and element.get("type") == "pci":
         return LibvirtConfigGuestHostdevPCI.from_element(element)
+    if element.tag == "serial":
+        return LibvirtConfigGuestSerial.from_element(element)
+    if element.tag == "memballoon":
+        return LibvirtConfigGuestMemBalloon.from_element(element)
     return None
 
 
@@ -231,7 +208,9 @@ class LibvirtConfigGuestOS(LibvirtConfigObject):
 
 @dataclass(frozen=True, slots=True)
 class LibvirtConfigGuestMetadata(LibvirtConfigObject):
-    """novaq's ``<metadata>`` entry: where the guest came from (image, sizes in GiB/MiB)."""
+    """novaq's ``<metadata>`` entry (Nova's ``<nova:instance>``): the server's display
+    name, the compute host that owns the guest (None: not recorded), the flavor and its
+    sizes (MiB of memory and swap, GiB of disks) and the image id."""
 
     root_name: ClassVar[str] = "metadata"
 
@@ -239,43 +218,66 @@ class LibvirtConfigGuestMetadata(LibvirtConfigObject):
     root_gb: int
     ephemeral_gb: int = 0
     swap_mb: int = 0
+    display_name: str = ""
+    host: str | None = None
+    flavor_name: str = ""
+    vcpus: int = 0
+    memory_mb: int = 0
 
     def to_element(self) -> etree._Element:
         metadata = etree.Element(self.root_name)
-        instance = etree.SubElement(metadata, f"{{{NOVAQ_NS}}}instance", nsmap={"novaq": NOVAQ_NS})
-        _leaf(instance, f"{{{NOVAQ_NS}}}image", self.image)
+        instance = etree.SubElement(metadata, _novaq("instance"), nsmap={"novaq": NOVAQ_NS})
+        _leaf(instance, _novaq("name"), self.display_name)
+        if self.host is not None:
+            _leaf(instance, _novaq("host"), self.host)
         etree.SubElement(
             instance,
-            f"{{{NOVAQ_NS}}}disks",
+            _novaq("flavor"),
+            name=self.flavor_name,
+            vcpus=str(self.vcpus),
+            memory_mb=str(self.memory_mb),
             root_gb=str(self.root_gb),
             ephemeral_gb=str(self.ephemeral_gb),
             swap_mb=str(self.swap_mb),
         )
+        _leaf(instance, _novaq("image"), self.image)
         return metadata
 
     @classmethod
     def from_element(cls, element: etree._Element) -> Self:
-        instance = _required(element, f"{{{NOVAQ_NS}}}instance")
-        disks = _required(instance, f"{{{NOVAQ_NS}}}disks")
+        instance = _required(element, _novaq("instance"))
+        flavor = _required(instance, _novaq("flavor"))
+        host = instance.find(_novaq("host"))
         return cls(
-            image=_text(instance, f"{{{NOVAQ_NS}}}image"),
-            root_gb=int(_attr(disks, "root_gb")),
-            ephemeral_gb=int(_attr(disks, "ephemeral_gb")),
-            swap_mb=int(_attr(disks, "swap_mb")),
+            image=_text(instance, _novaq("image")),
+            root_gb=int(_attr(flavor, "root_gb")),
+            ephemeral_gb=int(_attr(flavor, "ephemeral_gb")),
+            swap_mb=int(_attr(flavor, "swap_mb")),
+            display_name=instance.findtext(_novaq("name")) or "",
+            host=(host.text or "") if host is not None else None,
+            flavor_name=_attr(flavor, "name"),
+            vcpus=int(_attr(flavor, "vcpus")),
+            memory_mb=int(_attr(flavor, "memory_mb")),
         )
 
     @classmethod
     def find_in(cls, domain: etree._Element) -> Self | None:
         """The novaq entry of a domain's ``<metadata>``, if it has one."""
         metadata = domain.find("metadata")
-        if metadata is None or metadata.find(f"{{{NOVAQ_NS}}}instance") is None:
+        if metadata is None or metadata.find(_novaq("instance")) is None:
             return None
         return cls.from_element(metadata)
 
 
+def _novaq(tag: str) -> str:
+    return f"{{{NOVAQ_NS}}}{tag}"
+
+
 @dataclass(frozen=True, slots=True)
 class LibvirtConfigGuest(LibvirtConfigObject):
-    """``<domain>``: memory in KiB; devices written in the order given."""
+    """``<domain>``: memory in KiB; ``features`` are the names of empty feature elements
+    (``acpi``, ``apic``); ``on_*`` what libvirt does when the guest powers off, reboots
+    or crashes; devices written in the order given."""
 
     root_name: ClassVar[str] = "domain"
 
@@ -286,6 +288,12 @@ class LibvirtConfigGuest(LibvirtConfigObject):
     vcpus: int
     os: LibvirtConfigGuestOS
     metadata: LibvirtConfigGuestMetadata | None = None
+    features: tuple[str, ...] = ()
+    cpu: LibvirtConfigGuestCPU | None = None
+    clock: LibvirtConfigGuestClock | None = None
+    on_poweroff: str | None = None
+    on_reboot: str | None = None
+    on_crash: str | None = None
     devices: tuple[GuestDevice, ...] = ()
 
     def to_element(self) -> etree._Element:
@@ -297,6 +305,17 @@ class LibvirtConfigGuest(LibvirtConfigObject):
         _leaf(domain, "memory", self.memory_kib, unit="KiB")
         _leaf(domain, "vcpu", self.vcpus)
         domain.append(self.os.to_element())
+        if self.features:
+            features = etree.SubElement(domain, "features")
+            for feature in self.features:
+                etree.SubElement(features, feature)
+        for part in (self.cpu, self.clock):
+            if part is not None:
+                domain.append(part.to_element())
+        for tag in ("on_poweroff", "on_reboot", "on_crash"):
+            action = getattr(self, tag)
+            if action is not None:
+                _leaf(domain, tag, action)
         devices = etree.SubElement(domain, "devices")
         for device in self.devices:
             devices.append(device.to_element())
@@ -306,6 +325,8 @@ class LibvirtConfigGuest(LibvirtConfigObject):
     def from_element(cls, element: etree._Element) -> Self:
         devices = element.find("devices")
         parsed = [_device_from_element(child) for child in (devices if devices is not None else ())]
+        features = element.find("features")
+        cpu, clock = element.find("cpu"), element.find("clock")
         return cls(
             virt_type=_attr(element, "type"),
             name=_text(element, "name"),
@@ -314,6 +335,12 @@ class LibvirtConfigGuest(LibvirtConfigObject):
             vcpus=int(_text(element, "vcpu")),
             os=LibvirtConfigGuestOS.from_element(_required(element, "os")),
             metadata=LibvirtConfigGuestMetadata.find_in(element),
+            features=tuple(str(f.tag) for f in features) if features is not None else (),
+            cpu=LibvirtConfigGuestCPU.from_element(cpu) if cpu is not None else None,
+            clock=LibvirtConfigGuestClock.from_element(clock) if clock is not None else None,
+            on_poweroff=element.findtext("on_poweroff"),
+            on_reboot=element.findtext("on_reboot"),
+            on_crash=element.findtext("on_crash"),
             devices=tuple(device for device in parsed if device is not None),
         )
 
@@ -321,102 +348,13 @@ class LibvirtConfigGuest(LibvirtConfigObject):
     def hostdevs(self) -> tuple[LibvirtConfigGuestHostdevPCI, ...]:
         return tuple(d for d in self.devices if isinstance(d, LibvirtConfigGuestHostdevPCI))
 
+    @property
+    def disks(self) -> tuple[LibvirtConfigGuestDisk, ...]:
+        return tuple(d for d in self.devices if isinstance(d, LibvirtConfigGuestDisk))
 
-@dataclass(frozen=True, slots=True)
-class LibvirtConfigCapsGuest:
-    """One ``<guest>`` of the capabilities: an OS type on an arch, and its domain types."""
-
-    os_type: str
-    arch: str
-    domain_types: tuple[str, ...]
-
-    @classmethod
-    def from_element(cls, element: etree._Element) -> Self:
-        arch = _required(element, "arch")
-        return cls(
-            os_type=_text(element, "os_type"),
-            arch=_attr(arch, "name"),
-            domain_types=tuple(_attr(d, "type") for d in arch.findall("domain")),
+    @property
+    def serial_log_file(self) -> str | None:
+        """Where the first logged serial port writes the guest's console (``console.log``)."""
+        return next(
+            (d.log_file for d in self.devices if isinstance(d, LibvirtConfigGuestSerial)), None
         )
-
-
-def _topology(element: etree._Element | None) -> dict[str, int]:
-    if element is None:
-        return {}
-    keys = ("sockets", "dies", "cores", "threads")
-    return {key: int(value) for key, value in element.attrib.items() if key in keys}
-
-
-@dataclass(frozen=True, slots=True)
-class LibvirtConfigCaps:
-    """The parts of ``virConnectGetCapabilities`` novaq reads; read-only."""
-
-    host_arch: str
-    host_model: str | None
-    host_vendor: str | None
-    host_topology: dict[str, int]
-    host_features: tuple[str, ...]
-    numa_cells: int
-    guests: tuple[LibvirtConfigCapsGuest, ...]
-
-    @classmethod
-    def from_element(cls, element: etree._Element) -> Self:
-        cpu = _required(element, "host/cpu")
-        topology = cpu.find("topology")
-        cells = element.find("host/topology/cells")
-        return cls(
-            host_arch=_text(cpu, "arch"),
-            host_model=cpu.findtext("model"),
-            host_vendor=cpu.findtext("vendor"),
-            host_topology=_topology(topology),
-            host_features=tuple(_attr(f, "name") for f in cpu.findall("feature")),
-            numa_cells=int(cells.get("num", "0")) if cells is not None else 0,
-            guests=tuple(LibvirtConfigCapsGuest.from_element(g) for g in element.findall("guest")),
-        )
-
-    @classmethod
-    def from_xml(cls, xml: str) -> Self:
-        return cls.from_element(etree.fromstring(xml.encode()))
-
-
-@dataclass(frozen=True, slots=True)
-class LibvirtConfigNodeDevicePci:
-    """A PCI node device (``virsh nodedev-dumpxml``); read-only. Ids without ``0x``."""
-
-    name: str
-    address: str
-    vendor_id: str
-    product_id: str
-    numa_node: int | None
-    product_name: str | None
-    sub_capabilities: tuple[str, ...]
-
-    @classmethod
-    def from_element(cls, element: etree._Element) -> Self:
-        cap = _required(element, "capability[@type='pci']")
-        numa = cap.find("numa")
-        product = _required(cap, "product")
-        address = LibvirtConfigGuestHostdevPCI(
-            domain=int(_text(cap, "domain"), 0),
-            bus=int(_text(cap, "bus"), 0),
-            slot=int(_text(cap, "slot"), 0),
-            function=int(_text(cap, "function"), 0),
-        ).address
-        return cls(
-            name=_text(element, "name"),
-            address=address,
-            vendor_id=_pci_id(_attr(_required(cap, "vendor"), "id")),
-            product_id=_pci_id(_attr(product, "id")),
-            numa_node=int(_attr(numa, "node")) if numa is not None else None,
-            product_name=product.text,
-            sub_capabilities=tuple(_attr(sub, "type") for sub in cap.findall("capability")),
-        )
-
-    @classmethod
-    def from_xml(cls, xml: str) -> Self:
-        return cls.from_element(etree.fromstring(xml.encode()))
-
-
-def _pci_id(value: str) -> str:
-    """``0x10de`` -> ``10de``."""
-    return f"{int(value, 16):04x}"

@@ -3,8 +3,19 @@
 Owns the meaning of each compute operation on a libvirt domain: what is a
 no-op (already in the target state), what is refused (``HypervisorError``),
 what is cleaned up when a start fails, and where host resources are read from.
-Nothing here is specific to the test driver: the domain type comes from the
-capabilities, so ``test:///<node.xml>`` and ``qemu:///system`` take the same path.
+Nothing here is specific to the test driver: ``test:///<node.xml>`` and
+``qemu:///system`` take the same path; the one difference is the domain type, which is
+``[libvirt] virt_type`` (checked at ``init_host``) except on a ``test:`` URI, where it
+is what the test driver offers (``virt.libvirt.options``).
+
+Power as Nova's libvirt driver: ``power_off`` with a timeout is a clean shutdown
+waited for, then destroy; a soft reboot is a shutdown waited for then a new boot,
+falling back to hard; a hard reboot defines the domain again from fresh XML
+(``virt.libvirt.power``). Guests belong to the compute host named at ``init_host``
+(written in their metadata): ``list_instance_uuids`` lists only those, so hosts may
+share one libvirtd. Lifecycle events go to a listener (``register_event_listener``,
+``virt.libvirt.events``); the console log is read from the guest's serial log file.
+
 Refuses to create disk images or networks: it defines and runs domains. What it
 does keep on disk is Nova's layout under ``instances_path``, small stand-ins only: a
 directory per guest with ``disk.info`` (``virt.libvirt.instance_files``) and the base
@@ -22,7 +33,6 @@ info; PCI devices from the PCI node devices.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Collection
 from pathlib import Path
@@ -30,31 +40,30 @@ from typing import Any
 
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
+from virt.console_log import check_length, read_tail, tail_lines
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, PciDevice
-from virt.libvirt.config import (
-    LibvirtConfigCaps,
-    LibvirtConfigGuest,
-    LibvirtConfigGuestConsole,
-    LibvirtConfigGuestDisk,
-    LibvirtConfigNodeDevicePci,
-)
+from virt.libvirt.config_caps import LibvirtConfigCaps
 from virt.libvirt.designer import (
     DEFAULT_INSTANCES_PATH,
     GuestPlatform,
     choose_platform,
+    console_log_path,
     design_disks,
     design_guest,
 )
-from virt.libvirt.guest import Guest
-from virt.libvirt.host import Host, NodeInfo
+from virt.libvirt.events import LIFECYCLE_DELAY_S, DomainEventSource, Listener
+from virt.libvirt.guest import Guest, guest_devices, guest_info
+from virt.libvirt.host import Host
+from virt.libvirt.host_facts import cpu_info, filesystem_bytes, pci_device
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
 from virt.libvirt.instance_files import InstanceFiles
+from virt.libvirt.options import GuestOptions
+from virt.libvirt.power import clean_shutdown, soft_reboot
 
 LOG = logging.getLogger(__name__)
 
 GIB = 1024**3
 SIMULATED_SPAWN_FAILURE = "simulated host refuses to start guests"
-_DEV_TYPES = {"virt_functions": "type-PF", "phys_function": "type-VF"}
 
 
 class LibvirtDriver:
@@ -67,8 +76,11 @@ class LibvirtDriver:
         instances_path: Path | None = None,
         nodename: str | None = None,
         image_cache_subdirectory: str = DEFAULT_SUBDIRECTORY,
+        *,
+        options: GuestOptions | None = None,
     ) -> None:
         self.uri = uri
+        self.options = options or GuestOptions()
         self.fail_spawn = fail_spawn
         # NOTE: libvirt's test driver reports the real machine's hostname for every
         # simulated host, so a simulated host names its node itself.
@@ -78,8 +90,12 @@ class LibvirtDriver:
         self._image_cache = ImageCache(self.instances_path, image_cache_subdirectory)
         self._host = Host(uri)
         self._host_name = uri
+        #: The compute host owning this driver's guests (from ``init_host``), written in
+        #: their metadata; None until then: guests of every owner are listed.
+        self._owner: str | None = None
         self._platform: GuestPlatform | None = None
         self._platform_lock = threading.Lock()
+        self._events: DomainEventSource | None = None
 
     @property
     def host(self) -> Host:
@@ -89,10 +105,18 @@ class LibvirtDriver:
     # -- host ---------------------------------------------------------------
 
     def init_host(self, host: str) -> None:
-        """Remember the compute host's name (for logs) and open the connection."""
-        self._host_name = host
+        """Remember the compute host (logs, guest ownership), open the connection and
+        check that libvirt offers ``[libvirt] virt_type`` (``ConfigError`` otherwise)."""
+        self._host_name = self._owner = host
         self._host.get_connection()
-        LOG.info("host %s: libvirt driver ready on %s", host, self.uri)
+        platform = self._guest_platform()
+        LOG.info(
+            "host %s: libvirt driver ready on %s (%s guests on %s)",
+            host,
+            self.uri,
+            platform.virt_type,
+            platform.arch,
+        )
 
     def get_available_nodes(self) -> list[str]:
         return [self.nodename or self._host.get_hostname()]
@@ -127,16 +151,49 @@ class LibvirtDriver:
     def _guest_platform(self) -> GuestPlatform:
         with self._platform_lock:
             if self._platform is None:
-                self._platform = choose_platform(self._capabilities())
+                self._platform = choose_platform(self._capabilities(), self._virt_type())
             return self._platform
 
+    def _virt_type(self) -> str | None:
+        """``[libvirt] virt_type``, except on libvirt's test driver, which offers only
+        its own ``test`` domains (None: take what the hypervisor offers)."""
+        return None if self.uri.startswith("test:") else self.options.virt_type
+
+    def register_event_listener(
+        self, listener: Listener | None, delay_s: float = LIFECYCLE_DELAY_S
+    ) -> None:
+        """Hand this connection's guest lifecycle events to ``listener`` (Nova's
+        ``register_event_listener``), STOPPED ones ``delay_s`` late; None stops them."""
+        with self._platform_lock:
+            events, self._events = self._events, None
+        if events is not None:
+            events.close()
+        if listener is not None:
+            source = DomainEventSource(self._host, listener, delay_s)
+            with self._platform_lock:
+                self._events = source
+
     def close(self) -> None:
+        self.register_event_listener(None)
         self._host.close()
 
     # -- guests -------------------------------------------------------------
 
     def list_instance_uuids(self) -> list[str]:
-        return sorted(Guest(domain).uuid for domain in self._host.list_domains())
+        """This host's guests: domains with novaq metadata that names this compute host
+        (or names none). A domain of another novaq host sharing the libvirtd, and any
+        domain novaq did not define (no novaq metadata), are not ours and not listed."""
+        guests = (Guest(domain) for domain in self._host.list_domains())
+        return sorted(guest.uuid for guest in guests if self._owns(guest))
+
+    def _owns(self, guest: Guest) -> bool:
+        try:
+            metadata = guest.get_config().metadata
+        except (DomainNotFound, ValueError):
+            return False  # gone meanwhile, or XML novaq cannot read: not one of ours
+        if metadata is None:
+            return False
+        return self._owner is None or metadata.host in (None, self._owner)
 
     def instance_exists(self, uuid: str) -> bool:
         return self._find(uuid) is not None
@@ -150,7 +207,7 @@ class LibvirtDriver:
         if not guest.is_active():
             return {}
         stats: dict[str, dict[str, int]] = {}
-        for disk in _disks(guest.get_config()):
+        for disk in guest.get_config().disks:
             try:
                 stats[disk.target_dev] = guest.block_stats(disk.target_dev)
             except HypervisorError as exc:
@@ -167,9 +224,25 @@ class LibvirtDriver:
     def guest_devices(self, uuid: str) -> dict[str, Any]:
         return guest_devices(self._get(uuid).get_config())
 
+    def get_console_output(self, uuid: str, length: int | None = None) -> str:
+        """Nova's ``get_console_output``: the tail of the file the guest's serial port is
+        logged to (its domain XML says where; ``console.log`` in its instance directory
+        otherwise); "" while there is none yet (on the test driver no guest writes it)."""
+        length = check_length(length)
+        config = self._get(uuid).get_config()
+        path = Path(config.serial_log_file or console_log_path(self.instances_path, uuid))
+        return tail_lines(read_tail(path), length)
+
     def guest_xml(self, spec: GuestSpec) -> str:
         """The domain XML ``spawn`` defines for ``spec`` on this hypervisor."""
-        return design_guest(spec, self._guest_platform(), self.instances_path).to_xml()
+        config = design_guest(
+            spec,
+            self._guest_platform(),
+            self.instances_path,
+            options=self.options,
+            host=self._owner,
+        )
+        return config.to_xml()
 
     def spawn(self, spec: GuestSpec) -> GuestInfo:
         """Define and start ``spec``; a guest of that uuid that exists is started, not redefined."""
@@ -238,10 +311,15 @@ class LibvirtDriver:
             images_in_use, remove_unused=remove_unused, min_age_s=min_age_s
         )
 
-    # -- power --------------------------------------------------------------
+    # -- power ----------------------------------------------------------------
 
-    def power_off(self, uuid: str) -> None:
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
+        """Nova's ``power_off``: with ``timeout_s`` > 0 a clean shutdown first (ACPI,
+        asked again every ``shutdown_retry_interval_s``), then destroy whatever is left.
+        Only a running guest is asked: a paused or crashed one cannot answer ACPI."""
         guest = self._get(uuid)
+        if timeout_s > 0 and guest.get_power_state() == power_state.RUNNING:
+            clean_shutdown(guest, timeout_s, self.options.shutdown_retry_interval_s)
         if guest.is_active():
             guest.poweroff()
 
@@ -255,28 +333,47 @@ class LibvirtDriver:
                 guest.poweroff()
             guest.launch()
 
-    def reboot(self, uuid: str, hard: bool) -> None:
-        """Soft: ask the guest OS, else hard as Nova does. Hard: off, then a fresh boot."""
-        guest = self._get(uuid)
-        if not hard and guest.get_power_state() == power_state.RUNNING:
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        """Nova's ``reboot``: soft is a clean shutdown waited for up to
+        ``wait_soft_reboot_seconds`` then a new boot, else (not running, or the guest did
+        not go down in time) hard. Hard: destroy, define again from freshly designed XML
+        (a lost domain is defined anew), boot."""
+        guest = self._get(spec.uuid) if not hard else self._find(spec.uuid)
+        if not hard and guest is not None:
             try:
-                guest.reboot()
-                return
+                if soft_reboot(guest, self.options.wait_soft_reboot_seconds):
+                    LOG.info("host %s: guest %s soft rebooted", self._host_name, spec.uuid)
+                    return
+                LOG.warning(
+                    "host %s: failed to soft reboot %s, rebooting hard",
+                    self._host_name,
+                    spec.uuid,
+                )
             except HypervisorError as exc:
                 LOG.warning(
                     "host %s: soft reboot of %s failed (%s), rebooting hard",
                     self._host_name,
-                    uuid,
+                    spec.uuid,
                     exc,
                 )
-        self._hard_reboot(guest)
+        self._hard_reboot(spec, guest)
 
-    def _hard_reboot(self, guest: Guest) -> None:
-        if guest.is_active():
-            guest.poweroff()
-        if guest.has_saved_memory_state():
-            guest.discard_saved_memory_state()
+    def _hard_reboot(self, spec: GuestSpec, guest: Guest | None) -> None:
+        """NOTE: the new XML is defined over the old definition (same uuid and name)
+        rather than after an undefine, so a failure never leaves the guest undefined;
+        libvirt refuses a new name over an old definition, so a guest of another name
+        (defined by something else) is undefined first."""
+        if guest is not None:
+            if guest.is_active():
+                guest.poweroff()
+            if guest.has_saved_memory_state():
+                guest.discard_saved_memory_state()
+            if guest.name != spec.name:
+                guest.delete_configuration()
+        self._prepare_files(spec)
+        guest = Guest(self._host.define_domain(self.guest_xml(spec)))
         guest.launch()
+        LOG.info("host %s: guest %s rebooted hard", self._host_name, spec.uuid)
 
     def pause(self, uuid: str) -> None:
         guest = self._get(uuid)
@@ -332,71 +429,3 @@ def _is_suspended(guest: Guest) -> bool:
 def _refuse(action: str, uuid: str, state: int) -> HypervisorError:
     name = power_state.NAMES.get(state, str(state))
     return HypervisorError(reason=f"cannot {action} guest {uuid} while it is {name}")
-
-
-def guest_info(guest: Guest) -> GuestInfo:
-    """The live view of ``guest``."""
-    xml = guest.get_xml()
-    config = LibvirtConfigGuest.from_xml(xml)
-    vcpus, memory_mb = guest.get_resources()
-    return GuestInfo(
-        uuid=guest.uuid,
-        name=guest.name,
-        power_state=guest.get_power_state(),
-        vcpus=vcpus,
-        memory_mb=memory_mb,
-        pci_addresses=tuple(hostdev.address for hostdev in config.hostdevs),
-        xml=xml,
-    )
-
-
-def _disks(config: LibvirtConfigGuest) -> list[LibvirtConfigGuestDisk]:
-    return [d for d in config.devices if isinstance(d, LibvirtConfigGuestDisk)]
-
-
-def guest_devices(config: LibvirtConfigGuest) -> dict[str, Any]:
-    """The JSON view of what a domain is attached to (``ComputeDriver.guest_devices``)."""
-    consoles = [d for d in config.devices if isinstance(d, LibvirtConfigGuestConsole)]
-    return {
-        "disks": [
-            {"target_dev": d.target_dev, "source_path": d.source_path, "bus": d.target_bus}
-            for d in _disks(config)
-        ],
-        "pci_devices": [hostdev.address for hostdev in config.hostdevs],
-        "consoles": [
-            {"type": c.type, "target_type": c.target_type, "port": c.target_port} for c in consoles
-        ],
-    }
-
-
-def pci_device(xml: str) -> PciDevice:
-    """A ``PciDevice`` from PCI node device XML."""
-    dev = LibvirtConfigNodeDevicePci.from_xml(xml)
-    dev_type = next((_DEV_TYPES[c] for c in dev.sub_capabilities if c in _DEV_TYPES), "type-PCI")
-    return PciDevice(dev.address, dev.vendor_id, dev.product_id, dev.numa_node, dev_type)
-
-
-def cpu_info(caps: LibvirtConfigCaps, node: NodeInfo) -> dict[str, Any]:
-    """Nova's ``cpu_info``: arch, model, vendor, topology, features (JSON types only)."""
-    topology = {
-        "cells": node.nodes,
-        "sockets": caps.host_topology.get("sockets", node.sockets),
-        "cores": caps.host_topology.get("cores", node.cores),
-        "threads": caps.host_topology.get("threads", node.threads),
-    }
-    return {
-        "arch": caps.host_arch,
-        "model": caps.host_model,
-        "vendor": caps.host_vendor,
-        "topology": topology,
-        "features": sorted(caps.host_features),
-    }
-
-
-def filesystem_bytes(path: Path) -> int:
-    """Size of the file system holding ``path`` (or its nearest existing parent)."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    stats = os.statvfs(existing)
-    return stats.f_frsize * stats.f_blocks

@@ -3,6 +3,7 @@
 Owns the calls on one ``virDomain``: start, stop, pause, save, reboot, read
 state and XML, forget the definition. Every libvirt call goes through
 ``host.translate_errors``, so callers only ever see ``novaq.exceptions``.
+Also the views compute reads of a domain: ``guest_info`` and ``guest_devices``.
 Refuses policy: whether an operation is allowed in a state, and what to do
 when it is already done, is decided by ``virt.libvirt.driver``.
 """
@@ -14,7 +15,8 @@ from typing import Any
 
 from novaq.exceptions import HypervisorError
 from virt import power_state
-from virt.libvirt.config import LibvirtConfigGuest
+from virt.driver import GuestInfo
+from virt.libvirt.config import LibvirtConfigGuest, LibvirtConfigGuestConsole
 from virt.libvirt.host import UNDEFINE_FLAGS, UNSUPPORTED_CODES, error_code, translate_errors
 
 LOG = logging.getLogger(__name__)
@@ -34,6 +36,11 @@ class Guest:
     def name(self) -> str:
         return str(self._domain.name())
 
+    @property
+    def domain_id(self) -> int:
+        """The running domain's id (-1 while it is shut off); a new boot may change it."""
+        return int(self._call("id read", "ID"))
+
     def _call(self, action: str, method: str, *args: int) -> Any:
         with translate_errors(f"{action} of guest {self.uuid}", self.uuid):
             return getattr(self._domain, method)(*args)
@@ -49,10 +56,6 @@ class Guest:
     def shutdown(self) -> None:
         """Ask the guest OS to shut down (ACPI); returns before it has."""
         self._call("shutdown", "shutdown")
-
-    def reboot(self) -> None:
-        """Ask the guest OS to reboot."""
-        self._call("reboot", "reboot", 0)
 
     def pause(self) -> None:
         """Freeze the vCPUs; memory stays in the host."""
@@ -112,3 +115,34 @@ class Guest:
                 raise
             LOG.warning("guest %s: undefine flags unsupported, undefining plainly", self.uuid)
             self._call("undefine", "undefine")
+
+
+def guest_info(guest: Guest) -> GuestInfo:
+    """The live view of ``guest``."""
+    xml = guest.get_xml()
+    config = LibvirtConfigGuest.from_xml(xml)
+    vcpus, memory_mb = guest.get_resources()
+    return GuestInfo(
+        uuid=guest.uuid,
+        name=guest.name,
+        power_state=guest.get_power_state(),
+        vcpus=vcpus,
+        memory_mb=memory_mb,
+        pci_addresses=tuple(hostdev.address for hostdev in config.hostdevs),
+        xml=xml,
+    )
+
+
+def guest_devices(config: LibvirtConfigGuest) -> dict[str, Any]:
+    """The JSON view of what a domain is attached to (``ComputeDriver.guest_devices``)."""
+    consoles = [d for d in config.devices if isinstance(d, LibvirtConfigGuestConsole)]
+    return {
+        "disks": [
+            {"target_dev": d.target_dev, "source_path": d.source_path, "bus": d.target_bus}
+            for d in config.disks
+        ],
+        "pci_devices": [hostdev.address for hostdev in config.hostdevs],
+        "consoles": [
+            {"type": c.type, "target_type": c.target_type, "port": c.target_port} for c in consoles
+        ],
+    }

@@ -5,8 +5,12 @@ reopened in a forked child), silencing libvirt's default error printer, and
 translating ``libvirt.libvirtError`` into ``novaq.exceptions`` at this boundary
 (``DomainNotFound`` for ``VIR_ERR_NO_DOMAIN``, ``HypervisorError`` otherwise,
 always ``raise ... from exc``). Reads host facts: node info, capabilities, PCI
-node devices, local disk. Refuses policy: it does not build guest XML or decide
-what a power operation means (see ``designer`` and ``driver``).
+node devices, local disk. Runs libvirt's event loop: ``start_event_loop`` registers the
+default event implementation and a daemon thread running it, once per process, before
+the first connection opens (a remote connection delivers events, and keeps alive, only
+when opened after that), and ``Host.register_lifecycle_callback`` subscribes to domain
+lifecycle events. Refuses policy: it does not build guest XML or decide what a power
+operation or an event means (see ``designer``, ``driver`` and ``events``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ _NOT_FOUND_STORAGE: Final = (libvirt.VIR_ERR_NO_STORAGE_POOL, libvirt.VIR_ERR_NO
 
 _handler_lock = threading.Lock()
 _handler_registered = False
+_event_loop_lock = threading.Lock()
+_event_impl_registered = False
+_event_loop_pid: int | None = None
+
+#: ``callback(uuid, libvirt event, libvirt detail)`` of a domain lifecycle event.
+LifecycleCallback = Callable[[str, int, int], None]
 
 
 def _ignore_libvirt_error(_ctx: object, _error: object) -> None:
@@ -53,6 +63,29 @@ def _register_error_handler() -> None:
         if not _handler_registered:
             libvirt.registerErrorHandler(_ignore_libvirt_error, None)
             _handler_registered = True
+
+
+def start_event_loop() -> None:
+    """libvirt's default event loop, running in a daemon thread of this process (again in
+    a forked child, whose parent's thread did not survive the fork). Idempotent."""
+    global _event_impl_registered, _event_loop_pid
+    with _event_loop_lock:
+        if _event_loop_pid == os.getpid():
+            return
+        if not _event_impl_registered:
+            libvirt.virEventRegisterDefaultImpl()
+            _event_impl_registered = True
+        thread = threading.Thread(target=_run_event_loop, name="libvirt-events", daemon=True)
+        thread.start()
+        _event_loop_pid = os.getpid()
+
+
+def _run_event_loop() -> None:
+    while True:
+        try:
+            libvirt.virEventRunDefaultImpl()
+        except libvirt.libvirtError as exc:  # one bad iteration must not stop the loop
+            LOG.warning("libvirt event loop: %s", exc)
 
 
 @contextlib.contextmanager
@@ -105,6 +138,7 @@ class Host:
 
     def _open(self) -> Any:
         _register_error_handler()
+        start_event_loop()
         LOG.debug("opening libvirt connection to %s", self.uri)
         with translate_errors(f"connecting to {self.uri}"):
             return libvirt.open(self.uri)
@@ -116,6 +150,29 @@ class Host:
             if conn is not None and self._pid == os.getpid():
                 with translate_errors("closing the connection"):
                     conn.close()
+
+    def register_lifecycle_callback(self, callback: LifecycleCallback) -> int:
+        """Call ``callback(uuid, event, detail)`` on the event loop's thread for every
+        domain lifecycle event of this connection; returns the id to deregister with."""
+
+        def on_event(_conn: Any, domain: Any, event: int, detail: int, _opaque: Any) -> None:
+            callback(str(domain.UUIDString()), int(event), int(detail))
+
+        conn = self.get_connection()
+        with translate_errors("registering for domain lifecycle events"):
+            return int(
+                conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, on_event, None
+                )
+            )
+
+    def deregister_callback(self, callback_id: int) -> None:
+        """Stop a ``register_lifecycle_callback`` subscription (none once closed)."""
+        with self._lock:
+            conn = self._conn if self._pid == os.getpid() else None
+        if conn is not None:
+            with translate_errors("deregistering domain events"):
+                conn.domainEventDeregisterAny(callback_id)
 
     def lookup_domain(self, uuid: str) -> Any:
         """The ``virDomain`` with ``uuid``; raises ``DomainNotFound``."""

@@ -37,17 +37,17 @@ class FailingDriver(FakeDriver):
                 raise HypervisorError(reason=f"simulated {name} failure of {uuid}")
             raise self.error(f"{name} is not implemented")
 
-    def power_off(self, uuid: str) -> None:
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
         self._maybe_fail("power_off", uuid)
-        super().power_off(uuid)
+        super().power_off(uuid, timeout_s)
 
     def power_on(self, uuid: str) -> None:
         self._maybe_fail("power_on", uuid)
         super().power_on(uuid)
 
-    def reboot(self, uuid: str, hard: bool) -> None:
-        self._maybe_fail("reboot", uuid)
-        super().reboot(uuid, hard)
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        self._maybe_fail("reboot", spec.uuid)
+        super().reboot(spec, hard)
 
     def pause(self, uuid: str) -> None:
         self._maybe_fail("pause", uuid)
@@ -69,13 +69,13 @@ class HookedDriver(FakeDriver):
         super().__init__(host_resources("host1"))
         self.hook = hook
 
-    def power_off(self, uuid: str) -> None:
+    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
         self.hook(uuid)
-        super().power_off(uuid)
+        super().power_off(uuid, timeout_s)
 
-    def reboot(self, uuid: str, hard: bool) -> None:
-        self.hook(uuid)
-        super().reboot(uuid, hard)
+    def reboot(self, spec: GuestSpec, hard: bool) -> None:
+        self.hook(spec.uuid)
+        super().reboot(spec, hard)
 
 
 def _server(db_url: str, driver: FakeDriver, vm_state: str, task_state: str | None) -> str:

@@ -167,7 +167,7 @@ def test_an_offload_whose_guest_is_already_gone_completes(db_url: str) -> None:
 
 def test_a_failed_shelve_reverts_the_task_with_a_fault(db_url: str) -> None:
     class Failing(FakeDriver):
-        def power_off(self, uuid: str) -> None:
+        def power_off(self, uuid: str, timeout_s: float = 0) -> None:
             raise HypervisorError(reason="simulated power off failure")
 
     driver = Failing(host_resources("host1"))

@@ -87,7 +87,7 @@ def test_power_operations_move_the_power_state(
     seen = []
     for operation, _expected in SEQUENCE:
         if operation.startswith("reboot"):
-            any_driver.reboot(plain_spec.uuid, hard=operation == "reboot_hard")
+            any_driver.reboot(plain_spec, hard=operation == "reboot_hard")
         else:
             getattr(any_driver, operation)(plain_spec.uuid)
         seen.append((operation, _state(any_driver, plain_spec.uuid)))

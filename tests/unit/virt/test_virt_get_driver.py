@@ -50,3 +50,19 @@ def test_a_real_host_uri_is_accepted_without_connecting() -> None:
     driver = virt.get_driver("qemu:///system")
 
     assert driver is virt.get_driver("qemu:///system")
+
+
+def test_guest_options_reach_the_driver_and_may_not_change(
+    tmp_path: Path, gpu_profile: HostProfile
+) -> None:
+    from virt.libvirt.options import GuestOptions
+
+    uri = test_uri(write_node_xml(gpu_profile, tmp_path))
+    options = GuestOptions(virt_type="qemu", wait_soft_reboot_seconds=30)
+
+    driver = virt.get_driver(uri, guest_options=options)
+
+    assert driver.options == options  # type: ignore[attr-defined]
+    assert virt.get_driver(uri, guest_options=options) is driver
+    with pytest.raises(ConfigError, match="already exists with other options"):
+        virt.get_driver(uri, guest_options=GuestOptions())

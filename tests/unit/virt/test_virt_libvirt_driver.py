@@ -14,7 +14,8 @@ from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.driver import GuestSpec
 from virt.host_profile import HostProfile, PciDeviceSpec
-from virt.libvirt.driver import LibvirtDriver, pci_device
+from virt.libvirt.driver import LibvirtDriver
+from virt.libvirt.host_facts import pci_device
 
 MakeDriver = Callable[..., LibvirtDriver]
 
@@ -150,7 +151,7 @@ def test_power_ops_on_a_missing_guest_raise_domain_not_found(driver: LibvirtDriv
 def test_soft_reboot_keeps_the_guest_running(driver: LibvirtDriver, plain_spec: GuestSpec) -> None:
     driver.spawn(plain_spec)
 
-    driver.reboot(plain_spec.uuid, hard=False)
+    driver.reboot(plain_spec, hard=False)
 
     assert driver.get_info(plain_spec.uuid).power_state == power_state.RUNNING
 
@@ -161,7 +162,7 @@ def test_hard_reboot_of_a_suspended_guest_boots_afresh(
     driver.spawn(plain_spec)
     driver.suspend(plain_spec.uuid)
 
-    driver.reboot(plain_spec.uuid, hard=True)
+    driver.reboot(plain_spec, hard=True)
 
     domain = driver.host.lookup_domain(plain_spec.uuid)
     assert driver.get_info(plain_spec.uuid).power_state == power_state.RUNNING

@@ -192,7 +192,7 @@ def test_a_hard_reboot_of_a_suspended_guest_is_persisted_as_running(
 ) -> None:
     host.spawn(plain_spec)
     host.suspend(plain_spec.uuid)
-    host.reboot(plain_spec.uuid, hard=True)
+    host.reboot(plain_spec, hard=True)
 
     assert _state(restart(host, make_host), plain_spec.uuid) == RUNNING
 

@@ -19,6 +19,7 @@ from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext, deferred, resize_confirm, timeouts
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope
+from novaq.exceptions import HypervisorError
 from tests.factories import make_compute_node, make_instance, make_migration, make_settings
 from virt import power_state
 from virt.driver import GuestSpec
@@ -168,10 +169,27 @@ def test_a_stuck_soft_reboot_of_a_guest_that_is_off_is_rebooted_hard(
     ]
 
 
-def test_a_stuck_reboot_whose_guest_is_gone_ends_in_error_with_a_fault(
+def test_a_stuck_reboot_whose_guest_is_gone_defines_it_again(
     db_url: str, node_id: int, hypervisor: LibvirtDriver
 ) -> None:
+    """A hard reboot defines the guest from fresh XML, as Nova's ``_hard_reboot``, so a
+    guest the hypervisor lost comes back."""
     uuid = _stuck_reboot(db_url, node_id, "reboot_pending")
+    result = timeouts.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
+    assert result == {"finished": [], "rebooted_hard": [uuid], "failed": []}
+    assert _state(db_url, uuid) == ("active", None, "host1")
+    assert hypervisor.get_info(uuid).power_state == power_state.RUNNING
+
+
+def test_a_stuck_reboot_that_cannot_reboot_hard_ends_in_error_with_a_fault(
+    db_url: str, node_id: int, hypervisor: LibvirtDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uuid = _stuck_reboot(db_url, node_id, "reboot_pending")
+
+    def refuse(spec: object, hard: bool) -> None:
+        raise HypervisorError(reason="the hypervisor refuses")
+
+    monkeypatch.setattr(hypervisor, "reboot", refuse)
     result = timeouts.poll_rebooting_instances(_ctx(db_url, hypervisor, reboot_timeout=THRESHOLD))
     assert result == {"finished": [], "rebooted_hard": [], "failed": [uuid]}
     assert _state(db_url, uuid) == ("error", None, "host1")
