@@ -270,6 +270,10 @@ class Settings(BaseSettings):
     instance_delete_interval: int = 300
     maximum_instance_delete_attempts: int = Field(default=5, ge=1)
     resume_guests_state_on_host_boot: bool = False
+    # Nova's image backend (virt.libvirt.imagebackend): qcow2 overlays of the base
+    # files, and images converted to raw when they enter the base cache.
+    use_cow_images: bool = True
+    force_raw_images: bool = True
 
     libvirt: LibvirtGroup = LibvirtGroup()
     scheduler: SchedulerGroup = SchedulerGroup()

@@ -10,6 +10,7 @@ from novaq.settings import Settings, get_settings
 from virt import get_driver, get_simulated_driver
 from virt.driver import ComputeDriver
 from virt.host_profile import HostProfile, PciDeviceSpec
+from virt.libvirt.imagebackend import DiskOptions
 
 
 def settings() -> Settings:
@@ -54,15 +55,27 @@ def driver() -> ComputeDriver:
     state = Path(s.state_dir).resolve()
     instances_path = Path(s.libvirt.instances_path or state / "instances") / s.host
     cache = s.image_cache.subdirectory_name
+    disks = disk_options(s)
     explicit = s.libvirt_uri or s.libvirt.connection_uri
     if explicit:
-        return get_driver(explicit, instances_path=instances_path, image_cache_subdirectory=cache)
+        return get_driver(
+            explicit,
+            instances_path=instances_path,
+            image_cache_subdirectory=cache,
+            disk_options=disks,
+        )
     return get_simulated_driver(
         host_profile(s),
         state / "hosts" / s.host,
         instances_path=instances_path,
         image_cache_subdirectory=cache,
+        disk_options=disks,
     )
+
+
+def disk_options(s: Settings) -> DiskOptions:
+    """``[DEFAULT] use_cow_images`` and ``force_raw_images`` for the image backend."""
+    return DiskOptions(use_cow_images=s.use_cow_images, force_raw_images=s.force_raw_images)
 
 
 @functools.cache

@@ -20,6 +20,7 @@ from novaq.exceptions import ConfigError
 if TYPE_CHECKING:
     from virt.driver import ComputeDriver
     from virt.host_profile import HostProfile
+    from virt.libvirt.imagebackend import DiskOptions
     from virt.libvirt.driver import LibvirtDriver
     from virt.simulated import SimulatedHostDriver
 
@@ -35,6 +36,7 @@ def get_driver(
     instances_path: Path | None = None,
     nodename: str | None = None,
     image_cache_subdirectory: str = "_base",
+    disk_options: DiskOptions | None = None,
 ) -> ComputeDriver:
     """The process's one ``LibvirtDriver`` for ``uri`` (a forked child gets its own)."""
     from virt.libvirt.driver import LibvirtDriver
@@ -49,6 +51,7 @@ def get_driver(
                 instances_path=instances_path,
                 nodename=nodename,
                 image_cache_subdirectory=image_cache_subdirectory,
+                disk_options=disk_options,
             )
             _drivers[key] = driver
     _check_same_options(driver, fail_spawn, instances_path)
@@ -69,6 +72,7 @@ def get_simulated_driver(
     *,
     instances_path: Path | None = None,
     image_cache_subdirectory: str = "_base",
+    disk_options: DiskOptions | None = None,
 ) -> ComputeDriver:
     """The process's one ``SimulatedHostDriver`` for host ``profile.name``.
 
@@ -85,6 +89,7 @@ def get_simulated_driver(
                 state_dir,
                 instances_path=instances_path,
                 image_cache_subdirectory=image_cache_subdirectory,
+                disk_options=disk_options,
             )
             _simulated[key] = driver
     _check_same_host(driver, profile, Path(state_dir), instances_path)
