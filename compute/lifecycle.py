@@ -19,11 +19,10 @@ resume and unrescue; ERROR for rescue and for a reboot that leaves the guest not
 running. Always with a fault and the event closed ``Error`` (traceback kept), and the
 exception re-raised. ``abort`` is the same undo for a step that never ran (errback).
 
-Rescue is simplified: libvirt's test:/// driver cannot boot a rescue image, so rescue
-powers the guest off and marks the instance RESCUED (power state from the driver, i.e.
-SHUTDOWN, where Nova's libvirt driver boots a rescue domain that reports RUNNING), and
-unrescue powers the guest back on (ACTIVE). It refuses to do anything else Nova's rescue
-does (rescue image, password, rescue disk).
+Rescue is Nova's libvirt rescue (``ComputeDriver.rescue``): the guest's domain saved,
+a rescue domain booted from the rescue image (the instance's own image) with the
+original root disk attached second: RESCUED with power RUNNING. Unrescue restores the
+saved domain and starts it (ACTIVE). Not done: a rescue password (no metadata service).
 """
 
 from __future__ import annotations
@@ -37,7 +36,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
-from compute.instance_state import cas_update
+from compute.build import guest_spec
+from compute.instance_state import cas_update, get_instance
+from compute.pci import held_devices
 from compute.states import TaskState, VmState
 from models import Instance, utcnow
 from models.db import session_scope
@@ -48,7 +49,7 @@ from novaq.exceptions import (
     UnexpectedTaskStateError,
 )
 from virt import power_state
-from virt.driver import ComputeDriver
+from virt.driver import ComputeDriver, GuestSpec
 
 LOG = logging.getLogger(__name__)
 
@@ -248,13 +249,14 @@ def resume_instance(
 def rescue_instance(
     db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
 ) -> str:
-    """``rescuing`` → RESCUED (simplified: the guest is powered off, see the module
-    docstring); ``launched_at`` reset as Nova does. A driver error is
-    ``InstanceNotRescuable`` and ERRORs the instance."""
+    """``rescuing`` → RESCUED: the guest boots the rescue image (the instance's own);
+    ``launched_at`` reset as Nova does. A driver error is ``InstanceNotRescuable`` and
+    ERRORs the instance."""
 
     def act() -> None:
         try:
-            driver.power_off(instance_uuid)
+            spec = _current_spec(db_url, instance_uuid)
+            driver.rescue(spec, spec.image)
         except Exception as exc:
             raise InstanceNotRescuable(uuid=instance_uuid, reason=f"Driver Error: {exc}") from exc
 
@@ -273,7 +275,7 @@ def rescue_instance(
 def unrescue_instance(
     db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
 ) -> str:
-    """``unrescuing`` → ACTIVE: the guest powered back on."""
+    """``unrescuing`` → ACTIVE: the guest's own domain back, started."""
     return _run(
         db_url,
         driver,
@@ -281,9 +283,17 @@ def unrescue_instance(
         request_id,
         host,
         UNRESCUE,
-        lambda: driver.power_on(instance_uuid),
+        lambda: driver.unrescue(instance_uuid),
         lambda instance: {"vm_state": VmState.ACTIVE},
     )
+
+
+def _current_spec(db_url: str, instance_uuid: str) -> GuestSpec:
+    """The guest the instance is now (its flavor, image and held PCI devices)."""
+    with session_scope(db_url) as session:
+        instance = get_instance(session, instance_uuid)
+        devices = held_devices(session, instance_uuid)
+        return guest_spec(instance, tuple(d.address for d in devices))
 
 
 def reboot_instance(

@@ -116,10 +116,12 @@ class DiskOperations:
         guest = self._get(spec.uuid)
         directory = self._files.path(spec.uuid)
         if not is_rescue_domain(_disk_paths(guest)):
-            _write_atomically(directory / UNRESCUE_XML, guest.get_xml())
+            # NOTE: the rescue domain is the guest's own domain with other disks, so it
+            # keeps whatever the guest was defined with (name, devices, console).
+            own_xml = guest.get_xml()
+            _write_atomically(directory / UNRESCUE_XML, own_xml)
             self._backend.create_root(directory / RESCUE_DISK, rescue_image, 0)
-            disks = design_rescue_disks(directory, rescue_image)
-            xml = with_disks(self.guest_xml(spec), disks)
+            xml = with_disks(own_xml, design_rescue_disks(directory, rescue_image))
             if guest.is_active():
                 guest.poweroff()
             guest = self._define(xml)
