@@ -20,8 +20,8 @@ from novaq.exceptions import ConfigError
 if TYPE_CHECKING:
     from virt.driver import ComputeDriver
     from virt.host_profile import HostProfile
-    from virt.libvirt.imagebackend import DiskOptions
     from virt.libvirt.driver import LibvirtDriver
+    from virt.libvirt.imagebackend import DiskOptions
     from virt.simulated import SimulatedHostDriver
 
 _drivers: dict[tuple[int, str], LibvirtDriver] = {}

@@ -63,11 +63,18 @@ def fetch_to_base(image: ImageSpec, base: Path, force_raw: bool) -> None:
 
 
 def _download(image: ImageSpec, out: BinaryIO) -> str:
-    digest = hashlib.sha256()
+    """Stream the data into ``out``, leaving holes where it is zeros (a raw image is
+    mostly empty disk); its SHA-256 in hex."""
+    digest, zeros, length = hashlib.sha256(), bytes(CHUNK_BYTES), 0
     with _open(image) as source:
         while chunk := source.read(CHUNK_BYTES):
             digest.update(chunk)
-            out.write(chunk)
+            length += len(chunk)
+            if chunk == zeros[: len(chunk)]:
+                out.seek(len(chunk), os.SEEK_CUR)
+            else:
+                out.write(chunk)
+    out.truncate(length)
     return digest.hexdigest()
 
 
