@@ -119,9 +119,9 @@ class DiskOperations:
             # NOTE: the rescue domain is the guest's own domain with other disks, so it
             # keeps whatever the guest was defined with (name, devices, console).
             own_xml = guest.get_xml()
+            xml = with_disks(own_xml, design_rescue_disks(directory, rescue_image))
             _write_atomically(directory / UNRESCUE_XML, own_xml)
             self._backend.create_root(directory / RESCUE_DISK, rescue_image, 0)
-            xml = with_disks(own_xml, design_rescue_disks(directory, rescue_image))
             if guest.is_active():
                 guest.poweroff()
             guest = self._define(xml)
