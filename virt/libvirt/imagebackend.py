@@ -174,18 +174,23 @@ class ImageBackend:
             backing = qemu_img.info(path).get("full-backing-filename")
             if backing is None or Path(backing).parent == self.cache.base_dir:
                 continue
-            base = self._local_base(Path(backing).name, spec)
+            base = self._local_base(Path(backing), spec)
             qemu_img.rebase_unsafe(path, base, qemu_img.file_format(base))
             LOG.info("Rebased %s from %s onto %s", path, backing, base)
 
-    def _local_base(self, name: str, spec: GuestSpec) -> Path:
+    def _local_base(self, remote: Path, spec: GuestSpec) -> Path:
+        """This host's base file named as ``remote``: made, fetched from the image store,
+        or, for an image the store cannot give, copied from ``remote`` (Nova's
+        ``fallback_from_host``)."""
+        name = remote.name
         if name.startswith("ephemeral_"):
-            size_gb = int(name.split("_")[1])
-            return self._ephemeral_base(size_gb, ephemeral_fs(spec.image))
+            return self._ephemeral_base(int(name.split("_")[1]), ephemeral_fs(spec.image))
         base = self.image_base(spec.image)
-        if base is None or base.name != name:
+        if base is not None and base.name == name:
+            return base
+        if not remote.is_file():
             raise HypervisorError(reason=f"no base file {name} for {spec.uuid} on this host")
-        return base
+        return self.cache.ensure(name, lambda tmp: qemu_img.copy_sparse(remote, tmp))
 
 
 def _sparse_file(path: Path, size: int) -> None:
