@@ -285,7 +285,10 @@ def confirm_resize(ctx: StepContext) -> None:
     or SHUTOFF if its guest is off (Nova)."""
     with step(ctx, "compute_confirm_resize") as instance_uuid:
         # The source guest went down in resize_instance: its kept files and the
-        # accounting are left here.
+        # accounting are left here. Files first, as Nova's confirm_migration, so the
+        # server is ACTIVE only once they are gone.
+        ctx.driver.confirm_migration(instance_uuid)
+        _drop_files_unless_same_host(ctx, instance_uuid)
 
         def work(session: Session) -> None:
             migration = get_migration(session, ctx.migration_uuid)
@@ -308,15 +311,15 @@ def confirm_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "confirmed")
 
         retry_on_conflict(ctx.db_url, work)
-        ctx.driver.confirm_migration(instance_uuid)
-        _drop_files_unless_same_host(ctx, instance_uuid)
 
 
 def revert_resize(ctx: StepContext) -> None:
     """On the destination: take the new guest down, free the destination and give the
     source back to the instance, in one transaction (so no audit ever sees a gap)."""
     with step(ctx, "compute_revert_resize") as instance_uuid:
+        # As Nova's destroy on the destination: guest and (unless shared) files first.
         ctx.driver.destroy(instance_uuid)
+        _drop_files_unless_same_host(ctx, instance_uuid)
 
         def work(session: Session) -> None:
             migration = get_migration(session, ctx.migration_uuid)
@@ -328,7 +331,6 @@ def revert_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "reverted")
 
         retry_on_conflict(ctx.db_url, work)
-        _drop_files_unless_same_host(ctx, instance_uuid)
 
 
 def _drop_files_unless_same_host(ctx: StepContext, instance_uuid: str) -> None:
