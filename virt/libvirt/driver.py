@@ -50,7 +50,14 @@ from virt.libvirt.designer import (
 from virt.libvirt.driver_disks import DiskOperations
 from virt.libvirt.guest import Guest
 from virt.libvirt.host import Host, NodeInfo
-from virt.libvirt.imagebackend import EPHEMERAL, SWAP, DiskOptions, ImageBackend
+from virt.libvirt.imagebackend import (
+    EPHEMERAL,
+    RESCUE,
+    ROOT,
+    SWAP,
+    DiskOptions,
+    ImageBackend,
+)
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
 from virt.libvirt.instance_files import DELETING_SUFFIX, InstanceFiles
 
@@ -254,12 +261,12 @@ class LibvirtDriver(DiskOperations):
         )
 
     def _used_bases(self) -> set[str]:
-        """The ephemeral and swap base files the guests' disks here are overlays of."""
+        """The base files the disks here (kept originals of moves included) are overlays of."""
         used: set[str] = set()
         for directory in self.instances_path.iterdir() if self.instances_path.is_dir() else ():
             if directory.name.endswith(DELETING_SUFFIX):
                 continue
-            for name in (EPHEMERAL, SWAP):
+            for name in (ROOT, EPHEMERAL, SWAP, RESCUE):
                 path = directory / name
                 if path.is_file():
                     backing = qemu_img.info(path).get("full-backing-filename")

@@ -10,8 +10,9 @@ base file used by an instance of this host is kept and its mtime set to now; an 
 one is removed, when ``remove_unused_base_images`` is on, once its mtime is
 ``remove_unused_original_minimum_age_seconds`` old; a used image with no base file is
 reported (Nova warns). Whether an original is used comes from the database (as Nova's
-``used_images``), whether an ephemeral or swap base is, from the backing files of the
-instances' disks (the driver reads them).
+``used_images``) and from the backing files of the disks on this host, which the driver
+reads (the only source for ephemeral and swap bases, and the one that protects the base
+of a move's kept originals or of a rescue disk).
 
 Differs from Nova, and why: there are no resized (``<sha1>_<size>``) originals (disks
 are overlays sized by qcow2, never resized copies of the base); Nova's separate age for
@@ -118,13 +119,16 @@ class ImageCache:
         known_images: Collection[str] = (),
     ) -> ImageCacheReport:
         """One pass of the manager (Nova's ``ImageCacheManager.update``). ``used_bases``
-        names the ephemeral and swap bases instances use; ``known_images`` lets an unused
-        original be reported by its image id rather than its SHA-1 name."""
+        names the base files the disks on this host are overlays of (ephemeral and swap
+        bases, and originals a database query cannot see: a move's kept originals, a
+        rescue disk); ``known_images`` lets an unused original be reported by its image
+        id rather than its SHA-1 name."""
         originals = self._list_base_files(_ORIGINAL)
         in_use, missing = self._age_used_images(set(images_in_use) - {""}, originals)
         others = self._list_base_files(_EPHEMERAL_OR_SWAP)
-        for name in set(used_bases) & others.keys():
-            _touch(others.pop(name))
+        for files in (originals, others):
+            for name in set(used_bases) & files.keys():
+                _touch(files.pop(name))
         names = {cache_file_name(ref): ref for ref in known_images if ref}
         removable = {names.get(n, n): p for n, p in {**originals, **others}.items()}
         if removable:

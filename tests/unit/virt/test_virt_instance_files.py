@@ -221,8 +221,13 @@ def _age_image(driver: ComputeDriver, image: str, seconds: float) -> None:
 
 
 def _cache_with(driver: ComputeDriver, store: Path, *images: str) -> None:
+    """Base files of ``images`` cached by guests since deleted (files and all): whether
+    they are in use is then only what the manager is told."""
     for index, image in enumerate(images):
-        driver.spawn(_spec(f"00000000-0000-4000-8000-{index:012d}", store, image=image))
+        uuid = f"00000000-0000-4000-8000-{index:012d}"
+        driver.spawn(_spec(uuid, store, image=image))
+        driver.destroy(uuid)
+        assert driver.delete_instance_files(uuid)
 
 
 def test_used_images_are_kept_and_unused_old_ones_removed_young_ones_kept(
@@ -277,3 +282,19 @@ def test_the_libvirt_cache_manager_removes_the_file_and_leaves_strangers_alone(
     assert report.removed == (hashlib.sha1(b"old").hexdigest(),)  # an unknown image: by file
     assert not _base_file(driver, "old").exists()
     assert stranger.exists()
+
+
+def test_a_base_file_a_disk_here_still_uses_is_kept_whatever_the_database_says(
+    driver: LibvirtDriver, store: Path
+) -> None:
+    spec = _spec("11111111-2222-3333-4444-555555555555", store, image="kept")
+    driver.spawn(spec)
+    driver.destroy(spec.uuid)  # e.g. a move's originals, kept on disk
+    _age(_base_file(driver, "kept"), 2 * HOUR_S)
+
+    report = driver.manage_image_cache(
+        set(), remove_unused=True, min_age_s=HOUR_S, known_images={"kept"}
+    )
+
+    assert (report.removed, report.kept_unused) == ((), ())
+    assert _base_file(driver, "kept").is_file()

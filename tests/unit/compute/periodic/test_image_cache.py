@@ -48,7 +48,7 @@ def _server(db_url: str, driver: SimulatedHostDriver, image: str, swap_mb: int =
     node_id = make_compute_node(db_url, "host1")
     uuid = make_instance(db_url, host="host1", node="host1", image_ref=image, vm_state="active")
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
-    spec = make_raw_image(driver.state_dir.parent / "images", image)
+    spec = make_raw_image(driver.state_dir.parent / "images", image)  # the image store
     driver.spawn(
         GuestSpec(
             uuid=uuid,
@@ -61,6 +61,13 @@ def _server(db_url: str, driver: SimulatedHostDriver, image: str, swap_mb: int =
         )
     )
     return uuid
+
+
+def _delete(db_url: str, driver: SimulatedHostDriver, uuid: str) -> None:
+    """A delete: guest and files gone from the host, the row deleted."""
+    driver.destroy(uuid)
+    assert driver.delete_instance_files(uuid)
+    local_delete(db_url, uuid, "req-delete")
 
 
 def _base_file(driver: SimulatedHostDriver, image: str) -> Path:
@@ -80,8 +87,8 @@ def test_an_unused_old_base_image_is_removed_a_used_and_a_young_unused_one_kept(
     db_url: str, host: SimulatedHostDriver
 ) -> None:
     _server(db_url, host, "cirros")
-    local_delete(db_url, _server(db_url, host, "ubuntu"), "req-delete")  # unused, old
-    local_delete(db_url, _server(db_url, host, "fedora"), "req-delete")  # unused, young
+    _delete(db_url, host, _server(db_url, host, "ubuntu"))  # unused, old
+    _delete(db_url, host, _server(db_url, host, "fedora"))  # unused, young
     _age(host, "cirros", 2 * HOUR_S)
     _age(host, "ubuntu", 2 * HOUR_S)
 
@@ -101,7 +108,7 @@ def test_an_unused_old_base_image_is_removed_a_used_and_a_young_unused_one_kept(
 def test_nothing_is_removed_when_remove_unused_base_images_is_off(
     db_url: str, host: SimulatedHostDriver
 ) -> None:
-    local_delete(db_url, _server(db_url, host, "ubuntu"), "req-delete")
+    _delete(db_url, host, _server(db_url, host, "ubuntu"))
     _age(host, "ubuntu", 2 * HOUR_S)
 
     result = run_image_cache_manager_pass(_ctx(db_url, host, remove_unused_base_images=False))
@@ -140,10 +147,7 @@ def test_an_unused_old_swap_base_is_removed_and_a_used_one_kept(
     db_url: str, host: SimulatedHostDriver
 ) -> None:
     _server(db_url, host, "cirros", swap_mb=1)
-    gone = _server(db_url, host, "cirros", swap_mb=2)
-    host.destroy(gone)
-    host.delete_instance_files(gone)
-    local_delete(db_url, gone, "req-delete")
+    _delete(db_url, host, _server(db_url, host, "cirros", swap_mb=2))
     for name in ("swap_1", "swap_2"):
         then = time.time() - 2 * HOUR_S
         os.utime(host.instances_path / "_base" / name, (then, then))
