@@ -15,6 +15,10 @@ Semantics every driver keeps (tests in ``tests/unit/virt`` check both drivers):
   unknown uuid, and ``HypervisorError`` when the guest's state forbids them.
 * a suspended guest is shut off with its memory saved, and reports power state
   SHUTDOWN, as Nova's libvirt driver does.
+* the move steps (``migrate_disk_and_power_off``, ``finish_migration``,
+  ``confirm_migration``, ``finish_revert_migration``) and ``rescue``/``unrescue`` are
+  safe to run again: each looks at what exists before acting. A shrinking resize is
+  refused (``ResizeError``) before anything is touched.
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ from typing import Any
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, PciDevice
-from virt.libvirt import qemu_img
 from virt.libvirt.config import (
     LibvirtConfigCaps,
     LibvirtConfigGuest,
@@ -59,7 +58,7 @@ from virt.libvirt.imagebackend import (
     ImageBackend,
 )
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
-from virt.libvirt.instance_files import DELETING_SUFFIX, InstanceFiles
+from virt.libvirt.instance_files import InstanceFiles
 
 LOG = logging.getLogger(__name__)
 
@@ -254,25 +253,11 @@ class LibvirtDriver(DiskOperations):
     ) -> ImageCacheReport:
         return self._image_cache.update(
             images_in_use,
-            self._used_bases(),
+            self._files.backing_names((ROOT, EPHEMERAL, SWAP, RESCUE)),
             remove_unused=remove_unused,
             min_age_s=min_age_s,
             known_images=known_images,
         )
-
-    def _used_bases(self) -> set[str]:
-        """The base files the disks here (kept originals of moves included) are overlays of."""
-        used: set[str] = set()
-        for directory in self.instances_path.iterdir() if self.instances_path.is_dir() else ():
-            if directory.name.endswith(DELETING_SUFFIX):
-                continue
-            for name in (ROOT, EPHEMERAL, SWAP, RESCUE):
-                path = directory / name
-                if path.is_file():
-                    backing = qemu_img.info(path).get("full-backing-filename")
-                    if backing:
-                        used.add(Path(backing).name)
-        return used
 
     # -- power --------------------------------------------------------------
 

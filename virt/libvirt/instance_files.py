@@ -23,6 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Final
 
+from virt.libvirt import qemu_img
+
 LOG = logging.getLogger(__name__)
 
 DISK_INFO: Final = "disk.info"
@@ -84,6 +86,22 @@ class InstanceFiles:
         if resize.exists():
             shutil.rmtree(resize)
             LOG.info("Deleted the resize originals %s", resize)
+
+    def backing_names(self, disk_names: tuple[str, ...]) -> set[str]:
+        """The file names of the base files that the disks ``disk_names`` of every
+        instance directory here (kept originals of moves included) are overlays of."""
+        used: set[str] = set()
+        directories = self.instances_path.iterdir() if self.instances_path.is_dir() else ()
+        for directory in directories:
+            if directory.name.endswith(DELETING_SUFFIX):
+                continue
+            for name in disk_names:
+                path = directory / name
+                if path.is_file():
+                    backing = qemu_img.info(path).get("full-backing-filename")
+                    if backing:
+                        used.add(Path(backing).name)
+        return used
 
     def delete(self, uuid: str) -> bool:
         """Remove the directory (Nova's steps and log lines); True when it is gone."""
