@@ -54,6 +54,7 @@ class DiskOperations:
         def _get(self, uuid: str) -> Guest: ...
         def _start_new(self, guest: Guest) -> None: ...
         def destroy(self, uuid: str) -> None: ...
+        def power_off(self, uuid: str) -> None: ...
         def guest_xml(self, spec: GuestSpec) -> str: ...
 
     # -- resize and cold migration --------------------------------------------
@@ -64,6 +65,8 @@ class DiskOperations:
         """On the source: refuse a shrink (nothing touched), take the guest down, keep
         the originals in ``<uuid>_resize`` and copy the disks to the destination."""
         check_can_resize(spec, new_spec)
+        if self._find(spec.uuid) is not None:
+            self.power_off(spec.uuid)  # the driver's stop (a clean shutdown where it is one)
         self.destroy(spec.uuid)
         migration.copy_disks(self._files, spec.uuid, Path(dest_instances_path))
 
@@ -122,8 +125,7 @@ class DiskOperations:
             xml = with_disks(own_xml, design_rescue_disks(directory, rescue_image))
             _write_atomically(directory / UNRESCUE_XML, own_xml)
             self._backend.create_root(directory / RESCUE_DISK, rescue_image, 0)
-            if guest.is_active():
-                guest.poweroff()
+            self.power_off(spec.uuid)  # Nova's rescue stops the guest first
             guest = self._define(xml)
         LOG.info("host %s: guest %s boots its rescue disk", self._host_name, spec.uuid)
         return self._settle(guest, power_on=True)
