@@ -19,11 +19,10 @@ resume and unrescue; ERROR for rescue and for a reboot that leaves the guest not
 running. Always with a fault and the event closed ``Error`` (traceback kept), and the
 exception re-raised. ``abort`` is the same undo for a step that never ran (errback).
 
-Rescue is simplified: libvirt's test:/// driver cannot boot a rescue image, so rescue
-powers the guest off and marks the instance RESCUED (power state from the driver, i.e.
-SHUTDOWN, where Nova's libvirt driver boots a rescue domain that reports RUNNING), and
-unrescue powers the guest back on (ACTIVE). It refuses to do anything else Nova's rescue
-does (rescue image, password, rescue disk).
+Rescue is Nova's libvirt rescue (``ComputeDriver.rescue``): the guest's domain saved,
+a rescue domain booted from the rescue image (the instance's own image) with the
+original root disk attached second: RESCUED with power RUNNING. Unrescue restores the
+saved domain and starts it (ACTIVE). Not done: a rescue password (no metadata service).
 """
 
 from __future__ import annotations
@@ -274,14 +273,17 @@ def rescue_instance(
     host: str,
     shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> str:
-    """``rescuing`` → RESCUED (simplified: the guest is powered off, see the module
-    docstring); ``launched_at`` reset as Nova does. A driver error is
-    ``InstanceNotRescuable`` and ERRORs the instance."""
+    """``rescuing`` → RESCUED: the guest boots the rescue image (the instance's own);
+    ``launched_at`` reset as Nova does. A driver error is ``InstanceNotRescuable`` and
+    ERRORs the instance."""
 
     def act() -> None:
         try:
+            # Nova's rescue: a clean power-off of the guest first, then the rescue domain.
             timeout = instance_power_off_timeout(db_url, instance_uuid, shutdown_timeout_s)
             driver.power_off(instance_uuid, timeout)
+            spec = current_guest_spec(db_url, instance_uuid)
+            driver.rescue(spec, spec.image)
         except Exception as exc:
             raise InstanceNotRescuable(uuid=instance_uuid, reason=f"Driver Error: {exc}") from exc
 
@@ -300,7 +302,7 @@ def rescue_instance(
 def unrescue_instance(
     db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
 ) -> str:
-    """``unrescuing`` → ACTIVE: the guest powered back on."""
+    """``unrescuing`` → ACTIVE: the guest's own domain back, started."""
     return _run(
         db_url,
         driver,
@@ -308,7 +310,7 @@ def unrescue_instance(
         request_id,
         host,
         UNRESCUE,
-        lambda: driver.power_on(instance_uuid),
+        lambda: driver.unrescue(instance_uuid),
         lambda instance: {"vm_state": VmState.ACTIVE},
     )
 

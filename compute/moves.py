@@ -5,8 +5,15 @@ undo of a move that failed.
 Allocations are kept as placement keeps them: while a move is in flight the migration
 holds the source (old flavor and old PCI devices) and the instance holds the destination
 (new flavor and new devices); confirm frees the source, revert frees the destination and
-gives the source back to the instance. As in Nova's libvirt driver, resize_instance
-takes the guest down on the source (its disks "move"); revert starts it again there.
+gives the source back to the instance.
+
+The disks move as in Nova's libvirt driver: prep_resize records where the destination
+keeps instance directories (``dest_instances_path`` in the migration's context);
+resize_instance refuses a shrink (the move rolled back, the server as it was, with a
+fault), takes the guest down and has the driver keep the originals aside
+(``<uuid>_resize``) and copy the disks there; finish_resize grows them and starts the
+guest; confirm removes the originals, revert removes the destination's copy and
+finish_revert_resize puts the originals back and starts the guest on them.
 
 Every step moves task_state with a compare-and-swap that also accepts its own in-flight
 state, so a step redelivered after its worker died resumes instead of sticking.
@@ -42,6 +49,7 @@ from models.db import session_scope
 from novaq.exceptions import (
     InstanceNotFound,
     NotFound,
+    ResizeError,
     ResourcesUnavailable,
     UnexpectedTaskStateError,
 )
@@ -124,12 +132,13 @@ def step(ctx: StepContext, event: str) -> Iterator[str]:
         yield instance_uuid
 
 
-def _set_migration(session: Session, migration_uuid: str, status: str, **values: Any) -> None:
+def _set_migration(session: Session, migration_uuid: str, status: str, **values: Any) -> Migration:
     migration = get_migration(session, migration_uuid)
     migration.status = status
     migration.updated_at = utcnow()
     for key, value in values.items():
         setattr(migration, key, value)
+    return migration
 
 
 # -- the forward path ------------------------------------------------------------------------
@@ -152,6 +161,8 @@ def prep_resize(ctx: StepContext) -> None:
             context["old_pci_devices"] = [
                 d.address for d in held_devices(session, migration.uuid, source)
             ]
+            # NOTE: the source copies the disks here (a local path on one machine).
+            context["dest_instances_path"] = str(ctx.driver.instances_path)
             migration.context = context
             instance = get_instance(session, instance_uuid)
             sysmeta = dict(instance.system_metadata or {})
@@ -160,8 +171,9 @@ def prep_resize(ctx: StepContext) -> None:
 
 
 def resize_instance(ctx: StepContext) -> None:
-    """On the source: power the guest off and take it down (its disks move), then point
-    the instance at the destination."""
+    """On the source: take the guest down and copy its disks to the destination (the
+    originals kept until confirm or revert), then point the instance at the destination.
+    A shrink is refused before anything moves and rolls the move back."""
     with step(ctx, "compute_resize_instance") as instance_uuid:
         with session_scope(ctx.db_url) as session:
             cas_update(
@@ -170,9 +182,20 @@ def resize_instance(ctx: StepContext) -> None:
                 expected_task_state=[TaskState.RESIZE_PREP, TaskState.RESIZE_MIGRATING],
                 task_state=TaskState.RESIZE_MIGRATING,
             )
-            _set_migration(session, ctx.migration_uuid, "migrating")
+            migration = _set_migration(session, ctx.migration_uuid, "migrating")
+            instance = get_instance(session, instance_uuid)
+            old = guest_spec(session, instance, migration.old_flavor, [])
+            new = guest_spec(session, instance, migration.new_flavor, [])
+            dest_path = migration.context.get("dest_instances_path")
+        # NOTE: without a recorded destination path the instances path is shared (Nova's
+        # shared storage): the destination's directory is this host's.
+        dest = dest_path or str(ctx.driver.instances_path)
         _power_off_cleanly(ctx, instance_uuid)
-        ctx.driver.destroy(instance_uuid)
+        try:
+            ctx.driver.migrate_disk_and_power_off(old, new, dest)
+        except ResizeError as exc:
+            _roll_back(ctx, instance_uuid, exc)
+            raise
         with session_scope(ctx.db_url) as session:
             migration = get_migration(session, ctx.migration_uuid)
             cas_update(
@@ -212,7 +235,7 @@ def finish_resize(ctx: StepContext) -> None:
             addresses = [d.address for d in held_devices(session, instance_uuid, dest)]
             spec = guest_spec(session, instance, migration.new_flavor, addresses)
             stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
-        info = _start_guest(ctx.driver, spec, stopped)
+        info = ctx.driver.finish_migration(spec, power_on=not stopped)
         with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
             cas_update(
                 session,
@@ -225,12 +248,23 @@ def finish_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "finished")
 
 
-def _start_guest(driver: ComputeDriver, spec: GuestSpec, stopped: bool) -> Any:
-    info = driver.spawn(spec)
-    if stopped:  # Nova powers the guest on only if the server was not stopped
-        driver.power_off(spec.uuid)
-        info = driver.get_info(spec.uuid)
-    return info
+def _roll_back(ctx: StepContext, instance_uuid: str, exc: BaseException) -> None:
+    """Nova's ``InstanceFaultRollback`` of a refused resize: the accounting back on the
+    source, the server as it was (task cleared) with the fault, the migration in error."""
+
+    def work(session: Session) -> None:
+        migration = get_migration(session, ctx.migration_uuid)
+        if migration.status not in IN_PROGRESS:
+            return
+        give_back_source(session, migration)
+        instance = get_instance(session, instance_uuid)
+        instance.task_state = None
+        _pop_old_vm_state(instance)
+        actions.add_fault(session, instance_uuid, exc, ctx.host)
+        _set_migration(session, ctx.migration_uuid, "error")
+
+    retry_on_conflict(ctx.db_url, work)
+    LOG.warning("Migration %s rolled back on %s: %s", ctx.migration_uuid, ctx.host, exc)
 
 
 @contextmanager
@@ -264,7 +298,11 @@ def confirm_resize(ctx: StepContext) -> None:
     """On the source: drop what the migration holds there; the server settles as ACTIVE,
     or SHUTOFF if its guest is off (Nova)."""
     with step(ctx, "compute_confirm_resize") as instance_uuid:
-        # The source guest went down in resize_instance: only the accounting is left here.
+        # The source guest went down in resize_instance: its kept files and the
+        # accounting are left here. Files first, as Nova's confirm_migration, so the
+        # server is ACTIVE only once they are gone.
+        ctx.driver.confirm_migration(instance_uuid)
+        _drop_files_unless_same_host(ctx, instance_uuid)
 
         def work(session: Session) -> None:
             migration = get_migration(session, ctx.migration_uuid)
@@ -287,14 +325,15 @@ def confirm_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "confirmed")
 
         retry_on_conflict(ctx.db_url, work)
-        _drop_files_unless_same_host(ctx, instance_uuid)
 
 
 def revert_resize(ctx: StepContext) -> None:
     """On the destination: take the new guest down, free the destination and give the
     source back to the instance, in one transaction (so no audit ever sees a gap)."""
     with step(ctx, "compute_revert_resize") as instance_uuid:
+        # As Nova's destroy on the destination: guest and (unless shared) files first.
         ctx.driver.destroy(instance_uuid)
+        _drop_files_unless_same_host(ctx, instance_uuid)
 
         def work(session: Session) -> None:
             migration = get_migration(session, ctx.migration_uuid)
@@ -306,7 +345,6 @@ def revert_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "reverted")
 
         retry_on_conflict(ctx.db_url, work)
-        _drop_files_unless_same_host(ctx, instance_uuid)
 
 
 def _drop_files_unless_same_host(ctx: StepContext, instance_uuid: str) -> None:
@@ -320,7 +358,8 @@ def _drop_files_unless_same_host(ctx: StepContext, instance_uuid: str) -> None:
 
 
 def finish_revert_resize(ctx: StepContext) -> None:
-    """On the source: start the guest again with its old flavor and old devices."""
+    """On the source: start the guest again on its original disks, with its old flavor
+    and old devices."""
     with step(ctx, "compute_finish_revert_resize") as instance_uuid:
         with session_scope(ctx.db_url) as session:
             migration = get_migration(session, ctx.migration_uuid)
@@ -329,7 +368,7 @@ def finish_revert_resize(ctx: StepContext) -> None:
             addresses = [d.address for d in held_devices(session, instance_uuid, source)]
             spec = guest_spec(session, instance, migration.old_flavor, addresses)
             stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
-        info = _start_guest(ctx.driver, spec, stopped)
+        info = ctx.driver.finish_revert_migration(spec, power_on=not stopped)
         with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
             instance = get_instance(session, instance_uuid)
             cas_update(

@@ -275,7 +275,12 @@ _SILENT: dict[str, tuple[Callable[[Host], Step], frozenset[int]]] = {
         frozenset({power_state.SHUTDOWN}),
     ),
     TaskState.RESUMING: (lambda rc: lifecycle.resume_instance, frozenset({power_state.RUNNING})),
-    TaskState.RESCUING: (lambda rc: lifecycle.rescue_instance, power_state.OFF),
+    # Whether the guest runs or is off, only the driver knows whether it is the rescue
+    # domain yet: the rescue step is re-run (a no-op beyond starting it once it is).
+    TaskState.RESCUING: (
+        lambda rc: lifecycle.rescue_instance,
+        frozenset({power_state.RUNNING, *power_state.OFF}),
+    ),
     TaskState.UNRESCUING: (
         lambda rc: lifecycle.unrescue_instance,
         frozenset({power_state.RUNNING}),

@@ -76,7 +76,9 @@ def recover_resize_migrating(rc: Host, found: Found) -> str | None:
 
 
 def _bring_back(driver: ComputeDriver, spec: GuestSpec, stopped: bool) -> None:
-    driver.spawn(spec)  # defines it again if the resize took it down, else starts it
+    # The originals back from ``<uuid>_resize`` if the copy had begun; the guest defined
+    # again if the resize took it down, else started.
+    driver.finish_revert_migration(spec, power_on=not stopped)
     if stopped:
         driver.power_off(spec.uuid)
 

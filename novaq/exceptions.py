@@ -8,6 +8,7 @@
     ├── InvalidInput                 bad arguments from a user (API, CLI)
     │   ├── InvalidFlavor            zero or negative sizes, malformed extra specs
     │   ├── FlavorExists
+    │   ├── ResizeError              a resize Nova refuses (shrinking a disk)
     │   └── InvalidToken             a console token that is unknown or has expired
     ├── NotFound
     │   ├── FlavorNotFound
@@ -82,6 +83,10 @@ class InvalidInput(NovaqError):
 
 class InvalidFlavor(InvalidInput):
     msg_fmt = "Invalid flavor: %(reason)s"
+
+
+class ResizeError(InvalidInput):
+    msg_fmt = "Resize error: %(reason)s"
 
 
 class FlavorExists(InvalidInput):

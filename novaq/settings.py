@@ -308,6 +308,10 @@ class Settings(BaseSettings):
     #: Seconds a clean shutdown (stop, shelve, resize, rescue) waits for the guest before
     #: destroying it; the image property ``os_shutdown_timeout`` overrides it.
     shutdown_timeout: int = Field(default=60, ge=0)
+    # Nova's image backend (virt.libvirt.imagebackend): qcow2 overlays of the base
+    # files, and images converted to raw when they enter the base cache.
+    use_cow_images: bool = True
+    force_raw_images: bool = True
 
     libvirt: LibvirtGroup = LibvirtGroup()
     scheduler: SchedulerGroup = SchedulerGroup()

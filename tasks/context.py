@@ -10,6 +10,7 @@ from novaq.settings import Settings, get_settings
 from virt import get_driver, get_simulated_driver
 from virt.driver import ComputeDriver
 from virt.host_profile import HostProfile, PciDeviceSpec
+from virt.libvirt.imagebackend import DiskOptions
 from virt.libvirt.options import GuestOptions
 
 
@@ -55,6 +56,7 @@ def driver() -> ComputeDriver:
     state = Path(s.state_dir).resolve()
     instances_path = Path(s.libvirt.instances_path or state / "instances") / s.host
     cache = s.image_cache.subdirectory_name
+    disks = disk_options(s)
     explicit = s.libvirt_uri or s.libvirt.connection_uri
     guest = guest_options(s)
     if explicit:
@@ -63,6 +65,7 @@ def driver() -> ComputeDriver:
             instances_path=instances_path,
             image_cache_subdirectory=cache,
             guest_options=guest,
+            disk_options=disks,
         )
     return get_simulated_driver(
         host_profile(s),
@@ -70,6 +73,7 @@ def driver() -> ComputeDriver:
         instances_path=instances_path,
         image_cache_subdirectory=cache,
         guest_options=guest,
+        disk_options=disks,
     )
 
 
@@ -83,6 +87,11 @@ def guest_options(s: Settings) -> GuestOptions:
         mem_stats_period_seconds=s.libvirt.mem_stats_period_seconds,
         shutdown_retry_interval_s=s.compute.shutdown_retry_interval,
     )
+
+
+def disk_options(s: Settings) -> DiskOptions:
+    """``[DEFAULT] use_cow_images`` and ``force_raw_images`` for the image backend."""
+    return DiskOptions(use_cow_images=s.use_cow_images, force_raw_images=s.force_raw_images)
 
 
 @functools.cache

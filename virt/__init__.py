@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from virt.driver import ComputeDriver
     from virt.host_profile import HostProfile
     from virt.libvirt.driver import LibvirtDriver
+    from virt.libvirt.imagebackend import DiskOptions
     from virt.libvirt.options import GuestOptions
     from virt.simulated import SimulatedHostDriver
 
@@ -37,6 +38,7 @@ def get_driver(
     nodename: str | None = None,
     image_cache_subdirectory: str = "_base",
     guest_options: GuestOptions | None = None,
+    disk_options: DiskOptions | None = None,
 ) -> ComputeDriver:
     """The process's one ``LibvirtDriver`` for ``uri`` (a forked child gets its own);
     ``guest_options`` are the ``[libvirt]`` guest choices (``virt.libvirt.options``)."""
@@ -53,6 +55,7 @@ def get_driver(
                 nodename=nodename,
                 image_cache_subdirectory=image_cache_subdirectory,
                 options=guest_options,
+                disk_options=disk_options,
             )
             _drivers[key] = driver
     _check_same_options(driver, fail_spawn, instances_path, guest_options)
@@ -78,6 +81,7 @@ def get_simulated_driver(
     instances_path: Path | None = None,
     image_cache_subdirectory: str = "_base",
     guest_options: GuestOptions | None = None,
+    disk_options: DiskOptions | None = None,
 ) -> ComputeDriver:
     """The process's one ``SimulatedHostDriver`` for host ``profile.name``.
 
@@ -95,6 +99,7 @@ def get_simulated_driver(
                 instances_path=instances_path,
                 image_cache_subdirectory=image_cache_subdirectory,
                 options=guest_options,
+                disk_options=disk_options,
             )
             _simulated[key] = driver
     _check_same_host(driver, profile, Path(state_dir), instances_path)

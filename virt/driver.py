@@ -15,6 +15,10 @@ Semantics every driver keeps (tests in ``tests/unit/virt`` check both drivers):
   unknown uuid, and ``HypervisorError`` when the guest's state forbids them.
 * a suspended guest is shut off with its memory saved, and reports power state
   SHUTDOWN, as Nova's libvirt driver does.
+* the move steps (``migrate_disk_and_power_off``, ``finish_migration``,
+  ``confirm_migration``, ``finish_revert_migration``) and ``rescue``/``unrescue`` are
+  safe to run again: each looks at what exists before acting. A shrinking resize is
+  refused (``ResizeError``) before anything is touched.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from __future__ import annotations
 import uuid as uuid_module
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Final, Protocol
 
-from novaq.exceptions import InvalidInput
+from novaq.exceptions import InvalidInput, ResizeError
 from virt.event import LifecycleEvent
 from virt.host_profile import validate_pci_address
 
@@ -209,6 +214,12 @@ class ImageCacheReport:
         return {name: list(value) for name, value in asdict(self).items()}
 
 
+def check_can_resize(old: GuestSpec, new: GuestSpec) -> None:
+    """Nova's refusal to shrink a guest's root or ephemeral disk (``ResizeError``)."""
+    if new.root_gb < old.root_gb or new.ephemeral_gb < old.ephemeral_gb:
+        raise ResizeError(reason="Unable to resize disk down.")
+
+
 class ComputeDriver(Protocol):
     """What compute logic needs from a hypervisor; one instance per (process, URI)."""
 
@@ -279,11 +290,56 @@ class ComputeDriver(Protocol):
         ...
 
     def manage_image_cache(
-        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+        self,
+        images_in_use: Collection[str],
+        *,
+        remove_unused: bool,
+        min_age_s: int,
+        known_images: Collection[str] = (),
     ) -> ImageCacheReport:
         """One pass of the image cache manager over this host's base images: those in
         ``images_in_use`` are kept (and marked used now); the others, when
-        ``remove_unused``, are removed once unused for ``min_age_s`` seconds."""
+        ``remove_unused``, are removed once unused for ``min_age_s`` seconds. An unused
+        base file is reported by its image id when that id is in ``known_images``."""
+        ...
+
+    # -- moving disks: resize, cold migration, rescue (Nova's driver methods) ----------
+
+    @property
+    def instances_path(self) -> Path:
+        """Where this host keeps instance directories; a move's source copies disks to
+        the destination's (recorded by prep_resize, which runs there)."""
+        ...
+
+    def migrate_disk_and_power_off(
+        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str
+    ) -> None:
+        """On the source: ``ResizeError`` (nothing touched) if ``new_spec`` shrinks a disk;
+        else the guest goes down, its files are kept aside until confirm or revert and
+        its disks copied to ``dest_instances_path``. Safe to run again."""
+        ...
+
+    def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+        """On the destination: the copied disks grown to ``spec``, the guest defined and,
+        when ``power_on``, started. A guest already defined is only started."""
+        ...
+
+    def confirm_migration(self, uuid: str) -> None:
+        """On the source: remove the files kept for a revert."""
+        ...
+
+    def finish_revert_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+        """On the source: the kept files back in place, the guest defined from ``spec``
+        (old flavor) on its original disks and, when ``power_on``, started."""
+        ...
+
+    def rescue(self, spec: GuestSpec, rescue_image: ImageSpec | None) -> GuestInfo:
+        """Boot the guest from ``rescue_image`` with its root disk attached second; the
+        guest's own definition is kept for ``unrescue``. The rescued guest runs."""
+        ...
+
+    def unrescue(self, uuid: str) -> GuestInfo:
+        """The guest's own definition back, started; the rescue disk removed."""
         ...
 
     def register_event_listener(

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from lxml import etree
@@ -22,7 +23,14 @@ from lxml import etree
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.console_log import check_length, tail_lines
-from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
+from virt.driver import (
+    GuestInfo,
+    GuestSpec,
+    HostResources,
+    ImageCacheReport,
+    ImageSpec,
+    check_can_resize,
+)
 from virt.event import LifecycleEvent
 
 
@@ -31,6 +39,8 @@ class FakeGuest:
     spec: GuestSpec
     power_state: int
     saved: bool = False  # suspended: memory saved, guest off
+    rescue_image: ImageSpec | None = None  # rescued: booted from this image
+    rescued: bool = False
 
 
 _ZERO_COUNTERS = {"rd_req": 0, "rd_bytes": 0, "wr_req": 0, "wr_bytes": 0}
@@ -70,6 +80,10 @@ class FakeDriver:
         #: it was last fetched or used (epoch seconds; a test ages an image by lowering it).
         self.instance_files: set[str] = set()
         self.cached_images: dict[str, float] = {}
+        #: Guests whose files a move keeps aside (``<uuid>_resize``) until confirm/revert.
+        self.resize_files: set[str] = set()
+        #: Never written: fake disks are the sets above, this only names the host's.
+        self.instances_path = Path("/nonexistent/fake-instances") / resources.hypervisor_hostname
         #: I/O counters a test sets per guest and disk target; unset ones read 0.
         self.block_counters: dict[str, dict[str, dict[str, int]]] = {}
         #: What each guest "printed" on its console (a test writes it), the
@@ -192,15 +206,85 @@ class FakeDriver:
 
     def instance_files_exist(self, uuid: str) -> bool:
         with self._lock:
-            return uuid in self.instance_files
+            return uuid in self.instance_files or uuid in self.resize_files
 
     def delete_instance_files(self, uuid: str) -> bool:
         with self._lock:
             self.instance_files.discard(uuid)
+            self.resize_files.discard(uuid)
             return True
 
+    # -- moves and rescue, with the libvirt driver's rules ----------------------------
+
+    def migrate_disk_and_power_off(
+        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str
+    ) -> None:
+        check_can_resize(spec, new_spec)
+        self.destroy(spec.uuid)
+        with self._lock:
+            if spec.uuid in self.instance_files:
+                self.instance_files.discard(spec.uuid)
+                self.resize_files.add(spec.uuid)
+
+    def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+        return self._define_and_settle(spec, power_on)
+
+    def confirm_migration(self, uuid: str) -> None:
+        with self._lock:
+            self.resize_files.discard(uuid)
+
+    def finish_revert_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+        with self._lock:
+            if spec.uuid in self.resize_files:
+                self.resize_files.discard(spec.uuid)
+                self.instance_files.add(spec.uuid)
+        return self._define_and_settle(spec, power_on)
+
+    def _define_and_settle(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+        with self._lock:
+            guest = self._guests.get(spec.uuid)
+            if guest is None:
+                self.spawn_count += 1
+                guest = FakeGuest(spec, power_state.SHUTDOWN)
+                self.instance_files.add(spec.uuid)
+            if power_on and guest.power_state not in (power_state.RUNNING, power_state.PAUSED):
+                guest = replace(guest, power_state=power_state.RUNNING, saved=False)
+            self._guests[spec.uuid] = guest
+            return self._info(guest)
+
+    def rescue(self, spec: GuestSpec, rescue_image: ImageSpec | None) -> GuestInfo:
+        with self._lock:
+            guest = replace(
+                self._get(spec.uuid),
+                power_state=power_state.RUNNING,
+                saved=False,
+                rescued=True,
+                rescue_image=rescue_image,
+            )
+            self._guests[spec.uuid] = guest
+            return self._info(guest)
+
+    def unrescue(self, uuid: str) -> GuestInfo:
+        with self._lock:
+            guest = self._get(uuid)
+            guest = replace(
+                guest, power_state=power_state.RUNNING, rescued=False, rescue_image=None
+            )
+            self._guests[uuid] = guest
+            return self._info(guest)
+
+    def is_rescued(self, uuid: str) -> bool:
+        """Whether the guest boots a rescue image (for tests)."""
+        with self._lock:
+            return self._get(uuid).rescued
+
     def manage_image_cache(
-        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+        self,
+        images_in_use: Collection[str],
+        *,
+        remove_unused: bool,
+        min_age_s: int,
+        known_images: Collection[str] = (),
     ) -> ImageCacheReport:
         """The libvirt driver's rules (``virt.libvirt.imagecache``) on ``cached_images``."""
         now, used = time.time(), set(images_in_use) - {""}

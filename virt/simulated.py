@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
-from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport
+from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, ImageSpec
 from virt.event import LifecycleEvent
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
 from virt.libvirt.guest import Guest
+from virt.libvirt.imagebackend import DiskOptions
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY
 from virt.libvirt.options import GuestOptions
 from virt.node_xml import build_node_xml, domain_for_restart, test_uri
@@ -116,6 +117,7 @@ class SimulatedHostDriver:
         image_cache_subdirectory: str = DEFAULT_SUBDIRECTORY,
         rng: random.Random | None = None,
         options: GuestOptions | None = None,
+        disk_options: DiskOptions | None = None,
     ) -> None:
         self.profile = profile
         self.state_dir = Path(state_dir)
@@ -134,6 +136,7 @@ class SimulatedHostDriver:
             nodename=profile.name,
             image_cache_subdirectory=image_cache_subdirectory,
             options=options,
+            disk_options=disk_options,
         )
 
     def _write_node_xml(self) -> Path:
@@ -193,10 +196,18 @@ class SimulatedHostDriver:
             return self._driver.delete_instance_files(uuid)
 
     def manage_image_cache(
-        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+        self,
+        images_in_use: Collection[str],
+        *,
+        remove_unused: bool,
+        min_age_s: int,
+        known_images: Collection[str] = (),
     ) -> ImageCacheReport:
         return self._driver.manage_image_cache(
-            images_in_use, remove_unused=remove_unused, min_age_s=min_age_s
+            images_in_use,
+            remove_unused=remove_unused,
+            min_age_s=min_age_s,
+            known_images=known_images,
         )
 
     def register_event_listener(
@@ -255,6 +266,33 @@ class SimulatedHostDriver:
 
     def resume(self, uuid: str) -> None:
         self._mutate(uuid, self._driver.resume)
+
+    # -- moves and rescue (the same libvirt driver code, persisted) ----------------
+
+    def migrate_disk_and_power_off(
+        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str
+    ) -> None:
+        with self._persisting(spec.uuid):
+            self._driver.migrate_disk_and_power_off(spec, new_spec, dest_instances_path)
+
+    def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+        with self._persisting(spec.uuid):
+            return self._driver.finish_migration(spec, power_on)
+
+    def confirm_migration(self, uuid: str) -> None:
+        with self._lock_for(uuid):
+            self._driver.confirm_migration(uuid)
+
+    def finish_revert_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+        with self._persisting(spec.uuid):
+            return self._driver.finish_revert_migration(spec, power_on)
+
+    def rescue(self, spec: GuestSpec, rescue_image: ImageSpec | None) -> GuestInfo:
+        with self._persisting(spec.uuid):
+            return self._driver.rescue(spec, rescue_image)
+
+    def unrescue(self, uuid: str) -> GuestInfo:
+        return self._mutate(uuid, self._driver.unrescue)
 
     # -- persistence --------------------------------------------------------
 

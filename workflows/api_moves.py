@@ -14,7 +14,7 @@ from compute.pci import requests_from_extra_specs
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
 from models.db import session_scope
-from novaq.exceptions import InstanceInvalidState, InvalidInput, NotFound
+from novaq.exceptions import InstanceInvalidState, InvalidInput, NotFound, ResizeError
 from workflows import api_common as common
 from workflows import dispatch, flavors
 from workflows.moves import confirm_workflow, revert_workflow, select_workflow
@@ -40,6 +40,13 @@ def _check_movable(session: Any, instance: Instance, action: str) -> None:
         raise InvalidInput(reason=f"the compute service of {instance.host} is down or unknown")
 
 
+def _check_no_shrink(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Nova's driver refuses to shrink a disk; refused here before anything is written."""
+    for key in ("root_gb", "ephemeral_gb"):
+        if int(new.get(key) or 0) < int(old.get(key) or 0):
+            raise ResizeError(reason="Unable to resize disk down.")
+
+
 def resize(uuid: str, flavor: str) -> str:
     """Resize a server to another flavor; returns the action's request id. The server goes
     RESIZE, then VERIFY_RESIZE, waiting for confirm or revert."""
@@ -63,6 +70,7 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
             new_flavor = flavors.flavor_dict(flavors.get_flavor(session, flavor_ref))
             if new_flavor["id"] == instance.flavor.get("id"):
                 raise InvalidInput(reason="cannot resize a server to the flavor it has")
+            _check_no_shrink(instance.flavor, new_flavor)
         else:
             new_flavor = dict(instance.flavor)
         if host is not None and host == instance.host:

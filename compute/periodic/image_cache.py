@@ -10,8 +10,9 @@ images in use are the ``image_ref`` of the non-deleted instances whose ``host`` 
 one. The driver then keeps (and marks used) their base files and, when
 ``[image_cache] remove_unused_base_images`` is on, removes the others once unused for
 ``remove_unused_original_minimum_age_seconds``. Spacing: ``[image_cache]
-manager_interval``. An image of a server that moved away is no longer in use here; if a
-revert brings the server back, its spawn fetches the image again.
+manager_interval``. Unused ephemeral and swap bases go by the same rule (the driver
+knows which ones its guests' disks use). An image of a server that moved away is no
+longer in use here; if a revert brings the server back, it fetches the image again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def run_image_cache_manager_pass(ctx: PeriodicContext) -> dict[str, Any]:
         images,
         remove_unused=options.remove_unused_base_images,
         min_age_s=options.remove_unused_original_minimum_age_seconds,
+        known_images=images_known(ctx.db_url, ctx.host),
     )
     if report.removed:
         LOG.info("Image cache on %s: removed unused base images %s", ctx.host, report.removed)
@@ -49,4 +51,12 @@ def images_in_use(db_url: str, host: str) -> set[str]:
             .where(Instance.host == host, Instance.deleted == 0)
             .distinct()
         )
+        return {ref for ref in refs if ref}
+
+
+def images_known(db_url: str, host: str) -> set[str]:
+    """Every image an instance of this host, deleted ones included, booted from: the base
+    files are named by the SHA-1 of the image id, so this names them in the report."""
+    with session_scope(db_url) as session:
+        refs = session.scalars(select(Instance.image_ref).where(Instance.host == host).distinct())
         return {ref for ref in refs if ref}

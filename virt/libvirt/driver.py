@@ -16,11 +16,13 @@ falling back to hard; a hard reboot defines the domain again from fresh XML
 share one libvirtd. Lifecycle events go to a listener (``register_event_listener``,
 ``virt.libvirt.events``); the console log is read from the guest's serial log file.
 
-Refuses to create disk images or networks: it defines and runs domains. What it
-does keep on disk is Nova's layout under ``instances_path``, small stand-ins only: a
-directory per guest with ``disk.info`` (``virt.libvirt.instance_files``) and the base
-image cache (``virt.libvirt.imagecache``), both written at spawn. ``destroy`` keeps the
-directory (a move still needs it); ``delete_instance_files`` removes it.
+What it keeps on disk is Nova's layout under ``instances_path``: a directory per guest
+with its disks and ``disk.info`` (``virt.libvirt.instance_files``, made by
+``virt.libvirt.imagebackend`` with ``qemu-img``) and the base files
+(``virt.libvirt.imagecache``), written at spawn on every URI alike (the test driver
+never opens the disks, but they exist as on a real host). ``destroy`` keeps the
+directory (a move still needs it); ``delete_instance_files`` removes it. Moves and
+rescue are ``virt.libvirt.driver_disks``. Refuses to create networks.
 
 Where host resources come from: vCPUs and memory from ``virNodeGetInfo``; local
 disk from the storage pool ``default`` (its capacity, or that of its
@@ -48,13 +50,21 @@ from virt.libvirt.designer import (
     GuestPlatform,
     choose_platform,
     console_log_path,
-    design_disks,
     design_guest,
 )
+from virt.libvirt.driver_disks import DiskOperations
 from virt.libvirt.events import LIFECYCLE_DELAY_S, DomainEventSource, Listener
 from virt.libvirt.guest import Guest, guest_devices, guest_info
 from virt.libvirt.host import Host
 from virt.libvirt.host_facts import cpu_info, filesystem_bytes, pci_device
+from virt.libvirt.imagebackend import (
+    EPHEMERAL,
+    RESCUE,
+    ROOT,
+    SWAP,
+    DiskOptions,
+    ImageBackend,
+)
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
 from virt.libvirt.instance_files import InstanceFiles
 from virt.libvirt.options import GuestOptions
@@ -66,7 +76,7 @@ GIB = 1024**3
 SIMULATED_SPAWN_FAILURE = "simulated host refuses to start guests"
 
 
-class LibvirtDriver:
+class LibvirtDriver(DiskOperations):
     """A ``ComputeDriver`` over one libvirt connection (``virt.get_driver`` shares it)."""
 
     def __init__(
@@ -78,6 +88,7 @@ class LibvirtDriver:
         image_cache_subdirectory: str = DEFAULT_SUBDIRECTORY,
         *,
         options: GuestOptions | None = None,
+        disk_options: DiskOptions | None = None,
     ) -> None:
         self.uri = uri
         self.options = options or GuestOptions()
@@ -88,6 +99,8 @@ class LibvirtDriver:
         self.instances_path = Path(instances_path or DEFAULT_INSTANCES_PATH)
         self._files = InstanceFiles(self.instances_path)
         self._image_cache = ImageCache(self.instances_path, image_cache_subdirectory)
+        self.disk_options = disk_options or DiskOptions()
+        self._backend = ImageBackend(self._image_cache, self.disk_options)
         self._host = Host(uri)
         self._host_name = uri
         #: The compute host owning this driver's guests (from ``init_host``), written in
@@ -256,26 +269,25 @@ class LibvirtDriver:
         return guest_info(guest)
 
     def _create_guest(self, spec: GuestSpec) -> Guest:
-        """Files first (base image, instance directory), then define and start; a guest
-        that cannot be created leaves no instance directory it made behind."""
-        created = self._prepare_files(spec)
+        """Files first (base image, instance directory, disks), then define and start; a
+        guest that cannot be created leaves no instance directory it made behind."""
+        created = self._files.make_dir(spec.uuid)
         try:
+            self._prepare_files(spec)
             guest = Guest(self._host.define_domain(self.guest_xml(spec)))
             LOG.info("host %s: defined guest %s", self._host_name, spec.uuid)
             self._start_new(guest)
-        except HypervisorError:
+        except Exception:
             if created:
                 self._files.delete(spec.uuid)
             raise
         return guest
 
-    def _prepare_files(self, spec: GuestSpec) -> bool:
-        """Nova's ``_create_image``: the image's base file in the cache (fetched or marked
-        used), then the instance directory; True if the directory is new."""
-        if spec.image_id:
-            self._image_cache.fetch(spec.image_id)
-        disks = design_disks(spec, self.instances_path)
-        return self._files.create(spec.uuid, {d.source_path: d.driver_type for d in disks})
+    def _prepare_files(self, spec: GuestSpec) -> None:
+        """Nova's ``_create_image``: the base files in the cache (fetched or marked used),
+        the disks missing from the instance directory, then ``disk.info``."""
+        formats = self._backend.create_disks(spec, self._files.path(spec.uuid))
+        self._files.write_disk_info(spec.uuid, formats)
 
     def _start_new(self, guest: Guest) -> None:
         try:
@@ -305,10 +317,19 @@ class LibvirtDriver:
         return self._files.delete(uuid)
 
     def manage_image_cache(
-        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+        self,
+        images_in_use: Collection[str],
+        *,
+        remove_unused: bool,
+        min_age_s: int,
+        known_images: Collection[str] = (),
     ) -> ImageCacheReport:
         return self._image_cache.update(
-            images_in_use, remove_unused=remove_unused, min_age_s=min_age_s
+            images_in_use,
+            self._files.backing_names((ROOT, EPHEMERAL, SWAP, RESCUE)),
+            remove_unused=remove_unused,
+            min_age_s=min_age_s,
+            known_images=known_images,
         )
 
     # -- power ----------------------------------------------------------------

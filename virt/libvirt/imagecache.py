@@ -1,23 +1,26 @@
-"""The local cache of base images under ``<instances_path>/<[image_cache] subdirectory_name>``
-and its manager: Nova's ``nova/virt/libvirt/imagecache.py`` on novaq's stand-in images.
+"""The local cache of base files under ``<instances_path>/<[image_cache] subdirectory_name>``
+and its manager: Nova's ``nova/virt/libvirt/imagecache.py``.
 
-A base image is the file ``<base_dir>/<sha1 of the image ref>``, as Nova names the
-original it streams from Glance. novaq has no image service, so "fetching" an image
-writes a small JSON file recording the image's name instead of gigabytes; its mtime is
-when it was fetched or last used, which is all the manager reads. ``spawn`` fetches
-(or touches) the base image of the guest's image; ``ImageCache.update`` is one pass of
-the manager, with Nova's rules: a base file used by an instance of this host is kept and
-its mtime set to now; an unused one is removed, when ``remove_unused_base_images`` is
-on, once its mtime is ``remove_unused_original_minimum_age_seconds`` old; a used image
-with no base file is reported (Nova warns).
+A base file is an image's data, ``<base_dir>/<sha1 of the image id>`` as Nova names the
+original it fetches (``virt.libvirt.image_fetch`` verifies and converts it), or a
+formatted ephemeral (``ephemeral_<GiB>_<fs hash>``) or swap (``swap_<MiB>``) base the
+image backend makes. Its mtime is when it was made or last used, which is all the
+manager reads. ``ImageCache.update`` is one pass of the manager, with Nova's rules: a
+base file used by an instance of this host is kept and its mtime set to now; an unused
+one is removed, when ``remove_unused_base_images`` is on, once its mtime is
+``remove_unused_original_minimum_age_seconds`` old; a used image with no base file is
+reported (Nova warns). Whether an original is used comes from the database (as Nova's
+``used_images``) and from the backing files of the disks on this host, which the driver
+reads (the only source for ephemeral and swap bases, and the one that protects the base
+of a move's kept originals or of a rescue disk).
 
-Differs from Nova, and why: only originals (40 hex digits) exist here, so there are no
-resized (``<sha1>_<size>``) or swap base files, no checksums and no backing files to
-read (whether an image is used comes from the database, as Nova's ``used_images``
-does); other files in the directory are left alone. The per-file lock Nova takes from
-``lockutils`` is one ``flock`` on ``<instances_path>/locks/image-cache``, held while a
-spawn fetches and while a pass rechecks an unused file's age and removes it, so a base
-file a spawn just touched is never removed under it.
+Differs from Nova, and why: there are no resized (``<sha1>_<size>``) originals (disks
+are overlays sized by qcow2, never resized copies of the base); Nova's separate age for
+swap files is the one minimum age here. Other files in the directory are left alone.
+Each base file has its own ``flock`` (``<instances_path>/locks/image-cache-<name>``),
+Nova's per-file ``lockutils`` lock: held while it is fetched or made and while a pass
+rechecks its age and removes it, so concurrent builds fetch once and a base file a
+spawn just touched is never removed under it.
 """
 
 from __future__ import annotations
@@ -25,24 +28,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import re
-import tempfile
 import time
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Final
 
-from virt.driver import ImageCacheReport
+from virt.driver import ImageCacheReport, ImageSpec
+from virt.libvirt.image_fetch import fetch_to_base
 
 LOG = logging.getLogger(__name__)
 
 DEFAULT_SUBDIRECTORY: Final = "_base"
 LOCKS_DIR: Final = "locks"
 _ORIGINAL = re.compile(r"^[0-9a-f]{40}$")
+_EPHEMERAL_OR_SWAP = re.compile(r"^(ephemeral_[0-9]+_[0-9a-f]{7}|swap_[0-9]+)$")
 
 
 def cache_file_name(image_ref: str) -> str:
@@ -63,54 +66,90 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 class ImageCache:
-    """The base images of one ``instances_path``."""
+    """The base files of one ``instances_path``: image originals, ephemeral and swap bases."""
 
     def __init__(self, instances_path: Path, subdirectory: str = DEFAULT_SUBDIRECTORY) -> None:
         self.base_dir = instances_path / subdirectory
-        self._lock_path = instances_path / LOCKS_DIR / "image-cache"
+        self._locks_dir = instances_path / LOCKS_DIR
 
     def base_file(self, image_ref: str) -> Path:
         return self.base_dir / cache_file_name(image_ref)
 
-    def fetch(self, image_ref: str) -> Path:
-        """Make sure the base image of ``image_ref`` is here; either way it is used now."""
-        path = self.base_file(image_ref)
-        with file_lock(self._lock_path):
+    def lock(self, name: str) -> AbstractContextManager[None]:
+        """The lock of base file ``name``: held to create it and to remove it."""
+        return file_lock(self._locks_dir / f"image-cache-{name}")
+
+    def fetch(self, image: ImageSpec, force_raw: bool) -> Path:
+        """The base file of ``image``, fetched once (concurrent callers wait for it); either
+        way it is used now."""
+        path = self.base_file(image.id)
+        with self.lock(path.name):
             if path.exists():
-                os.utime(path)
+                _touch(path)
             else:
                 self.base_dir.mkdir(parents=True, exist_ok=True)
-                _write_atomically(path, json.dumps({"image": image_ref}) + "\n")
-                LOG.info("image %s: fetched into the cache at %s", image_ref, path)
+                fetch_to_base(image, path, force_raw)
+        return path
+
+    def ensure(self, name: str, make: Callable[[Path], None]) -> Path:
+        """The base file ``name`` (an ephemeral or swap base), made by ``make(tmp_path)``
+        the first time; either way it is used now."""
+        path = self.base_dir / name
+        with self.lock(name):
+            if path.exists():
+                _touch(path)
+                return path
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+            part = self.base_dir / f".{name}.part"
+            part.unlink(missing_ok=True)
+            try:
+                make(part)
+                os.replace(part, path)
+            finally:
+                part.unlink(missing_ok=True)
         return path
 
     def update(
-        self, images_in_use: Collection[str], *, remove_unused: bool, min_age_s: int
+        self,
+        images_in_use: Collection[str],
+        used_bases: Collection[str] = (),
+        *,
+        remove_unused: bool,
+        min_age_s: int,
+        known_images: Collection[str] = (),
     ) -> ImageCacheReport:
-        """One pass of the manager (Nova's ``ImageCacheManager.update``)."""
-        originals = self._list_base_images()
+        """One pass of the manager (Nova's ``ImageCacheManager.update``). ``used_bases``
+        names the base files the disks on this host are overlays of (ephemeral and swap
+        bases, and originals a database query cannot see: a move's kept originals, a
+        rescue disk); ``known_images`` lets an unused original be reported by its image
+        id rather than its SHA-1 name."""
+        originals = self._list_base_files(_ORIGINAL)
         in_use, missing = self._age_used_images(set(images_in_use) - {""}, originals)
-        removable = sorted(originals.values())
+        others = self._list_base_files(_EPHEMERAL_OR_SWAP)
+        for files in (originals, others):
+            for name in set(used_bases) & files.keys():
+                _touch(files.pop(name))
+        names = {cache_file_name(ref): ref for ref in known_images if ref}
+        removable = {names.get(n, n): p for n, p in {**originals, **others}.items()}
         if removable:
-            LOG.info("Removable base files: %s", " ".join(str(p) for p in removable))
+            LOG.info("Removable base files: %s", " ".join(str(p) for p in removable.values()))
         removed: list[str] = []
         kept: list[str] = []
-        for path in removable:
-            name = _image_name(path)
+        for name, path in sorted(removable.items()):
             done = remove_unused and self._remove_old_enough_file(path, min_age_s)
             (removed if done else kept).append(name)
         LOG.debug("Verification complete")
         return ImageCacheReport(tuple(in_use), tuple(missing), tuple(removed), tuple(kept))
 
-    def _list_base_images(self) -> dict[str, Path]:
-        """The originals in the base directory, by file name."""
+    def _list_base_files(self, pattern: re.Pattern[str]) -> dict[str, Path]:
+        """The base files whose names match ``pattern``, by name."""
         if not self.base_dir.is_dir():
             LOG.debug("Skipping verification, no base directory at %s", self.base_dir)
             return {}
         return {
             entry.name: entry
             for entry in self.base_dir.iterdir()
-            if _ORIGINAL.match(entry.name) and entry.is_file()
+            if pattern.match(entry.name) and entry.is_file()
         }
 
     def _age_used_images(
@@ -134,17 +173,17 @@ class ImageCache:
         return in_use, missing
 
     def _remove_old_enough_file(self, path: Path, min_age_s: int) -> bool:
-        """Remove ``path`` if unused for ``min_age_s``; the age is read again under the lock,
-        because a spawn may have just used the image (Nova's recheck)."""
-        with file_lock(self._lock_path):
+        """Remove ``path`` if unused for ``min_age_s``; the age is read again under the
+        file's lock, because a spawn may have just used it (Nova's recheck)."""
+        with self.lock(path.name):
             try:
                 age_s = time.time() - path.stat().st_mtime
             except FileNotFoundError:
                 return False
             if age_s < min_age_s:
-                LOG.info("Base or swap file too young to remove: %s", path)
+                LOG.info("Base, swap or ephemeral file too young to remove: %s", path)
                 return False
-            LOG.info("Removing base or swap file: %s", path)
+            LOG.info("Removing base, swap or ephemeral file: %s", path)
             try:
                 path.unlink()
             except OSError as exc:
@@ -157,23 +196,3 @@ def _touch(path: Path) -> None:
     # A file removed meanwhile is fetched again by the next spawn that needs it.
     with contextlib.suppress(FileNotFoundError):
         os.utime(path)
-
-
-def _image_name(path: Path) -> str:
-    """The image a base file holds, as recorded at fetch; its file name if unreadable."""
-    try:
-        name = json.loads(path.read_text(encoding="utf-8"))["image"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return path.name
-    return name if isinstance(name, str) else path.name
-
-
-def _write_atomically(path: Path, content: str) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise

@@ -17,7 +17,7 @@ from models.db import session_scope
 from novaq.exceptions import HypervisorError
 from tests.factories import host_resources, make_instance
 from virt import power_state
-from virt.driver import GuestSpec
+from virt.driver import GuestInfo, GuestSpec, ImageSpec
 from virt.fake import FakeDriver
 
 REQUEST = "req-life"
@@ -61,6 +61,14 @@ class FailingDriver(FakeDriver):
         self._maybe_fail("resume", uuid)
         super().resume(uuid)
 
+    def rescue(self, spec: GuestSpec, rescue_image: ImageSpec | None) -> GuestInfo:
+        self._maybe_fail("rescue", spec.uuid)
+        return super().rescue(spec, rescue_image)
+
+    def unrescue(self, uuid: str) -> GuestInfo:
+        self._maybe_fail("unrescue", uuid)
+        return super().unrescue(uuid)
+
 
 class HookedDriver(FakeDriver):
     """Runs ``hook(uuid)`` inside every power call, to watch or race the step."""
@@ -91,8 +99,11 @@ def _server(db_url: str, driver: FakeDriver, vm_state: str, task_state: str | No
         launched_at=utcnow(),
         request_id=REQUEST,
     )
-    driver.spawn(GuestSpec(uuid=uuid, name="instance-00000001", vcpus=1, memory_mb=512, root_gb=1))
-    if vm_state in ("stopped", "rescued"):
+    spec = GuestSpec(uuid=uuid, name="instance-00000001", vcpus=1, memory_mb=512, root_gb=1)
+    driver.spawn(spec)
+    if vm_state == "rescued":
+        driver.rescue(spec, None)
+    elif vm_state == "stopped":
         driver.power_off(uuid)
     elif vm_state == "paused":
         driver.pause(uuid)
@@ -137,8 +148,9 @@ SUCCESSES = [
     (lifecycle.unpause_instance, "paused", "unpausing", "active", power_state.RUNNING),
     (lifecycle.suspend_instance, "active", "suspending", "suspended", power_state.SHUTDOWN),
     (lifecycle.resume_instance, "suspended", "resuming", "active", power_state.RUNNING),
-    (lifecycle.rescue_instance, "active", "rescuing", "rescued", power_state.SHUTDOWN),
-    (lifecycle.rescue_instance, "stopped", "rescuing", "rescued", power_state.SHUTDOWN),
+    # A rescued guest runs its rescue image, as Nova's libvirt rescue leaves it.
+    (lifecycle.rescue_instance, "active", "rescuing", "rescued", power_state.RUNNING),
+    (lifecycle.rescue_instance, "stopped", "rescuing", "rescued", power_state.RUNNING),
     (lifecycle.unrescue_instance, "rescued", "unrescuing", "active", power_state.RUNNING),
 ]
 
@@ -266,11 +278,11 @@ FAILURES = [
         "resuming",
         "suspended",
     ),
-    (lifecycle.rescue_instance, "power_off", None, "active", "rescuing", "error"),
-    (lifecycle.unrescue_instance, "power_on", None, "rescued", "unrescuing", "error"),
+    (lifecycle.rescue_instance, "rescue", None, "active", "rescuing", "error"),
+    (lifecycle.unrescue_instance, "unrescue", None, "rescued", "unrescuing", "error"),
     (
         lifecycle.unrescue_instance,
-        "power_on",
+        "unrescue",
         NotImplementedError,
         "rescued",
         "unrescuing",
@@ -306,15 +318,33 @@ def test_a_driver_failure_ends_as_nova_ends_it_with_a_fault_and_an_error_event(
 
 
 def test_a_failed_rescue_is_instance_not_rescuable(db_url: str) -> None:
-    driver = FailingDriver("power_off")
+    driver = FailingDriver("rescue")
     uuid = _server(db_url, driver, "active", "rescuing")
     with pytest.raises(lifecycle.InstanceNotRescuable, match="Driver Error: Hypervisor error"):
         lifecycle.rescue_instance(db_url, driver, uuid, REQUEST, "host1")
     assert _fault(db_url, uuid) == (
         400,
         f"Instance {uuid} cannot be rescued: Driver Error: "
-        f"Hypervisor error: simulated power_off failure of {uuid}",
+        f"Hypervisor error: simulated rescue failure of {uuid}",
     )
+
+
+def test_rescue_boots_the_instances_own_image_and_unrescue_restores_the_guest(
+    db_url: str,
+) -> None:
+    driver = FakeDriver(host_resources("host1"))
+    uuid = _server(db_url, driver, "active", "rescuing")
+    with session_scope(db_url) as session:
+        image_ref = get_instance(session, uuid).image_ref
+    lifecycle.rescue_instance(db_url, driver, uuid, REQUEST, "host1")
+    assert driver.is_rescued(uuid)
+    rescue_image = driver._guests[uuid].rescue_image
+    assert rescue_image is not None and rescue_image.id == image_ref
+    with session_scope(db_url) as session:
+        cas_update(session, uuid, task_state="unrescuing")
+    lifecycle.unrescue_instance(db_url, driver, uuid, REQUEST, "host1")
+    assert not driver.is_rescued(uuid)
+    assert _state(db_url, uuid) == ("active", None, power_state.RUNNING)
 
 
 def test_a_failed_reboot_of_a_running_guest_keeps_the_instance_with_a_fault(

@@ -171,8 +171,9 @@ def _events(db_url: str, uuid: str) -> list[tuple[str, str | None]]:
         ("active", "suspending", RUNNING, ("active", None), RUNNING, None),
         ("suspended", "resuming", RUNNING, ("active", None), RUNNING, "resume"),
         ("suspended", "resuming", SUSPENDED, ("suspended", None), SHUTDOWN, None),
-        ("active", "rescuing", SHUTDOWN, ("rescued", None), SHUTDOWN, "rescue"),
-        ("active", "rescuing", RUNNING, ("active", None), RUNNING, None),
+        # Rescue boots a rescue domain: the step is re-run whatever the power state.
+        ("active", "rescuing", SHUTDOWN, ("rescued", None), RUNNING, "rescue"),
+        ("active", "rescuing", RUNNING, ("rescued", None), RUNNING, "rescue"),
         ("rescued", "unrescuing", RUNNING, ("active", None), RUNNING, "unrescue"),
         ("rescued", "unrescuing", SHUTDOWN, ("rescued", None), SHUTDOWN, None),
         ("active", "shelving", RUNNING, ("active", None), RUNNING, None),

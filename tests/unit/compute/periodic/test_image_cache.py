@@ -1,6 +1,6 @@
 """``_run_image_cache_manager_pass`` on a simulated host (libvirt test:///) with a real
-base image cache in ``tmp_path`` and SQLite: images are in use when a non-deleted
-instance of this host boots from them."""
+base image cache in ``tmp_path`` (tiny real images, fetched by spawn) and SQLite: images
+are in use when a non-deleted instance of this host boots from them."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-from compute.build import build_and_run_instance
 from compute.claims import ResourceRequest, claim
 from compute.delete import local_delete
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.image_cache import images_in_use, run_image_cache_manager_pass
 from models.db import session_scope
+from tests.disk_images import make_raw_image
 from tests.factories import make_compute_node, make_image_ref, make_instance, make_settings
+from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
 from virt.libvirt.imagecache import cache_file_name
 from virt.simulated import SimulatedHostDriver
@@ -42,14 +43,32 @@ def _ctx(db_url: str, driver: SimulatedHostDriver, **image_cache: Any) -> Period
     return PeriodicContext(db_url, make_settings(image_cache=options), "host1", driver)
 
 
-def _server(db_url: str, driver: SimulatedHostDriver, image: str) -> str:
-    """A server of ``image`` built on host1 the real way (its spawn fetches the image)."""
+def _server(db_url: str, driver: SimulatedHostDriver, image: str, swap_mb: int = 0) -> str:
+    """A server of ``image`` on host1 whose guest the driver spawned (fetching the image)."""
     node_id = make_compute_node(db_url, "host1")
     make_image_ref(db_url, image)
-    uuid = make_instance(db_url, host="host1", node="host1", image_ref=image)
+    uuid = make_instance(db_url, host="host1", node="host1", image_ref=image, vm_state="active")
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
-    assert build_and_run_instance(db_url, driver, uuid, "req-test", "host1").outcome == "active"
+    spec = make_raw_image(driver.state_dir.parent / "images", image)  # the image store
+    driver.spawn(
+        GuestSpec(
+            uuid=uuid,
+            name=f"i-{uuid[:8]}",
+            vcpus=1,
+            memory_mb=64,
+            root_gb=1,
+            image=spec,
+            swap_mb=swap_mb,
+        )
+    )
     return uuid
+
+
+def _delete(db_url: str, driver: SimulatedHostDriver, uuid: str) -> None:
+    """A delete: guest and files gone from the host, the row deleted."""
+    driver.destroy(uuid)
+    assert driver.delete_instance_files(uuid)
+    local_delete(db_url, uuid, "req-delete")
 
 
 def _base_file(driver: SimulatedHostDriver, image: str) -> Path:
@@ -69,8 +88,8 @@ def test_an_unused_old_base_image_is_removed_a_used_and_a_young_unused_one_kept(
     db_url: str, host: SimulatedHostDriver
 ) -> None:
     _server(db_url, host, "cirros")
-    local_delete(db_url, _server(db_url, host, "ubuntu"), "req-delete")  # unused, old
-    local_delete(db_url, _server(db_url, host, "fedora"), "req-delete")  # unused, young
+    _delete(db_url, host, _server(db_url, host, "ubuntu"))  # unused, old
+    _delete(db_url, host, _server(db_url, host, "fedora"))  # unused, young
     _age(host, "cirros", 2 * HOUR_S)
     _age(host, "ubuntu", 2 * HOUR_S)
 
@@ -90,7 +109,7 @@ def test_an_unused_old_base_image_is_removed_a_used_and_a_young_unused_one_kept(
 def test_nothing_is_removed_when_remove_unused_base_images_is_off(
     db_url: str, host: SimulatedHostDriver
 ) -> None:
-    local_delete(db_url, _server(db_url, host, "ubuntu"), "req-delete")
+    _delete(db_url, host, _server(db_url, host, "ubuntu"))
     _age(host, "ubuntu", 2 * HOUR_S)
 
     result = run_image_cache_manager_pass(_ctx(db_url, host, remove_unused_base_images=False))
@@ -123,3 +142,18 @@ def test_an_image_in_use_with_no_base_file_is_reported_missing(
     result = run_image_cache_manager_pass(_ctx(db_url, host))
 
     assert (result["in_use"], result["missing"]) == ([], ["cirros"])
+
+
+def test_an_unused_old_swap_base_is_removed_and_a_used_one_kept(
+    db_url: str, host: SimulatedHostDriver
+) -> None:
+    _server(db_url, host, "cirros", swap_mb=1)
+    _delete(db_url, host, _server(db_url, host, "cirros", swap_mb=2))
+    for name in ("swap_1", "swap_2"):
+        then = time.time() - 2 * HOUR_S
+        os.utime(host.instances_path / "_base" / name, (then, then))
+
+    result = run_image_cache_manager_pass(_ctx(db_url, host))
+
+    assert result["removed"] == ["swap_2"]
+    assert (host.instances_path / "_base" / "swap_1").exists()
