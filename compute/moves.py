@@ -54,7 +54,7 @@ from novaq.exceptions import (
     UnexpectedTaskStateError,
 )
 from virt import power_state
-from virt.driver import ComputeDriver, GuestSpec
+from virt.driver import ComputeDriver, GuestSpec, check_can_resize
 
 LOG = logging.getLogger(__name__)
 
@@ -190,8 +190,10 @@ def resize_instance(ctx: StepContext) -> None:
         # NOTE: without a recorded destination path the instances path is shared (Nova's
         # shared storage): the destination's directory is this host's.
         dest = dest_path or str(ctx.driver.instances_path)
-        _power_off_cleanly(ctx, instance_uuid)
         try:
+            # Nova refuses a shrink before it touches the guest, so check before the power-off.
+            check_can_resize(old, new)
+            _power_off_cleanly(ctx, instance_uuid)
             ctx.driver.migrate_disk_and_power_off(old, new, dest)
         except ResizeError as exc:
             _roll_back(ctx, instance_uuid, exc)

@@ -362,7 +362,11 @@ class LibvirtDriver(DiskOperations):
         guest = self._get(spec.uuid) if not hard else self._find(spec.uuid)
         if not hard and guest is not None:
             try:
-                if soft_reboot(guest, self.options.wait_soft_reboot_seconds):
+                if soft_reboot(
+                    guest,
+                    self.options.wait_soft_reboot_seconds,
+                    lambda: self._get(spec.uuid),
+                ):
                     LOG.info("host %s: guest %s soft rebooted", self._host_name, spec.uuid)
                     return
                 LOG.warning(
@@ -391,6 +395,7 @@ class LibvirtDriver(DiskOperations):
                 guest.discard_saved_memory_state()
             if guest.name != spec.name:
                 guest.delete_configuration()
+        self._files.make_dir(spec.uuid)  # a lost guest may have lost its directory too
         self._prepare_files(spec)
         guest = Guest(self._host.define_domain(self.guest_xml(spec)))
         guest.launch()

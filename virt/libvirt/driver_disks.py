@@ -149,9 +149,7 @@ class DiskOperations:
 
 
 def _disk_paths(guest: Guest) -> list[str]:
-    from virt.libvirt.driver import _disks
-
-    return [disk.source_path for disk in _disks(guest.get_config())]
+    return [disk.source_path for disk in guest.get_config().disks]
 
 
 def _write_atomically(path: Path, content: str) -> None:

@@ -67,17 +67,24 @@ def _ask_shutdown(guest: Guest) -> None:
         LOG.info("shutdown request to guest %s failed: %s", guest.uuid, exc)
 
 
-def soft_reboot(guest: Guest, wait_s: float, sleep: Sleep = time.sleep) -> bool:
+def soft_reboot(
+    guest: Guest, wait_s: float, lookup: Callable[[], Guest], sleep: Sleep = time.sleep
+) -> bool:
     """Nova's ``_soft_reboot``: a running guest is asked to shut down, waited for up to
     ``wait_s`` and started again (a new boot). True when that happened, or when the
     guest came back by itself under a new domain id; False (reboot hard) when the guest
-    was not running, or did not go down in time."""
+    was not running, or did not go down in time.
+
+    NOTE: ``lookup`` gives a fresh ``Guest`` each poll, as Nova looks the domain up
+    again: libvirt-python caches a ``virDomain``'s id, so the object we hold would keep
+    reporting the old id after the guest went down."""
     if guest.get_power_state() != power_state.RUNNING:
         return False
     old_id = guest.domain_id
     guest.shutdown()
     deadline = time.monotonic() + wait_s
     while True:
+        guest = lookup()
         if guest.domain_id != old_id:
             if _is_down(guest) or not guest.is_active():
                 LOG.info("guest %s shut down for a soft reboot; starting it", guest.uuid)

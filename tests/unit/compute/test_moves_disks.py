@@ -65,7 +65,7 @@ def _server(db_url: str, hosts: Hosts, tmp_path: Path, dest_hosts: tuple[str, ..
     )
     claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(OLD))
     with session_scope(db_url) as session:
-        spec = guest_spec(get_instance(session, uuid))
+        spec = guest_spec(session, get_instance(session, uuid))
     image = make_raw_image(tmp_path / "store", "cirros")
     hosts["src"].spawn(dataclasses.replace(spec, image=image))
     return uuid
@@ -201,7 +201,8 @@ def test_redelivered_resize_and_finish_steps_are_harmless(
     # The first delivery moved the disks, then its worker died before recording it.
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
-        old, new = moves.guest_spec(instance, OLD, []), moves.guest_spec(instance, NEW, [])
+        old = moves.guest_spec(session, instance, OLD, [])
+        new = moves.guest_spec(session, instance, NEW, [])
     hosts["src"].migrate_disk_and_power_off(old, new, str(dst))
     moves.resize_instance(_ctx(db_url, migration, hosts["src"], "src"))
     moves.finish_resize(_ctx(db_url, migration, hosts["dst"], "dst"))
