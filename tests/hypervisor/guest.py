@@ -1,0 +1,164 @@
+"""What the test guest says and what libvirt says about it, read as an outside observer.
+
+The guest (scripts/build-test-image) prints on its serial console, once per boot::
+
+    NOVAQ-GUEST boot_id=<id> cpus=<n> mem_kb=<MemTotal> disk_bytes=<size of /dev/vda>
+    NOVAQ-COUNTER <n>       (a counter kept on its disk, one more on every boot)
+    NOVAQ-SHUTDOWN          (on an ACPI power-button press, before powering off)
+
+Tests read the libvirt side with their own read-only connection, never through novaq's
+driver: the point is to compare what novaq reports with what libvirt and the guest say.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import libvirt
+
+MARKER = re.compile(r"NOVAQ-GUEST boot_id=(\S+) cpus=(\d+) mem_kb=(\d+) disk_bytes=(\d+)")
+COUNTER = re.compile(r"NOVAQ-COUNTER (\d+)")
+SHUTDOWN = "NOVAQ-SHUTDOWN"
+URI = "qemu:///system"
+GiB = 1024**3
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Boot:
+    """One boot of the guest, as it printed it."""
+
+    boot_id: str
+    cpus: int
+    mem_kb: int
+    disk_bytes: int
+    counter: int
+    shut_down: bool  # NOVAQ-SHUTDOWN printed after this boot's marker
+
+
+def boots(console: str) -> list[Boot]:
+    """Every complete boot (marker and counter lines) in a console log, oldest first."""
+    found: list[Boot] = []
+    markers = list(MARKER.finditer(console))
+    for index, match in enumerate(markers):
+        end = markers[index + 1].start() if index + 1 < len(markers) else len(console)
+        rest = console[match.end() : end]
+        counter = COUNTER.search(rest)
+        if counter is None:
+            continue
+        boot_id, cpus, mem_kb, disk = match.groups()
+        found.append(
+            Boot(
+                boot_id, int(cpus), int(mem_kb), int(disk), int(counter.group(1)), SHUTDOWN in rest
+            )
+        )
+    return found
+
+
+def wait_until(what: str, check: Callable[[], T | None], timeout_s: float = 60) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` and the last
+    value or error seen."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            last = check()
+            if last:
+                return last
+        except (OSError, libvirt.libvirtError) as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s (last: {last!r})")
+        time.sleep(0.3)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def wait_new_boot(read: Callable[[], str], after: str | None, timeout_s: float = 90) -> Boot:
+    """The first complete boot whose boot id is not ``after`` (None: any boot)."""
+
+    def newest() -> Boot | None:
+        seen = boots(read())
+        return seen[-1] if seen and seen[-1].boot_id != after else None
+
+    return wait_until(f"the guest booting again (after boot {after})", newest, timeout_s)
+
+
+def wait_shutdown_line(read: Callable[[], str], boot_id: str, timeout_s: float = 60) -> Boot:
+    """The boot ``boot_id`` once it printed NOVAQ-SHUTDOWN."""
+
+    def done() -> Boot | None:
+        return next((b for b in boots(read()) if b.boot_id == boot_id and b.shut_down), None)
+
+    return wait_until(f"NOVAQ-SHUTDOWN after boot {boot_id}", done, timeout_s)
+
+
+# -- libvirt, read-only -------------------------------------------------------------------
+def connect() -> libvirt.virConnect:
+    return libvirt.openReadOnly(URI)
+
+
+def find_domain(conn: libvirt.virConnect, uuid: str) -> libvirt.virDomain | None:
+    try:
+        return conn.lookupByUUIDString(uuid)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return None
+        raise
+
+
+def domain_state(conn: libvirt.virConnect, uuid: str) -> str:
+    """``running``, ``paused``, ``shutoff``, ``saved`` (shut off with a managed save) or
+    ``absent``."""
+    domain = find_domain(conn, uuid)
+    if domain is None:
+        return "absent"
+    state = domain.state()[0]
+    if state == libvirt.VIR_DOMAIN_SHUTOFF and domain.hasManagedSaveImage(0):
+        return "saved"
+    return {
+        libvirt.VIR_DOMAIN_RUNNING: "running",
+        libvirt.VIR_DOMAIN_BLOCKED: "running",
+        libvirt.VIR_DOMAIN_PAUSED: "paused",
+        libvirt.VIR_DOMAIN_SHUTOFF: "shutoff",
+        libvirt.VIR_DOMAIN_SHUTDOWN: "shutting-down",
+        libvirt.VIR_DOMAIN_CRASHED: "crashed",
+    }.get(state, f"state-{state}")
+
+
+def disk_sources(conn: libvirt.virConnect, uuid: str) -> list[str]:
+    """The source files of the domain's disks, in target order (vda, vdb, …)."""
+    from lxml import etree
+
+    domain = find_domain(conn, uuid)
+    assert domain is not None, f"no domain {uuid}"
+    tree = etree.fromstring(domain.XMLDesc(0))
+    disks = tree.findall("./devices/disk[@device='disk']")
+    disks.sort(key=lambda d: d.find("target").get("dev"))
+    return [d.find("source").get("file") for d in disks]
+
+
+def qemu_img_chain(path: Path) -> list[dict[str, Any]]:
+    """``qemu-img info --backing-chain`` of a disk (``-U``: it may be in use by QEMU)."""
+    done = subprocess.run(
+        ["qemu-img", "info", "-U", "--output=json", "--backing-chain", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    chain = json.loads(done.stdout)
+    return chain if isinstance(chain, list) else [chain]
