@@ -19,11 +19,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import libvirt
 import pytest
 
+from tests.hypervisor.checks import Layout
 from tests.hypervisor.cluster import Process, free_port, novaq_up, redis_server
-from tests.hypervisor.guest import URI, wait_until
+from tests.hypervisor.guest import URI, connect, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = Path(os.environ.get("NOVAQ_TEST_IMAGE") or ROOT / ".cache/test-image/novaq-test.img")
@@ -74,8 +77,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _hypervisor_missing() -> str | None:
-    import libvirt
-
     if os.geteuid() != 0:
         return "the real-hypervisor tier runs QEMU guests as root"
     if not IMAGE.is_file():
@@ -133,7 +134,7 @@ def cluster(hypervisor: str) -> Iterator[RealCluster]:
         real.processes.append(redis_server(STATE, _PORT, _PASSWORD))
         _wait_redis()
         real.processes.append(novaq_up(STATE, env))
-        _wait_hosts_up(real, HOSTS)
+        wait_hosts_up(real, HOSTS)
         yield real
     finally:
         _tear_down(real)
@@ -156,7 +157,7 @@ def _ping(client: object) -> bool:
         return False
 
 
-def _wait_hosts_up(real: RealCluster, hosts: tuple[str, ...], timeout_s: float = 90) -> None:
+def wait_hosts_up(real: RealCluster, hosts: tuple[str, ...], timeout_s: float = 90) -> None:
     from workflows import api
 
     def up() -> bool:
@@ -192,8 +193,6 @@ def _delete_servers() -> None:
 def _remove_domains_under(state: Path) -> None:
     """Destroy and undefine every domain whose XML names a file under ``state`` or whose
     name is one of the harness's (``novaq-hv-*``)."""
-    import libvirt
-
     flags = (
         libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
         | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
@@ -217,3 +216,35 @@ def _remove_domains_under(state: Path) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The state directory goes even when no test started the cluster."""
     shutil.rmtree(STATE, ignore_errors=True)
+
+
+# -- what the novaq-level tests share -------------------------------------------------------
+@pytest.fixture(scope="session")
+def layout() -> Layout:
+    return Layout(INSTANCES)
+
+
+@pytest.fixture(scope="session")
+def libvirt_ro(hypervisor: str) -> Iterator[libvirt.virConnect]:
+    """A read-only connection of the tests' own: libvirt's view, not novaq's."""
+    conn = connect()
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def image(cluster: RealCluster, test_image: Path) -> dict[str, Any]:
+    """The test image, registered in novaq's image registry."""
+    from workflows import api
+
+    return api.create_image("novaq-test", path=str(test_image), disk_format="raw")
+
+
+@pytest.fixture(scope="session")
+def flavors(cluster: RealCluster) -> dict[str, dict[str, Any]]:
+    from workflows import api
+
+    return {
+        "small": api.create_flavor("hv.small", vcpus=2, memory_mb=256, root_gb=1),
+        "big": api.create_flavor("hv.big", vcpus=3, memory_mb=384, root_gb=2),
+    }

@@ -16,7 +16,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -87,14 +87,14 @@ def read_text(path: Path) -> str:
         return ""
 
 
-def wait_new_boot(read: Callable[[], str], after: str | None, timeout_s: float = 90) -> Boot:
-    """The first complete boot whose boot id is not ``after`` (None: any boot)."""
+def wait_new_boot(read: Callable[[], str], seen: Collection[str], timeout_s: float = 90) -> Boot:
+    """The newest complete boot on the console once its boot id is none of ``seen``."""
 
     def newest() -> Boot | None:
-        seen = boots(read())
-        return seen[-1] if seen and seen[-1].boot_id != after else None
+        found = boots(read())
+        return found[-1] if found and found[-1].boot_id not in seen else None
 
-    return wait_until(f"the guest booting again (after boot {after})", newest, timeout_s)
+    return wait_until(f"the guest booting anew (seen {len(seen)} boots)", newest, timeout_s)
 
 
 def wait_shutdown_line(read: Callable[[], str], boot_id: str, timeout_s: float = 60) -> Boot:

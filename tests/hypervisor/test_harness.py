@@ -58,7 +58,7 @@ def test_the_test_image_boots_to_its_marker_and_powers_off_on_acpi(
     conn = libvirt.open(URI)
     try:
         domain = conn.createXML(_domain_xml(name, disk, console), 0)  # transient
-        boot = wait_new_boot(lambda: read_text(console), None, timeout_s=60)
+        boot = wait_new_boot(lambda: read_text(console), (), timeout_s=60)
         assert (boot.cpus, boot.disk_bytes, boot.counter) == (2, GiB, 1)
         assert 150 * 1024 < boot.mem_kb <= 192 * 1024
 
