@@ -158,11 +158,16 @@ def _ping(client: object) -> bool:
 
 
 def wait_hosts_up(real: RealCluster, hosts: tuple[str, ...], timeout_s: float = 90) -> None:
+    from sqlalchemy.exc import OperationalError
+
     from workflows import api
 
     def up() -> bool:
         real.check_alive()
-        seen = {h["host"] for h in api.list_hosts() if h["state"] == "up"}
+        try:
+            seen = {h["host"] for h in api.list_hosts() if h["state"] == "up"}
+        except OperationalError:  # novaq up has not created the schema yet
+            return False
         return set(hosts) <= seen
 
     wait_until(f"compute hosts {hosts} up", up, timeout_s)
