@@ -4,7 +4,11 @@ The guest (scripts/build-test-image) prints on its serial console, once per boot
 
     NOVAQ-GUEST boot_id=<id> cpus=<n> mem_kb=<MemTotal> disk_bytes=<size of /dev/vda>
     NOVAQ-COUNTER <n>       (a counter kept on its disk, one more on every boot)
+    NOVAQ-TICK <boot id> <uptime s>   (every 2 s while it runs)
     NOVAQ-SHUTDOWN          (on an ACPI power-button press, before powering off)
+
+A console log may start afresh whenever QEMU starts (libvirt's ``append='off'``), so the
+helpers here look for boot ids not seen before rather than counting lines.
 
 Tests read the libvirt side with their own read-only connection, never through novaq's
 driver: the point is to compare what novaq reports with what libvirt and the guest say.
@@ -25,6 +29,7 @@ import libvirt
 
 MARKER = re.compile(r"NOVAQ-GUEST boot_id=(\S+) cpus=(\d+) mem_kb=(\d+) disk_bytes=(\d+)")
 COUNTER = re.compile(r"NOVAQ-COUNTER (\d+)")
+TICK = re.compile(r"NOVAQ-TICK (\S+) ([0-9.]+)")
 SHUTDOWN = "NOVAQ-SHUTDOWN"
 URI = "qemu:///system"
 GiB = 1024**3
@@ -95,6 +100,23 @@ def wait_new_boot(read: Callable[[], str], seen: Collection[str], timeout_s: flo
         return found[-1] if found and found[-1].boot_id not in seen else None
 
     return wait_until(f"the guest booting anew (seen {len(seen)} boots)", newest, timeout_s)
+
+
+def uptime(console: str, boot_id: str) -> float:
+    """The guest's uptime (s) in its last tick of boot ``boot_id`` (0 if none yet)."""
+    return max((float(t) for b, t in TICK.findall(console) if b == boot_id), default=0.0)
+
+
+def wait_tick_after(
+    read: Callable[[], str], boot_id: str, after_s: float, timeout_s: float = 30
+) -> float:
+    """The uptime of a tick of boot ``boot_id`` later than ``after_s``: that boot runs on."""
+
+    def later() -> float | None:
+        seen = uptime(read(), boot_id)
+        return seen if seen > after_s else None
+
+    return wait_until(f"boot {boot_id} ticking past {after_s} s", later, timeout_s)
 
 
 def wait_shutdown_line(read: Callable[[], str], boot_id: str, timeout_s: float = 60) -> Boot:

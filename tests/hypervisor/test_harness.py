@@ -14,7 +14,15 @@ import libvirt
 import pytest
 
 from tests.hypervisor.conftest import VIRT_TYPE
-from tests.hypervisor.guest import URI, GiB, find_domain, read_text, wait_new_boot, wait_until
+from tests.hypervisor.guest import (
+    URI,
+    GiB,
+    find_domain,
+    read_text,
+    wait_new_boot,
+    wait_tick_after,
+    wait_until,
+)
 
 pytestmark = pytest.mark.hypervisor
 
@@ -61,6 +69,8 @@ def test_the_test_image_boots_to_its_marker_and_powers_off_on_acpi(
         boot = wait_new_boot(lambda: read_text(console), (), timeout_s=60)
         assert (boot.cpus, boot.disk_bytes, boot.counter) == (2, GiB, 1)
         assert 150 * 1024 < boot.mem_kb <= 192 * 1024
+
+        wait_tick_after(lambda: read_text(console), boot.boot_id, 0)
 
         domain.shutdown()  # the ACPI power button
         uuid = domain.UUIDString()
