@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -119,6 +120,14 @@ def wait_tick_after(
     return wait_until(f"boot {boot_id} ticking past {after_s} s", later, timeout_s)
 
 
+def shut_down_between(console: str, boot_id: str, next_boot_id: str) -> bool:
+    """Whether boot ``boot_id`` printed NOVAQ-SHUTDOWN after its last line and before
+    boot ``next_boot_id`` began (a clean shutdown, not a destroy)."""
+    before_next = console.split(f"boot_id={next_boot_id}")[0]
+    last = before_next.rfind(boot_id)
+    return last >= 0 and SHUTDOWN in before_next[last:]
+
+
 def wait_shutdown_line(read: Callable[[], str], boot_id: str, timeout_s: float = 60) -> Boot:
     """The boot ``boot_id`` once it printed NOVAQ-SHUTDOWN."""
 
@@ -126,6 +135,41 @@ def wait_shutdown_line(read: Callable[[], str], boot_id: str, timeout_s: float =
         return next((b for b in boots(read()) if b.boot_id == boot_id and b.shut_down), None)
 
     return wait_until(f"NOVAQ-SHUTDOWN after boot {boot_id}", done, timeout_s)
+
+
+class ConsoleRecorder:
+    """Everything a console log showed while recording, also what a restarting QEMU wiped
+    (``append='off'``): a thread reads the file every 0.1 s, so a NOVAQ-SHUTDOWN printed a
+    second before the next boot truncates the file is still seen."""
+
+    def __init__(self, path: Callable[[], Path]) -> None:
+        self._path = path
+        self._segments: list[str] = [""]
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ConsoleRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(self._segments)
+
+    def _run(self) -> None:
+        while True:
+            current = read_text(self._path())
+            with self._lock:
+                if not current.startswith(self._segments[-1]):
+                    self._segments.append("")  # the file started afresh
+                self._segments[-1] = current
+            if self._stop.wait(0.1):
+                return
 
 
 # -- libvirt, read-only -------------------------------------------------------------------
