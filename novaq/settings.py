@@ -76,7 +76,8 @@ class SimulatedPciDevice(_Group):
 
 
 class SimulatedHost(_Group):
-    """One ``[[hosts]]`` table: a simulated hypervisor host for the ``test:///`` driver."""
+    """One ``[[hosts]]`` table: a simulated hypervisor host for the ``test:///`` driver, or
+    a real one when it names a ``connection_uri``."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     vcpus: int = Field(default=16, gt=0)
@@ -86,6 +87,9 @@ class SimulatedHost(_Group):
     fail_spawn: bool = False
     spawn_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     spawn_delay_s: float = Field(default=0.0, ge=0.0, le=600.0)
+    # A host with a connection URI (e.g. ``qemu:///system``) is a real libvirt host: its
+    # worker drives that hypervisor, and the sizes and failure knobs above do not apply.
+    connection_uri: str | None = Field(default=None, min_length=1)
 
 
 class LibvirtGroup(_Group):

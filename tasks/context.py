@@ -49,16 +49,20 @@ def host_profile(s: Settings) -> HostProfile:
 
 @functools.cache
 def driver() -> ComputeDriver:
-    """This worker's hypervisor: ``NOVAQ_LIBVIRT_URI`` / ``[libvirt] connection_uri`` when
-    set (e.g. ``qemu:///system``), else this host's simulated ``test:///`` node, whose
-    guests persist in the state directory so they outlive a worker restart."""
+    """This worker's hypervisor: ``NOVAQ_LIBVIRT_URI`` / ``[libvirt] connection_uri`` or
+    this host's ``[[hosts]] connection_uri`` when set (e.g. ``qemu:///system``), else this
+    host's simulated ``test:///`` node, whose guests persist in the state directory so they
+    outlive a worker restart."""
     s = get_settings()
     state = Path(s.state_dir).resolve()
     instances_path = Path(s.libvirt.instances_path or state / "instances") / s.host
     cache = s.image_cache.subdirectory_name
     disks = disk_options(s)
-    explicit = s.libvirt_uri or s.libvirt.connection_uri
     guest = guest_options(s)
+    declared = s.simulated_host()
+    # NOTE: the host's own URI beats the group's: one TOML can mix real and simulated hosts.
+    own_uri = declared.connection_uri if declared else None
+    explicit = s.libvirt_uri or own_uri or s.libvirt.connection_uri
     if explicit:
         return get_driver(
             explicit,
