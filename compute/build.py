@@ -30,6 +30,7 @@ from models import ComputeNode, Instance, utcnow
 from models.db import session_scope
 from novaq.exceptions import (
     ImageNotFound,
+    ImageUnacceptable,
     InstanceNotFound,
     ResourcesUnavailable,
     UnexpectedTaskStateError,
@@ -139,6 +140,11 @@ def build_and_run_instance(
         LOG.warning("Instance %s on %s: spawn failed: %s", instance_uuid, host, exc)
         _finish_event(db_url, event_id, exc)
         destroy_quietly(driver, instance_uuid)
+        if isinstance(exc, ImageUnacceptable):
+            # Nova aborts (BuildAbortException): every other host would meet the same
+            # image, and the failure says nothing about this host's health.
+            fail_build(db_url, instance_uuid, request_id, exc, host=host, record_event=False)
+            raise
         if track_failures:
             record_build_result(db_url, host, succeeded=False)
         return _reschedule_or_fail(db_url, instance_uuid, request_id, host, attempt, exc)

@@ -36,6 +36,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
+from compute.images import image_spec
 from compute.instance_state import cas_update
 from compute.power import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
@@ -52,7 +53,7 @@ from novaq.exceptions import (
     UnexpectedTaskStateError,
 )
 from virt import power_state
-from virt.driver import ComputeDriver
+from virt.driver import ComputeDriver, ImageSpec
 
 LOG = logging.getLogger(__name__)
 
@@ -272,10 +273,11 @@ def rescue_instance(
     request_id: str,
     host: str,
     shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
+    rescue_image_ref: str | None = None,
 ) -> str:
-    """``rescuing`` → RESCUED: the guest boots the rescue image (the instance's own);
-    ``launched_at`` reset as Nova does. A driver error is ``InstanceNotRescuable`` and
-    ERRORs the instance."""
+    """``rescuing`` → RESCUED: the guest boots the rescue image (``rescue_image_ref``,
+    else the instance's own, as Nova's ``_get_rescue_image``); ``launched_at`` reset as
+    Nova does. A driver error is ``InstanceNotRescuable`` and ERRORs the instance."""
 
     def act() -> None:
         try:
@@ -283,7 +285,7 @@ def rescue_instance(
             timeout = instance_power_off_timeout(db_url, instance_uuid, shutdown_timeout_s)
             driver.power_off(instance_uuid, timeout)
             spec = current_guest_spec(db_url, instance_uuid)
-            driver.rescue(spec, spec.image)
+            driver.rescue(spec, _rescue_image(db_url, rescue_image_ref) or spec.image)
         except Exception as exc:
             raise InstanceNotRescuable(uuid=instance_uuid, reason=f"Driver Error: {exc}") from exc
 
@@ -297,6 +299,13 @@ def rescue_instance(
         act,
         lambda instance: {"vm_state": VmState.RESCUED, "launched_at": utcnow()},
     )
+
+
+def _rescue_image(db_url: str, rescue_image_ref: str | None) -> ImageSpec | None:
+    if rescue_image_ref is None:
+        return None
+    with session_scope(db_url) as session:
+        return image_spec(session, rescue_image_ref)
 
 
 def unrescue_instance(

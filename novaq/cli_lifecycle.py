@@ -22,7 +22,6 @@ OPERATIONS = {
     "unpause": ("unpause", "ACTIVE"),
     "suspend": ("suspend", "SUSPENDED"),
     "resume": ("resume", "ACTIVE"),
-    "rescue": ("rescue", "RESCUE"),
     "unrescue": ("unrescue", "ACTIVE"),
     "shelve-offload": ("shelve_offload", "SHELVED_OFFLOADED"),
     "unshelve": ("unshelve", "ACTIVE"),
@@ -62,6 +61,19 @@ def _register(verb: str, call_name: str, status: str) -> None:
 
 for _verb, (_call, _status) in OPERATIONS.items():
     _register(_verb, _call, _status)
+
+
+@main.command()
+@uuids_argument
+@click.option(
+    "--image", "rescue_image_ref", default=None, help="Rescue image (default: the server's own)."
+)
+@wait_option("RESCUE")
+@handle_errors
+def rescue(uuids: tuple[str, ...], rescue_image_ref: str | None, wait_s: float | None) -> None:
+    """Rescue servers: boot a rescue image with the root disk attached second (then RESCUE)."""
+    _accept("rescue", uuids, lambda uuid: api().rescue(uuid, rescue_image_ref=rescue_image_ref))
+    _wait(uuids, "RESCUE", wait_s)
 
 
 @main.command()

@@ -25,6 +25,7 @@
     │   ├── RescheduleError          transient: try an alternate host
     │   └── BuildAbortError          final: ERROR the instance
     ├── HypervisorError              libvirt failed (translated in virt/libvirt/host.py)
+    │   └── ImageUnacceptable        the image cannot be this guest's disk: abort, no reschedule
     ├── InstanceErrored              api.wait saw the instance go to ERROR
     └── WaitTimeout                  api.wait gave up
 
@@ -168,6 +169,15 @@ class BuildAbortError(BuildError):
 
 class HypervisorError(NovaqError):
     msg_fmt = "Hypervisor error: %(reason)s"
+
+
+class ImageUnacceptable(HypervisorError):
+    """The image itself cannot become this guest's disk (it fails its checksum, is not
+    what it claims, cannot be fetched, or is larger than the flavor's disk): as Nova's
+    ``ImageUnacceptable``, a build aborts instead of rescheduling, since any other host
+    would meet the same image."""
+
+    msg_fmt = "Image %(image_id)s is unacceptable: %(reason)s"
 
 
 class InstanceErrored(NovaqError):

@@ -95,10 +95,16 @@ def resume_instance(instance_uuid: str, request_id: str, host: str) -> dict[str,
 
 
 @app.task(name="compute.rescue_instance")
-def rescue_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    timeout = context.settings().shutdown_timeout
+def rescue_instance(
+    instance_uuid: str, request_id: str, host: str, rescue_image_ref: str | None = None
+) -> dict[str, str]:
     return _run(
-        lifecycle.rescue_instance, instance_uuid, request_id, host, shutdown_timeout_s=timeout
+        lifecycle.rescue_instance,
+        instance_uuid,
+        request_id,
+        host,
+        shutdown_timeout_s=context.settings().shutdown_timeout,
+        rescue_image_ref=rescue_image_ref,
     )
 
 

@@ -23,11 +23,17 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
+from compute.images import find_image
 from compute.instance_state import cas_update, get_instance
 from compute.states import TaskState, VmState
-from models import Instance, InstanceAction
+from models import ImageStatus, Instance, InstanceAction
 from models.db import session_scope
-from novaq.exceptions import InstanceNotFound, InvalidInput, UnexpectedTaskStateError
+from novaq.exceptions import (
+    ImageNotActive,
+    InstanceNotFound,
+    InvalidInput,
+    UnexpectedTaskStateError,
+)
 from workflows import api_common as common
 from workflows import dispatch, gate, views
 from workflows.delete import soft_delete_step
@@ -105,10 +111,19 @@ def resume(uuid: str) -> str:
     return _request(uuid, "resume", "resume", TaskState.RESUMING)
 
 
-def rescue(uuid: str) -> str:
-    """Rescue (ACTIVE, SHUTOFF or ERROR → RESCUE); see ``compute/lifecycle.py`` for what
-    novaq's rescue does to the guest."""
-    return _request(uuid, "rescue", "rescue", TaskState.RESCUING)
+def rescue(uuid: str, rescue_image_ref: str | None = None) -> str:
+    """Rescue (ACTIVE, SHUTOFF or ERROR → RESCUE): the guest boots ``rescue_image_ref``
+    (an image name or id; by default the server's own image) with its root disk attached
+    second; see ``compute/lifecycle.py``. An unknown or inactive image is refused before
+    anything is written, as Nova's API refuses it."""
+    extra: dict[str, Any] = {}
+    if rescue_image_ref is not None:
+        with session_scope(common.db_url()) as session:
+            image = find_image(session, rescue_image_ref)
+            if image.status != ImageStatus.ACTIVE:
+                raise ImageNotActive(image_id=image.id)
+            extra["rescue_image_ref"] = image.id
+    return _request(uuid, "rescue", "rescue", TaskState.RESCUING, **extra)
 
 
 def unrescue(uuid: str) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from novaq.exceptions import HypervisorError
+from novaq.exceptions import ImageUnacceptable
 from virt.driver import ImageSpec
 from virt.libvirt import qemu_img
 
@@ -34,7 +34,7 @@ CHUNK_BYTES: Final = 1024 * 1024
 URL_TIMEOUT_S: Final = 60
 
 
-class ImageFetchError(HypervisorError):
+class ImageFetchError(ImageUnacceptable):
     msg_fmt = "Image %(image)s cannot be used: %(reason)s"
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from novaq.exceptions import HypervisorError
+from novaq.exceptions import HypervisorError, ImageUnacceptable
 from virt.driver import GuestSpec, ImageSpec
 from virt.libvirt import qemu_img
 from virt.libvirt.imagecache import ImageCache
@@ -47,7 +47,7 @@ _FS_BY_OS_TYPE: Final = {"linux": "ext4", "windows": "ntfs"}
 _DEFAULT_FS: Final = "vfat"  # Nova's _DEFAULT_FILE_SYSTEM, for an image with no os_type
 
 
-class DiskTooSmall(HypervisorError):
+class DiskTooSmall(ImageUnacceptable):
     msg_fmt = (
         "Flavor's disk is too small for requested image. Flavor disk is "
         "%(flavor_size)i bytes, image is %(image_size)i bytes."

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sqlalchemy import delete, select
 
-from compute.build import build_and_run_instance, fail_build
+from compute.build import BuildAttempt, build_and_run_instance, fail_build
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.delete import local_delete, terminate_instance
 from compute.instance_actions import latest_fault
@@ -11,7 +13,8 @@ from compute.instance_state import get_instance
 from compute.resource_tracker import update_available_resource
 from models import Image, InstanceAction
 from models.db import session_scope
-from novaq.exceptions import HypervisorError, ImageNotFound, NoValidHost
+from novaq.exceptions import HypervisorError, ImageNotFound, ImageUnacceptable, NoValidHost
+from novaq.settings import get_settings
 from tests.factories import (
     CIRROS_ID,
     host_resources,
@@ -21,6 +24,8 @@ from tests.factories import (
     node_row,
 )
 from virt.fake import FakeDriver, SpawnFailingDriver
+from virt.host_profile import HostProfile
+from virt.simulated import SimulatedHostDriver
 
 
 def _placed_instance(db_url: str) -> tuple[str, int]:
@@ -173,3 +178,35 @@ def test_local_delete_of_an_instance_that_never_reached_a_host(db_url: str) -> N
     local_delete(db_url, uuid, "req-test")
     with session_scope(db_url) as session:
         assert get_instance(session, uuid).vm_state == "deleted"
+
+
+def test_a_build_whose_image_fails_its_checksum_is_aborted_not_rescheduled(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Nova's BuildAbortException for an unacceptable image: no alternate is tried (every
+    host would fetch the same data) and the host's failed-build count stays as it was."""
+    uuid, node_id = _placed_instance(db_url)
+    alternate_node = make_compute_node(db_url, "host2")
+    (get_settings().image_store_path / CIRROS_ID).write_bytes(b"tampered")
+    driver = SimulatedHostDriver(
+        HostProfile("host1"), tmp_path / "hosts" / "host1", instances_path=tmp_path / "host1"
+    )
+    attempt = BuildAttempt(
+        number=1, max_attempts=3, alternates=(("host2", "host2", alternate_node),)
+    )
+    try:
+        with pytest.raises(ImageUnacceptable, match="failed its checksum"):
+            build_and_run_instance(db_url, driver, uuid, "req-test", "host1", attempt)
+        assert not driver.instance_exists(uuid)
+        assert not (tmp_path / "host1" / uuid).exists()
+    finally:
+        driver.close()
+    with session_scope(db_url) as session:
+        instance = get_instance(session, uuid)
+        assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
+        fault = latest_fault(session, uuid)
+        assert fault is not None and "failed its checksum" in fault.message
+        assert consumer_allocations(session, uuid) == {}
+    assert node_row(db_url, node_id).memory_mb_used == 512  # the reserved amount only
+    assert node_row(db_url, alternate_node).memory_mb_used == 512
+    assert (node_row(db_url, node_id).stats or {}).get("failed_builds", 0) == 0

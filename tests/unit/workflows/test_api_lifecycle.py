@@ -3,19 +3,33 @@ or enqueued, and every operation through a real in-thread worker on libvirt test
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from lxml import etree
 from sqlalchemy import select
 
 from compute.instance_state import get_instance
 from models import Service
 from models.db import session_scope
-from novaq.exceptions import InstanceInvalidState, InvalidInput, ServiceUnavailable
+from novaq.cli import main
+from novaq.exceptions import (
+    ImageNotActive,
+    ImageNotFound,
+    InstanceInvalidState,
+    InvalidInput,
+    ServiceUnavailable,
+)
 from tasks import app
+from tests.factories import write_raw_image
 from tests.unit.workflows.servers import action_count, clear_queues, placed_server, queued
+from virt.libvirt.imagecache import cache_file_name
 from workflows import api, gate
 from workflows.gate import GATE, InstanceHostDown, InstanceIsLocked, InstanceNotReady
 
@@ -367,3 +381,68 @@ def test_a_suspend_the_hypervisor_refuses_puts_the_server_in_error(booted: str) 
     view = _settled(uuid)  # api.wait would stop at the ERROR status shown while rebooting
     assert (view["vm_state"], view["power_state"]) == ("active", 1)
     assert api.diagnostics(uuid)["power_state"] == 1
+
+
+def test_rescue_with_an_image_boots_that_image_and_unrescue_restores_the_root_disk(
+    booted: str, tmp_path: Path
+) -> None:
+    rescue = api.create_image(
+        "rescue-kit", path=str(write_raw_image(tmp_path / "kit")), disk_format="raw"
+    )
+    api.rescue(booted, rescue_image_ref="rescue-kit")
+    api.wait(booted, "RESCUE", timeout=30)
+    xml = api.diagnostics(booted)["xml"]
+    # The rescue disk is an overlay of the rescue image's base; the root disk comes second.
+    base = cache_file_name(rescue["id"])
+    [rescue_disk] = [d for d in _disks(xml) if d.endswith("/disk.rescue")]
+    info = json.loads(
+        subprocess.run(
+            ["qemu-img", "info", "--output=json", rescue_disk],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    assert Path(info["backing-filename"]).name == base
+    assert [Path(d).name for d in _disks(xml)] == ["disk.rescue", "disk"]
+    api.unrescue(booted)
+    api.wait(booted, "ACTIVE", timeout=30)
+    assert [Path(d).name for d in _disks(api.diagnostics(booted)["xml"])] == ["disk"]
+
+
+def test_rescue_with_an_unknown_or_inactive_image_is_refused_before_anything_is_written(
+    db_url: str, empty_queue: None
+) -> None:
+    uuid = placed_server(db_url)
+    actions_before, before = action_count(db_url), queued(QUEUE)
+    with pytest.raises(ImageNotFound):
+        api.rescue(uuid, rescue_image_ref="no-such-image")
+    image = api.show_image("cirros")
+    api.delete_image(image["id"])
+    with pytest.raises(ImageNotActive):
+        api.rescue(uuid, rescue_image_ref=image["id"])
+    with session_scope(db_url) as session:
+        assert get_instance(session, uuid).task_state is None
+    assert action_count(db_url) == actions_before
+    assert queued(QUEUE) == before
+
+
+def _disks(xml: str) -> list[str]:
+    """The source files of the domain's disks, in device order."""
+    return [
+        str(s) for s in etree.fromstring(xml.encode()).xpath("/domain/devices/disk/source/@file")
+    ]
+
+
+def test_rescue_command_passes_the_image_and_refuses_an_unknown_one(
+    db_url: str, empty_queue: None
+) -> None:
+    uuid = placed_server(db_url)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["rescue", uuid, "--image", "no-such-image"])
+    assert refused.exit_code != 0 and "no-such-image could not be found" in refused.output
+    assert api.show(uuid)["task_state"] is None
+    accepted = runner.invoke(main, ["rescue", uuid, "--image", "cirros"])
+    assert accepted.exit_code == 0, accepted.output
+    assert f"Request to rescue server {uuid} has been accepted" in accepted.output
+    assert api.show(uuid)["task_state"] == "rescuing"
