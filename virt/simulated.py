@@ -228,9 +228,14 @@ class SimulatedHostDriver:
             if not self._driver.instance_exists(spec.uuid) and self._chaos_strikes():
                 LOG.warning("host %s: chaos refuses guest %s", self.profile.name, spec.uuid)
                 raise HypervisorError(reason=CHAOS_SPAWN_FAILURE)
-            if self.profile.spawn_delay_s and not self._driver.instance_exists(spec.uuid):
-                time.sleep(self.profile.spawn_delay_s)
+            self._delay_start(spec.uuid)
             return self._driver.spawn(spec)
+
+    def _delay_start(self, uuid: str) -> None:
+        """``profile.spawn_delay_s``: a guest that is not defined yet takes that long to
+        come up, whichever step starts it (a build, or a move's finish or revert)."""
+        if self.profile.spawn_delay_s and not self._driver.instance_exists(uuid):
+            time.sleep(self.profile.spawn_delay_s)
 
     def _chaos_strikes(self) -> bool:
         return self._rng.random() < self.profile.spawn_failure_rate
@@ -277,6 +282,7 @@ class SimulatedHostDriver:
 
     def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
         with self._persisting(spec.uuid):
+            self._delay_start(spec.uuid)
             return self._driver.finish_migration(spec, power_on)
 
     def confirm_migration(self, uuid: str) -> None:
@@ -285,6 +291,7 @@ class SimulatedHostDriver:
 
     def finish_revert_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
         with self._persisting(spec.uuid):
+            self._delay_start(spec.uuid)
             return self._driver.finish_revert_migration(spec, power_on)
 
     def rescue(self, spec: GuestSpec, rescue_image: ImageSpec | None) -> GuestInfo:
