@@ -55,7 +55,6 @@ def driver() -> ComputeDriver:
     outlive a worker restart."""
     s = get_settings()
     state = Path(s.state_dir).resolve()
-    instances_path = Path(s.libvirt.instances_path or state / "instances") / s.host
     cache = s.image_cache.subdirectory_name
     disks = disk_options(s)
     guest = guest_options(s)
@@ -63,6 +62,12 @@ def driver() -> ComputeDriver:
     # NOTE: the host's own URI beats the group's: one TOML can mix real and simulated hosts.
     own_uri = declared.connection_uri if declared else None
     explicit = s.libvirt_uri or own_uri or s.libvirt.connection_uri
+    instances_path = Path(s.libvirt.instances_path or state / "instances")
+    if declared is not None or not explicit:
+        # Several hosts on one machine ([[hosts]] tables, simulated or real) each keep
+        # their own directory; a machine that is one compute host uses Nova's layout,
+        # <instances_path>/<uuid>.
+        instances_path = instances_path / s.host
     if explicit:
         return get_driver(
             explicit,

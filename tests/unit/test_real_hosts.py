@@ -78,3 +78,21 @@ def test_the_cluster_toml_keeps_each_hosts_connection_uri(
 def test_an_empty_connection_uri_is_refused() -> None:
     with pytest.raises(ValueError, match="connection_uri"):
         SimulatedHost(name="hv1", connection_uri="")
+
+
+def test_a_machine_that_is_one_compute_host_uses_novas_instances_layout(
+    tmp_path: Path, worker_settings: list[Settings]
+) -> None:
+    """``[libvirt] connection_uri`` with no ``[[hosts]]``: this machine is the host, and its
+    guests live in ``<instances_path>/<uuid>`` as Nova's do (no per-host directory)."""
+    uri = test_uri(write_node_xml(HostProfile(name="solo"), tmp_path / "node"))
+    worker_settings.append(
+        Settings(
+            state_dir=tmp_path,
+            host="solo",
+            libvirt={"connection_uri": uri, "instances_path": str(tmp_path / "inst")},
+        )
+    )
+    driver = context.driver()
+    assert isinstance(driver, LibvirtDriver)
+    assert driver.instances_path == tmp_path / "inst"
