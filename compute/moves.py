@@ -68,6 +68,10 @@ IN_PROGRESS = (
 )
 
 
+#: A move that reached VERIFY_RESIZE and waits (or is on its way) to be confirmed.
+UNCONFIRMED = ("finished", "confirming")
+
+
 class MigrationNotFound(NotFound):
     msg_fmt = "Migration %(migration)s could not be found."
 
@@ -303,8 +307,7 @@ def confirm_resize(ctx: StepContext) -> None:
         # The source guest went down in resize_instance: its kept files and the
         # accounting are left here. Files first, as Nova's confirm_migration, so the
         # server is ACTIVE only once they are gone.
-        ctx.driver.confirm_migration(instance_uuid)
-        _drop_files_unless_same_host(ctx, instance_uuid)
+        _drop_originals(ctx, instance_uuid)
 
         def work(session: Session) -> None:
             migration = get_migration(session, ctx.migration_uuid)
@@ -329,6 +332,28 @@ def confirm_resize(ctx: StepContext) -> None:
         retry_on_conflict(ctx.db_url, work)
 
 
+def confirm_resize_on_deleting(ctx: StepContext) -> None:
+    """On the source, ahead of the delete of a server in VERIFY_RESIZE (Nova's
+    ``_confirm_resize_on_deleting``): the originals kept in ``<uuid>_resize`` go and what
+    the migration holds on the source is freed, migration ``confirmed``. The server is
+    left to the terminate that follows on the destination (task ``deleting``).
+
+    Redelivered, or too late (the delete already dropped the move): only the files again.
+    """
+    with step(ctx, "compute_confirm_resize") as instance_uuid:
+        _drop_originals(ctx, instance_uuid)
+
+        def work(session: Session) -> None:
+            migration = get_migration(session, ctx.migration_uuid)
+            if migration.status not in UNCONFIRMED:
+                return
+            source = node_id(session, migration.source_compute, migration.source_node)
+            confirm_move_in_session(session, migration.uuid, source)
+            _set_migration(session, ctx.migration_uuid, "confirmed")
+
+        retry_on_conflict(ctx.db_url, work)
+
+
 def revert_resize(ctx: StepContext) -> None:
     """On the destination: take the new guest down, free the destination and give the
     source back to the instance, in one transaction (so no audit ever sees a gap)."""
@@ -347,6 +372,11 @@ def revert_resize(ctx: StepContext) -> None:
             _set_migration(session, ctx.migration_uuid, "reverted")
 
         retry_on_conflict(ctx.db_url, work)
+
+
+def _drop_originals(ctx: StepContext, instance_uuid: str) -> None:
+    ctx.driver.confirm_migration(instance_uuid)
+    _drop_files_unless_same_host(ctx, instance_uuid)
 
 
 def _drop_files_unless_same_host(ctx: StepContext, instance_uuid: str) -> None:
@@ -512,13 +542,24 @@ def reschedule_move(
 
 
 def drop_moves(session: Session, instance_uuid: str) -> None:
-    """A deleted server ends its moves: what their migrations hold is released (Nova
-    confirms a resized server before deleting it)."""
+    """A deleted server ends its moves: what their migrations hold is released.
+
+    A move the delete confirmed first on its source (``confirm_resize_on_deleting``) is
+    no longer in progress. One still waiting to be confirmed is ``confirmed`` when both
+    ends are this host (the terminate here removes ``<uuid>_resize`` with the rest);
+    otherwise its originals may still lie on the source (the source was down at delete
+    time, or its confirm failed), so it goes to ``error`` like every other unfinished
+    move: ``_cleanup_incomplete_migrations`` on the host the server left removes what is
+    there, on its next pass (Nova's own path: ``_poll_unconfirmed_resizes`` errors the
+    migration of a deleted server, the cleanup then fails it).
+    """
     for migration in session.scalars(
         select(Migration).where(
             Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS)
         )
     ):
         release_in_session(session, migration.uuid)
-        migration.status = "confirmed" if migration.status == "finished" else "error"
+        same_host = migration.source_compute == migration.dest_compute
+        confirmed = migration.status in UNCONFIRMED and same_host
+        migration.status = "confirmed" if confirmed else "error"
         migration.updated_at = utcnow()

@@ -1,0 +1,245 @@
+"""Deleting a server whose move is unfinished leaves no disks behind on either host (two
+simulated hosts with real instance directories, SQLite): a server in VERIFY_RESIZE is
+confirmed on its source first (Nova's ``_confirm_resize_on_deleting``) so the source's
+``<uuid>_resize`` goes; with the source down, its ``_cleanup_incomplete_migrations``
+removes it once back; a move that failed half-way is cleaned on both hosts; every step
+and pass redelivered is harmless; the accounting ends empty."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import update
+
+from compute import moves
+from compute.claims import consumer_allocations
+from compute.delete import local_delete, terminate_instance
+from compute.instance_actions import start_action
+from compute.instance_state import get_instance
+from compute.periodic import PeriodicContext
+from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_deletes
+from models import Migration, Service
+from models.db import session_scope
+from tasks import app
+from tasks.moves import on_confirm_on_deleting_error
+from tests.factories import make_settings
+from tests.unit.compute.test_moves_disks import NEW, _ctx, _forward, _request, _server
+from virt.host_profile import HostProfile
+from virt.simulated import SimulatedHostDriver
+from workflows import api
+
+Hosts = dict[str, SimulatedHostDriver]
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[Hosts]:
+    drivers = {
+        name: SimulatedHostDriver(
+            HostProfile(name), tmp_path / "state" / name, instances_path=tmp_path / name
+        )
+        for name in ("src", "dst")
+    }
+    for name, driver in drivers.items():
+        driver.init_host(name)
+    yield drivers
+    for driver in drivers.values():
+        driver.close()
+
+
+def _verify_resize(db_url: str, hosts: Hosts, tmp_path: Path) -> tuple[str, str]:
+    """A server resized from src to dst, in VERIFY_RESIZE: originals kept on src."""
+    uuid = _server(db_url, hosts, tmp_path, ("dst",))
+    migration = _request(db_url, uuid, NEW)
+    _forward(db_url, migration, hosts)
+    assert hosts["src"].instance_files_exist(uuid) and hosts["dst"].instance_files_exist(uuid)
+    return uuid, migration
+
+
+def _terminate(db_url: str, hosts: Hosts, uuid: str, host: str) -> str:
+    with session_scope(db_url) as session:
+        start_action(session, uuid, "delete", "req-delete")
+    return terminate_instance(db_url, hosts[host], uuid, "req-delete", host)
+
+
+def _periodic(db_url: str, hosts: Hosts, host: str) -> dict[str, list[str]]:
+    return cleanup_incomplete_migrations(
+        PeriodicContext(db_url, make_settings(), host, hosts[host])
+    )
+
+
+def _status(db_url: str, migration: str) -> str:
+    with session_scope(db_url) as session:
+        return moves.get_migration(session, migration).status
+
+
+def _nothing_held(db_url: str, uuid: str, migration: str) -> None:
+    with session_scope(db_url) as session:
+        assert consumer_allocations(session, uuid) == {}
+        assert consumer_allocations(session, migration) == {}
+
+
+def _no_files(hosts: Hosts, uuid: str) -> None:
+    for name, driver in hosts.items():
+        assert not driver.instance_files_exist(uuid), name
+        if driver.instances_path.exists():
+            assert [p.name for p in driver.instances_path.iterdir() if uuid in p.name] == []
+
+
+def test_deleting_in_verify_resize_confirms_on_the_source_first_and_redelivery_is_harmless(
+    db_url: str, hosts: Hosts, tmp_path: Path
+) -> None:
+    uuid, migration = _verify_resize(db_url, hosts, tmp_path)
+    confirm = _ctx(db_url, migration, hosts["src"], "src")
+
+    moves.confirm_resize_on_deleting(confirm)
+    assert not hosts["src"].instance_files_exist(uuid)
+    assert _status(db_url, migration) == "confirmed"
+    assert _terminate(db_url, hosts, uuid, "dst") == "deleted"
+
+    moves.confirm_resize_on_deleting(confirm)  # both steps redelivered
+    assert _terminate(db_url, hosts, uuid, "dst") == "skipped"
+    _no_files(hosts, uuid)
+    assert _status(db_url, migration) == "confirmed"
+    _nothing_held(db_url, uuid, migration)
+    assert _periodic(db_url, hosts, "src")["cleaned"] == []  # nothing left to find
+
+
+@pytest.mark.parametrize("delete", ["terminate", "local"])
+def test_a_source_down_at_delete_time_removes_its_originals_in_its_next_cleanup_pass(
+    db_url: str, hosts: Hosts, tmp_path: Path, delete: str
+) -> None:
+    uuid, migration = _verify_resize(db_url, hosts, tmp_path)
+    if delete == "terminate":  # the destination deletes; the source never heard of it
+        assert _terminate(db_url, hosts, uuid, "dst") == "deleted"
+    else:  # the destination was down too: Nova's local delete
+        local_delete(db_url, uuid, "req-delete")
+        run_pending_deletes(PeriodicContext(db_url, make_settings(), "dst", hosts["dst"]))
+    assert (hosts["src"].instances_path / f"{uuid}_resize").is_dir()
+    assert _status(db_url, migration) == "error"
+    _nothing_held(db_url, uuid, migration)
+
+    assert _periodic(db_url, hosts, "dst")["cleaned"] == []  # the server's own host: done
+    assert _periodic(db_url, hosts, "src") == {
+        "cleaned": [uuid],
+        "files_left": [],
+        "migrations_failed": [migration],
+    }
+    _no_files(hosts, uuid)
+    assert _status(db_url, migration) == "failed"
+    assert _periodic(db_url, hosts, "src")["cleaned"] == []  # a second pass: nothing
+    _nothing_held(db_url, uuid, migration)
+
+
+@pytest.mark.parametrize("moved", [True, False], ids=["host-moved", "worker-died-mid-copy"])
+def test_a_move_deleted_half_way_is_cleaned_on_both_hosts(
+    db_url: str, hosts: Hosts, tmp_path: Path, moved: bool
+) -> None:
+    """Deleted after resize_instance (the server's host is dst), or after the source
+    copied the disks but died before recording it (the server's host is still src):
+    the terminate cleans the server's host, the other host's cleanup pass the rest."""
+    uuid = _server(db_url, hosts, tmp_path, ("dst",))
+    migration = _request(db_url, uuid, NEW)
+    moves.prep_resize(_ctx(db_url, migration, hosts["dst"], "dst"))
+    if moved:
+        moves.resize_instance(_ctx(db_url, migration, hosts["src"], "src"))
+    else:
+        with session_scope(db_url) as session:
+            instance = get_instance(session, uuid)
+            old = moves.guest_spec(
+                session, instance, moves.get_migration(session, migration).old_flavor, []
+            )
+            new = moves.guest_spec(session, instance, NEW, [])
+            session.execute(
+                update(Migration).where(Migration.uuid == migration).values(status="migrating")
+            )
+        hosts["src"].migrate_disk_and_power_off(old, new, str(hosts["dst"].instances_path))
+    assert (hosts["src"].instances_path / f"{uuid}_resize").is_dir()
+    assert (hosts["dst"].instances_path / uuid).is_dir()
+    host, other = ("dst", "src") if moved else ("src", "dst")
+
+    assert _terminate(db_url, hosts, uuid, host) == "deleted"
+    assert _status(db_url, migration) == "error"
+    assert not hosts[host].instance_files_exist(uuid)
+    assert hosts[other].instance_files_exist(uuid)
+    assert _periodic(db_url, hosts, host)["cleaned"] == []
+    assert _periodic(db_url, hosts, other)["migrations_failed"] == [migration]
+    assert _periodic(db_url, hosts, other)["cleaned"] == []  # redelivered pass: nothing
+    _no_files(hosts, uuid)
+    assert _status(db_url, migration) == "failed"
+    _nothing_held(db_url, uuid, migration)
+
+
+def test_a_same_host_resize_deleted_in_verify_resize_leaves_nothing(
+    db_url: str, hosts: Hosts, tmp_path: Path
+) -> None:
+    uuid = _server(db_url, hosts, tmp_path, ())
+    migration = _request(db_url, uuid, NEW, same_host=True)
+    _forward(db_url, migration, hosts, dest="src")
+    assert _terminate(db_url, hosts, uuid, "src") == "deleted"
+    _no_files(hosts, uuid)
+    assert _status(db_url, migration) == "confirmed"
+    _nothing_held(db_url, uuid, migration)
+
+
+# -- the API's choice, and the errback -------------------------------------------------------
+
+
+def _queued(queue: str) -> list[str]:
+    """Names of the tasks waiting in ``queue`` (emptied)."""
+    names = []
+    with app.connection_for_write() as conn:
+        simple = conn.SimpleQueue(queue)
+        while simple.qsize():
+            message = simple.get(block=False)
+            names.append(message.headers["task"])
+            message.ack()
+        simple.close()
+    return names
+
+
+@pytest.mark.parametrize("source_up", [True, False])
+def test_the_api_confirms_on_the_source_before_deleting_only_when_the_source_is_up(
+    db_url: str, hosts: Hosts, tmp_path: Path, source_up: bool
+) -> None:
+    uuid, migration = _verify_resize(db_url, hosts, tmp_path)
+    if not source_up:
+        with session_scope(db_url) as session:
+            session.execute(update(Service).where(Service.host == "src").values(forced_down=True))
+
+    request_id = api.delete(uuid)
+
+    assert api.show(uuid)["task_state"] == "deleting"
+    with session_scope(db_url) as session:
+        row = moves.get_migration(session, migration)
+        status, migration_request = row.status, row.request_id
+    if source_up:  # the chain starts on the source; the terminate follows it
+        assert (_queued("compute.src"), _queued("compute.dst")) == (
+            ["compute.confirm_resize_on_deleting"],
+            [],
+        )
+        assert (status, migration_request) == ("confirming", request_id)
+    else:
+        assert (_queued("compute.src"), _queued("compute.dst")) == (
+            [],
+            ["compute.terminate_instance"],
+        )
+        assert status == "finished"
+
+
+def test_a_failed_confirm_before_a_delete_sends_the_terminate_anyway(db_url: str) -> None:
+    request = SimpleNamespace(
+        task="compute.confirm_resize_on_deleting",
+        kwargs={
+            "migration_uuid": "m-1",
+            "instance_uuid": "i-1",
+            "request_id": "req-delete",
+            "host": "src",
+            "dest": "dst",
+        },
+    )
+    on_confirm_on_deleting_error(request, RuntimeError("source disk error"), None)
+    assert _queued("compute.dst") == ["compute.terminate_instance"]
+    assert _queued("compute.src") == []
