@@ -111,7 +111,7 @@ ALLOW_HARD_REBOOT = (
 )
 
 #: A host step: ``(db_url, driver, instance_uuid, request_id, host) -> outcome``.
-Step = Callable[[str, ComputeDriver, str, str, str], str]
+Step = Callable[..., str]  # (db_url, driver, uuid, request_id, host, **options) -> outcome
 
 
 class InterruptedByRestart(NovaqError):
@@ -319,14 +319,19 @@ def _cleanup_deleted(rc: Host, settings: Settings) -> list[str]:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _rerun(rc: Host, found: Found, step: Step) -> str:
-    """Run the interrupted host step again, attached to the instance's latest action."""
+def _rerun(rc: Host, found: Found, step: Step, clean_shutdown: bool = False) -> str:
+    """Run the interrupted host step again, attached to the instance's latest action; a
+    step that shuts the guest down waits for it as configured (``shutdown_timeout``)."""
     LOG.info(
         "Instance %s in transitional state %s at start-up: retrying it",
         found.uuid,
         found.task_state,
     )
-    outcome = step(rc.db_url, rc.driver, found.uuid, _last_request(rc.db_url, found.uuid), rc.host)
+    options: dict[str, Any] = {}
+    if clean_shutdown and rc.settings is not None:
+        options["shutdown_timeout_s"] = rc.settings.shutdown_timeout
+    request_id = _last_request(rc.db_url, found.uuid)
+    outcome = step(rc.db_url, rc.driver, found.uuid, request_id, rc.host, **options)
     return f"{found.uuid}: interrupted {found.task_state} re-run ({outcome})"
 
 
@@ -357,8 +362,8 @@ def _last_request(db_url: str, uuid: str) -> str:
         return actions.latest_request_id(session, uuid) or RECOVERY_REQUEST
 
 
-def _rerun_with(step: Step) -> Callable[[Host, Found], str]:
-    return lambda rc, found: _rerun(rc, found, step)
+def _rerun_with(step: Step, clean_shutdown: bool = False) -> Callable[[Host, Found], str]:
+    return lambda rc, found: _rerun(rc, found, step, clean_shutdown)
 
 
 _HANDLERS: dict[str, Callable[[Host, Found], str | None]] = {
@@ -369,10 +374,10 @@ _HANDLERS: dict[str, Callable[[Host, Found], str | None]] = {
     TaskState.PAUSING: _recover_pausing,
     TaskState.UNPAUSING: _recover_unpausing,
     **{task: _finish_or_forget for task in _SILENT if task != TaskState.PAUSING},
-    TaskState.POWERING_OFF: _rerun_with(lifecycle.stop_instance),
+    TaskState.POWERING_OFF: _rerun_with(lifecycle.stop_instance, clean_shutdown=True),
     TaskState.POWERING_ON: _rerun_with(lifecycle.start_instance),
     TaskState.SOFT_DELETING: _rerun_with(soft_delete.soft_delete_instance),
-    TaskState.SHELVING_OFFLOADING: _rerun_with(shelve.shelve_offload_instance),
+    TaskState.SHELVING_OFFLOADING: _rerun_with(shelve.shelve_offload_instance, clean_shutdown=True),
     TaskState.RESIZE_PREP: recover_resize_prep,
     TaskState.RESIZE_MIGRATING: recover_resize_migrating,
 }

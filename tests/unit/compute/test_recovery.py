@@ -442,3 +442,14 @@ def test_guests_of_deleted_servers_are_handled_at_start_per_running_deleted_inst
         f"{uuid}: deleted but on the hypervisor -> {action}"
     ]
     assert _power(hypervisor, uuid) == left
+
+
+def test_an_interrupted_stop_is_rerun_with_the_configured_shutdown_timeout(
+    db_url: str, node_id: int
+) -> None:
+    driver = FakeDriver(host_resources("host1"))
+    uuid = _server(db_url, node_id, "active", "powering-off")
+    driver.spawn(GuestSpec(uuid=uuid, name="i-1", vcpus=1, memory_mb=512, root_gb=1))
+    recover_host(db_url, driver, "host1", settings=make_settings(shutdown_timeout=7))
+    assert driver.power_off_timeouts == [(uuid, 7)]
+    assert _state(db_url, uuid) == ("stopped", None)
