@@ -332,28 +332,6 @@ def confirm_resize(ctx: StepContext) -> None:
         retry_on_conflict(ctx.db_url, work)
 
 
-def confirm_resize_on_deleting(ctx: StepContext) -> None:
-    """On the source, ahead of the delete of a server in VERIFY_RESIZE (Nova's
-    ``_confirm_resize_on_deleting``): the originals kept in ``<uuid>_resize`` go and what
-    the migration holds on the source is freed, migration ``confirmed``. The server is
-    left to the terminate that follows on the destination (task ``deleting``).
-
-    Redelivered, or too late (the delete already dropped the move): only the files again.
-    """
-    with step(ctx, "compute_confirm_resize") as instance_uuid:
-        _drop_originals(ctx, instance_uuid)
-
-        def work(session: Session) -> None:
-            migration = get_migration(session, ctx.migration_uuid)
-            if migration.status not in UNCONFIRMED:
-                return
-            source = node_id(session, migration.source_compute, migration.source_node)
-            confirm_move_in_session(session, migration.uuid, source)
-            _set_migration(session, ctx.migration_uuid, "confirmed")
-
-        retry_on_conflict(ctx.db_url, work)
-
-
 def revert_resize(ctx: StepContext) -> None:
     """On the destination: take the new guest down, free the destination and give the
     source back to the instance, in one transaction (so no audit ever sees a gap)."""
@@ -544,14 +522,18 @@ def reschedule_move(
 def drop_moves(session: Session, instance_uuid: str) -> None:
     """A deleted server ends its moves: what their migrations hold is released.
 
-    A move the delete confirmed first on its source (``confirm_resize_on_deleting``) is
-    no longer in progress. One still waiting to be confirmed is ``confirmed`` when both
-    ends are this host (the terminate here removes ``<uuid>_resize`` with the rest);
-    otherwise its originals may still lie on the source (the source was down at delete
-    time, or its confirm failed), so it goes to ``error`` like every other unfinished
-    move: ``_cleanup_incomplete_migrations`` on the host the server left removes what is
-    there, on its next pass (Nova's own path: ``_poll_unconfirmed_resizes`` errors the
-    migration of a deleted server, the cleanup then fails it).
+    A move waiting to be confirmed is ``confirmed`` when both ends are this host (the
+    terminate here removes ``<uuid>_resize`` with the rest); otherwise its originals still
+    lie on the source, so it goes to ``error`` like every other unfinished move, and
+    ``_cleanup_incomplete_migrations`` on the host the server left removes them on its
+    next pass (Nova's path for a server deleted mid-move; ``_poll_unconfirmed_resizes``
+    errors the migration of a deleted server, the cleanup then fails it).
+
+    NOTE: Nova's API instead confirms on the source before deleting
+    (``_confirm_resize_on_deleting``). novaq does not put the source in the delete's path:
+    a delete must never wait on another host's worker (a dead source whose message sits
+    unacked until the visibility timeout would leave the server in ``deleting``); the
+    source's periodic pass is the durable cleanup.
     """
     for migration in session.scalars(
         select(Migration).where(

@@ -17,7 +17,6 @@ from scheduler.request_spec import RequestSpec
 from tasks import context
 from tasks.celery import app
 from tasks.compute import check_host
-from workflows.delete import delete_workflow
 from workflows.moves import move_chain
 
 LOG = get_task_logger(__name__)
@@ -127,34 +126,6 @@ finish_resize = _step("finish_resize", moves.finish_resize, "resize_finish")
 confirm_resize = _step("confirm_resize", moves.confirm_resize, "resize_confirm")
 revert_resize = _step("revert_resize", moves.revert_resize, "resize_revert")
 finish_revert_resize = _step("finish_revert_resize", moves.finish_revert_resize, "resize_revert")
-
-
-@app.task(name="compute.confirm_resize_on_deleting")
-def confirm_resize_on_deleting(
-    migration_uuid: str, instance_uuid: str, request_id: str, host: str, dest: str
-) -> dict[str, str]:
-    """The first step of deleting a server in VERIFY_RESIZE (``dest``: where the
-    terminate goes next; the errback needs it)."""
-    ctx = _ctx(migration_uuid, request_id, host)
-    with notifications.notified(ctx.db_url, "resize_confirm", instance_uuid, host, request_id):
-        moves.confirm_resize_on_deleting(ctx)
-    return {"instance_uuid": instance_uuid, "step": "confirm_resize_on_deleting", "host": host}
-
-
-@app.task(name="scheduler.on_confirm_on_deleting_error", count_deliveries=False)
-def on_confirm_on_deleting_error(request: Any, exc: BaseException, traceback: Any) -> None:
-    """The confirm before a delete failed (or was given up): the delete goes on without
-    it. The terminate ends the migration in ``error``, so the source's
-    ``_cleanup_incomplete_migrations`` removes the originals on a later pass."""
-    kwargs = request.kwargs or {}
-    LOG.warning(
-        "Confirming migration %s before deleting %s failed on %s: %r; deleting anyway",
-        kwargs.get("migration_uuid"),
-        kwargs.get("instance_uuid"),
-        kwargs.get("host"),
-        exc,
-    )
-    delete_workflow(kwargs["instance_uuid"], kwargs["request_id"], kwargs["dest"]).apply_async()
 
 
 @app.task(name="scheduler.on_move_error", count_deliveries=False)

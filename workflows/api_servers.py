@@ -14,7 +14,6 @@ from compute import images
 from compute import instance_actions as actions
 from compute.delete import local_delete
 from compute.instance_state import get_instance
-from compute.moves import UNCONFIRMED, active_migration
 from compute.pci import requests_from_extra_specs
 from compute.states import TaskState, VmState
 from models import Instance, InstanceAction, utcnow
@@ -25,7 +24,6 @@ from novaq.exceptions import (
     InvalidInput,
     WaitTimeout,
 )
-from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
 from workflows import aggregates, dispatch, flavors, views
 from workflows import api_common as common
@@ -250,35 +248,11 @@ def delete(uuid: str) -> str:
         return _soft_delete(uuid, request_id, host)
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
-        confirm_first = _confirm_on_deleting(session, instance, request_id, s)
         instance.task_state = TaskState.DELETING
         instance.updated_at = utcnow()
         actions.start_action(session, uuid, "delete", request_id)
-    dispatch.send(delete_workflow(uuid, request_id, host, confirm_first))
+    dispatch.send(delete_workflow(uuid, request_id, host))
     return request_id
-
-
-def _confirm_on_deleting(
-    session: Any, instance: Instance, request_id: str, s: Settings
-) -> tuple[str, str] | None:
-    """Nova's ``_confirm_resize_on_deleting``: a server in VERIFY_RESIZE is confirmed on
-    its source before it is deleted, so the originals the source keeps
-    (``<uuid>_resize``) go too. Returns (migration, source host) for the delete to confirm
-    first, or None: no move to confirm, a same-host one (the terminate removes both
-    directories), or a source that is down (the delete ends the migration in ``error`` and
-    the source's ``_cleanup_incomplete_migrations`` removes the originals when it is back).
-    """
-    if instance.vm_state != VmState.RESIZED:
-        return None
-    migration = active_migration(session, instance.uuid)
-    if migration is None or migration.status not in UNCONFIRMED:
-        return None
-    source = migration.source_compute
-    if not source or source == instance.host or not common.host_is_up(session, source, s):
-        return None
-    migration.status, migration.request_id = "confirming", request_id
-    migration.updated_at = utcnow()
-    return migration.uuid, source
 
 
 def _soft_delete(uuid: str, request_id: str, host: str) -> str:

@@ -13,12 +13,11 @@ server deleted after a resize or migration went to ``error`` has its files (and 
 maybe its guest) on a host that is no longer ``instance.host``, so neither the delete nor
 ``run_pending_deletes`` (both keyed on ``instance.host``) looks there. A server deleted
 mid-move ends the move in ``error`` (``compute.moves.drop_moves``), and so does one
-deleted in VERIFY_RESIZE whose source could not confirm first (down, or the confirm
-failed): the source's originals (``<uuid>_resize``, which ``delete_instance_files``
-removes with ``<uuid>``) are then found here when the source is back. Migrations in
-``error`` from or to this host whose instance is deleted and lives elsewhere: the guest is
-destroyed if still defined here, the files deleted, the migration set to ``failed``
-(compare-and-swap from ``error``).
+deleted in VERIFY_RESIZE from another host: the source's originals (``<uuid>_resize``,
+which ``delete_instance_files`` removes with ``<uuid>``) are found here on its next
+pass. Migrations in ``error`` from or to this host whose instance is deleted and lives
+elsewhere: the guest is destroyed if still defined here, the files deleted, the migration
+set to ``failed`` (compare-and-swap from ``error``).
 
 Deliberate differences from Nova: a deleted row here is ``deleted != 0`` (a SOFT_DELETED
 server keeps ``deleted`` = 0, so "not soft" needs no extra filter); Nova's libvirt driver

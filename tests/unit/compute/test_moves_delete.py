@@ -1,15 +1,14 @@
 """Deleting a server whose move is unfinished leaves no disks behind on either host (two
-simulated hosts with real instance directories, SQLite): a server in VERIFY_RESIZE is
-confirmed on its source first (Nova's ``_confirm_resize_on_deleting``) so the source's
-``<uuid>_resize`` goes; with the source down, its ``_cleanup_incomplete_migrations``
-removes it once back; a move that failed half-way is cleaned on both hosts; every step
-and pass redelivered is harmless; the accounting ends empty."""
+simulated hosts with real instance directories, SQLite): the delete of a server in
+VERIFY_RESIZE runs on its destination only (it never waits on the source), its move ends
+in ``error``, and the source's ``_cleanup_incomplete_migrations`` removes
+``<uuid>_resize``; a move that failed half-way is cleaned on both hosts; every step and
+pass redelivered is harmless; the accounting ends empty."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import update
@@ -24,7 +23,6 @@ from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_
 from models import Migration, Service
 from models.db import session_scope
 from tasks import app
-from tasks.moves import on_confirm_on_deleting_error
 from tests.factories import make_settings
 from tests.unit.compute.test_moves_disks import NEW, _ctx, _forward, _request, _server
 from virt.host_profile import HostProfile
@@ -88,32 +86,14 @@ def _no_files(hosts: Hosts, uuid: str) -> None:
             assert [p.name for p in driver.instances_path.iterdir() if uuid in p.name] == []
 
 
-def test_deleting_in_verify_resize_confirms_on_the_source_first_and_redelivery_is_harmless(
-    db_url: str, hosts: Hosts, tmp_path: Path
-) -> None:
-    uuid, migration = _verify_resize(db_url, hosts, tmp_path)
-    confirm = _ctx(db_url, migration, hosts["src"], "src")
-
-    moves.confirm_resize_on_deleting(confirm)
-    assert not hosts["src"].instance_files_exist(uuid)
-    assert _status(db_url, migration) == "confirmed"
-    assert _terminate(db_url, hosts, uuid, "dst") == "deleted"
-
-    moves.confirm_resize_on_deleting(confirm)  # both steps redelivered
-    assert _terminate(db_url, hosts, uuid, "dst") == "skipped"
-    _no_files(hosts, uuid)
-    assert _status(db_url, migration) == "confirmed"
-    _nothing_held(db_url, uuid, migration)
-    assert _periodic(db_url, hosts, "src")["cleaned"] == []  # nothing left to find
-
-
 @pytest.mark.parametrize("delete", ["terminate", "local"])
-def test_a_source_down_at_delete_time_removes_its_originals_in_its_next_cleanup_pass(
+def test_a_server_deleted_in_verify_resize_has_its_originals_removed_by_the_sources_next_pass(
     db_url: str, hosts: Hosts, tmp_path: Path, delete: str
 ) -> None:
     uuid, migration = _verify_resize(db_url, hosts, tmp_path)
-    if delete == "terminate":  # the destination deletes; the source never heard of it
+    if delete == "terminate":  # the destination deletes; the source is not asked
         assert _terminate(db_url, hosts, uuid, "dst") == "deleted"
+        assert _terminate(db_url, hosts, uuid, "dst") == "skipped"  # redelivered
     else:  # the destination was down too: Nova's local delete
         local_delete(db_url, uuid, "req-delete")
         run_pending_deletes(PeriodicContext(db_url, make_settings(), "dst", hosts["dst"]))
@@ -201,7 +181,7 @@ def _queued(queue: str) -> list[str]:
 
 
 @pytest.mark.parametrize("source_up", [True, False])
-def test_the_api_confirms_on_the_source_before_deleting_only_when_the_source_is_up(
+def test_the_api_deletes_a_server_in_verify_resize_on_its_destination_only(
     db_url: str, hosts: Hosts, tmp_path: Path, source_up: bool
 ) -> None:
     uuid, migration = _verify_resize(db_url, hosts, tmp_path)
@@ -209,37 +189,8 @@ def test_the_api_confirms_on_the_source_before_deleting_only_when_the_source_is_
         with session_scope(db_url) as session:
             session.execute(update(Service).where(Service.host == "src").values(forced_down=True))
 
-    request_id = api.delete(uuid)
+    api.delete(uuid)
 
     assert api.show(uuid)["task_state"] == "deleting"
-    with session_scope(db_url) as session:
-        row = moves.get_migration(session, migration)
-        status, migration_request = row.status, row.request_id
-    if source_up:  # the chain starts on the source; the terminate follows it
-        assert (_queued("compute.src"), _queued("compute.dst")) == (
-            ["compute.confirm_resize_on_deleting"],
-            [],
-        )
-        assert (status, migration_request) == ("confirming", request_id)
-    else:
-        assert (_queued("compute.src"), _queued("compute.dst")) == (
-            [],
-            ["compute.terminate_instance"],
-        )
-        assert status == "finished"
-
-
-def test_a_failed_confirm_before_a_delete_sends_the_terminate_anyway(db_url: str) -> None:
-    request = SimpleNamespace(
-        task="compute.confirm_resize_on_deleting",
-        kwargs={
-            "migration_uuid": "m-1",
-            "instance_uuid": "i-1",
-            "request_id": "req-delete",
-            "host": "src",
-            "dest": "dst",
-        },
-    )
-    on_confirm_on_deleting_error(request, RuntimeError("source disk error"), None)
-    assert _queued("compute.dst") == ["compute.terminate_instance"]
-    assert _queued("compute.src") == []
+    assert (_queued("compute.src"), _queued("compute.dst")) == ([], ["compute.terminate_instance"])
+    assert _status(db_url, migration) == "finished"
