@@ -7,7 +7,6 @@ pass redelivered is harmless; the accounting ends empty."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,27 +23,9 @@ from models import Migration, Service
 from models.db import session_scope
 from tasks import app
 from tests.factories import make_settings
+from tests.unit.compute.conftest import Hosts
 from tests.unit.compute.test_moves_disks import NEW, _ctx, _forward, _request, _server
-from virt.host_profile import HostProfile
-from virt.simulated import SimulatedHostDriver
 from workflows import api
-
-Hosts = dict[str, SimulatedHostDriver]
-
-
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    drivers = {
-        name: SimulatedHostDriver(
-            HostProfile(name), tmp_path / "state" / name, instances_path=tmp_path / name
-        )
-        for name in ("src", "dst")
-    }
-    for name, driver in drivers.items():
-        driver.init_host(name)
-    yield drivers
-    for driver in drivers.values():
-        driver.close()
 
 
 def _verify_resize(db_url: str, hosts: Hosts, tmp_path: Path) -> tuple[str, str]:

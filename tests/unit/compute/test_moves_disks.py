@@ -6,7 +6,6 @@ back; a shrink refused with nothing moved; redelivered steps harmless; same-host
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,31 +29,14 @@ from tests.factories import (
     make_settings,
     spec_for,
 )
+from tests.unit.compute.conftest import Hosts
 from virt import power_state
-from virt.host_profile import HostProfile
 from virt.simulated import SimulatedHostDriver
 
 GIB = 1024**3
 OLD = flavor_dict(1, 512, 1, ephemeral_gb=1, swap=16)
 NEW = flavor_dict(2, 1024, 2, ephemeral_gb=2, swap=32)
 SMALLER = flavor_dict(3, 1024, 0, ephemeral_gb=1)
-
-Hosts = dict[str, SimulatedHostDriver]
-
-
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    drivers = {
-        name: SimulatedHostDriver(
-            HostProfile(name), tmp_path / "state" / name, instances_path=tmp_path / name
-        )
-        for name in ("src", "dst")
-    }
-    for name, driver in drivers.items():
-        driver.init_host(name)
-    yield drivers
-    for driver in drivers.values():
-        driver.close()
 
 
 def _server(db_url: str, hosts: Hosts, tmp_path: Path, dest_hosts: tuple[str, ...]) -> str:
