@@ -6,65 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.workers import ROOT, Worker
 
-
-def _die_with_parent() -> None:
-    """Linux: the child gets SIGKILL if the test process dies, so no stray cluster of an
-    interrupted run keeps QEMU guests or queues."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-@dataclass
-class Process:
-    """A child in a session of its own, its output in ``log``."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Process:
-        with self.log.open("ab") as handle:
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 40) -> None:
-        if not self.alive():
-            return
-        assert self.proc is not None
-        os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+#: A child of the tier (broker, ``novaq up``, a compute worker): the integration tier's.
+Process = Worker
 
 
 def free_port() -> int:

@@ -180,7 +180,7 @@ def _tear_down(real: RealCluster) -> None:
     with contextlib.suppress(Exception):
         _delete_servers()
     for process in reversed(real.processes):
-        process.stop()
+        process.stop(timeout_s=40)  # novaq up stops its workers, which stop their guests
     _remove_domains_under(STATE)
     shutil.rmtree(STATE, ignore_errors=True)
 

@@ -28,6 +28,9 @@ class WorkersNotReady(RuntimeError):
 
 @dataclass
 class Worker:
+    """A child process (a celery worker, ``novaq up``, a broker) in a session of its own,
+    its output in ``log``; it dies with the test process."""
+
     name: str
     argv: list[str]
     env: dict[str, str]
@@ -39,6 +42,7 @@ class Worker:
         self.proc = subprocess.Popen(
             self.argv,
             env=self.env,
+            stdin=subprocess.DEVNULL,
             stdout=handle,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -48,8 +52,11 @@ class Worker:
         handle.close()
         return self
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or not self.alive():
             return
         os.killpg(self.proc.pid, sig)
         try:
@@ -58,8 +65,8 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
 
 @dataclass
