@@ -23,8 +23,6 @@ What the test driver does with this file (libvirt 9):
 
 from __future__ import annotations
 
-import os
-import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +32,7 @@ from lxml import etree
 
 from novaq.exceptions import InvalidInput
 from virt import power_state
+from virt.atomic_write import write_atomically
 from virt.host_profile import HostProfile, PciDeviceSpec
 from virt.libvirt.host import LOCAL_DISK_POOL, LOCAL_DISK_VOLUME
 
@@ -161,17 +160,7 @@ def write_node_xml(profile: HostProfile, directory: Path, domains: Sequence[str]
     """Write ``<directory>/<profile.name>.xml`` atomically (temp file + rename); return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{profile.name}.xml"
-    content = build_node_xml(profile, domains).encode()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{profile.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_atomically(path, build_node_xml(profile, domains))
     return path
 
 

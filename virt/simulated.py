@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import tempfile
 import threading
 import time
 import uuid as uuid_module
@@ -32,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
+from virt.atomic_write import write_atomically
 from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, ImageSpec
 from virt.event import LifecycleEvent
 from virt.host_profile import HostProfile
@@ -50,20 +49,6 @@ INSTANCES_DIR: Final = "instances"
 NODE_XML: Final = "node.xml"
 
 T = TypeVar("T")
-
-
-def write_atomically(path: Path, content: str) -> None:
-    """Write ``path`` via a temp file in the same directory and ``os.replace``."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
 
 
 def canonical_uuid(value: str) -> str | None:

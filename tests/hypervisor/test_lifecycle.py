@@ -211,7 +211,7 @@ def test_resize_up_shows_more_cpus_memory_and_disk_and_revert_restores_the_origi
     api.resize(server.uuid, flavors["big"]["name"])
     view = _wait(server.uuid, "VERIFY_RESIZE")
     assert view["host"] != source and view["flavor"]["name"] == flavors["big"]["name"]
-    boot = server.booted(view)  # cpus=3, ~384 MB, a 2 GiB disk
+    boot = server.booted(view)  # one CPU more, 384 MB, a 2 GiB disk (checked by booted)
     assert boot.counter == before.counter + 1  # the disk came along
     agree(libvirt_ro, layout, view)
     overlay_of_base(layout, server.host, server.uuid, server.image_id, root_gb=2)
@@ -221,7 +221,7 @@ def test_resize_up_shows_more_cpus_memory_and_disk_and_revert_restores_the_origi
     api.revert_resize(server.uuid)
     view = _wait(server.uuid, "ACTIVE")
     assert view["host"] == source and view["flavor"]["name"] == flavors["small"]["name"]
-    boot = server.booted(view)  # cpus=2, ~256 MB, 1 GiB again
+    boot = server.booted(view)  # the small flavor's CPUs, 256 MB, 1 GiB again
     # The source's own disk, as it was before the resize: the destination's boot is gone.
     assert boot.counter == before.counter + 1
     agree(libvirt_ro, layout, view)

@@ -14,12 +14,11 @@ database or decide power policy: ``power_on`` comes from compute.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from virt import power_state
+from virt.atomic_write import write_atomically
 from virt.driver import GuestInfo, GuestSpec, ImageSpec, check_can_resize
 from virt.libvirt import migration
 from virt.libvirt.guest import Guest
@@ -123,7 +122,7 @@ class DiskOperations:
             # keeps whatever the guest was defined with (name, devices, console).
             own_xml = guest.get_xml()
             xml = with_disks(own_xml, design_rescue_disks(directory, rescue_image))
-            _write_atomically(directory / UNRESCUE_XML, own_xml)
+            write_atomically(directory / UNRESCUE_XML, own_xml)
             self._backend.create_root(directory / RESCUE_DISK, rescue_image, 0)
             self.power_off(spec.uuid)  # Nova's rescue stops the guest first
             guest = self._define(xml)
@@ -150,14 +149,3 @@ class DiskOperations:
 
 def _disk_paths(guest: Guest) -> list[str]:
     return [disk.source_path for disk in guest.get_config().disks]
-
-
-def _write_atomically(path: Path, content: str) -> None:
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
