@@ -1,4 +1,4 @@
-"""Beat-driven maintenance (the tasks ``novaq/periodic.py`` lists).
+"""Beat-driven maintenance (the tasks ``compute/periodic/schedule.py`` lists).
 
 Beat publishes one message per due entry. A per-host task's entry is ``periodic.fan_out``
 on the maintenance queue: it sends the task to every up and enabled compute host, each
@@ -24,10 +24,10 @@ from typing import Any
 from sqlalchemy import select
 
 from compute.periodic import PeriodicContext, runs
+from compute.periodic.schedule import BY_NAME, CLUSTER, PERIODIC_TASKS, PeriodicTask, scheduled
 from compute.servicegroup import COMPUTE, is_up
 from models import Service
 from models.db import session_scope
-from novaq.periodic import BY_NAME, CLUSTER, PERIODIC_TASKS, PeriodicTask, scheduled
 from tasks import context
 from tasks.celery import app
 from tasks.compute import check_host

@@ -1,4 +1,4 @@
-"""The bodies of novaq's periodic tasks (``novaq/periodic.py`` lists them).
+"""The bodies of novaq's periodic tasks (``compute/periodic/schedule.py`` lists them).
 
 Each is a plain function ``f(ctx: PeriodicContext) -> dict`` that does one pass on one
 host (or, for a cluster task, for the cluster) and returns a JSON-able summary of what it
