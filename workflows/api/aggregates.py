@@ -12,7 +12,7 @@ from models import Aggregate, AggregateHost, AggregateMetadata, ServerGroup, Ser
 from models.server_group import POLICIES
 from novaq.exceptions import InvalidInput, NotFound
 from novaq.settings import Settings
-from workflows.flavors import check_name
+from workflows.api.flavors import check_name
 
 AZ_KEY = "availability_zone"
 

@@ -16,8 +16,8 @@ from models.db import session_scope
 from novaq import beat_lease
 from novaq.exceptions import InvalidInput
 from novaq.periodic import BY_NAME, PERIODIC_TASKS
-from workflows import aggregates, dispatch, views
-from workflows import api_common as common
+from workflows import dispatch
+from workflows.api import aggregates, common, views
 
 
 def list_hosts() -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ what mapping a host means here (bookkeeping: scheduling does not depend on it)."
 from __future__ import annotations
 
 from scheduler import discover_hosts as discovery
-from workflows import api_common as common
+from workflows.api import common
 
 
 def discover_hosts() -> list[str]:

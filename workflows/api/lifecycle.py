@@ -34,8 +34,8 @@ from novaq.exceptions import (
     InvalidInput,
     UnexpectedTaskStateError,
 )
-from workflows import api_common as common
-from workflows import dispatch, gate, views
+from workflows import dispatch, gate
+from workflows.api import common, views
 from workflows.delete import soft_delete_step
 from workflows.lifecycle import lifecycle_step
 from workflows.shelve import shelve_step, unshelve_workflow

@@ -15,8 +15,9 @@ from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState, InvalidInput, NotFound, ResizeError
-from workflows import api_common as common
-from workflows import dispatch, flavors
+from workflows import dispatch
+from workflows.api import common, flavors
+from workflows.gate import check_instance_state
 from workflows.moves import confirm_workflow, revert_workflow, select_workflow
 
 __all__ = ["confirm_resize", "list_migrations", "migrate", "resize", "revert_resize"]
@@ -33,8 +34,6 @@ def _refuse(instance: Instance, action: str) -> InstanceInvalidState:
 
 def _check_movable(session: Any, instance: Instance, action: str) -> None:
     """Nova's resize/migrate gate: ACTIVE or SHUTOFF, no task, on an up host."""
-    from workflows.gate import check_instance_state
-
     check_instance_state(instance, action)
     if instance.host is None or not common.host_is_up(session, instance.host, common.settings()):
         raise InvalidInput(reason=f"the compute service of {instance.host} is down or unknown")
@@ -132,8 +131,6 @@ def _finish_move(uuid: str, action: str) -> str:
     gate = "confirm_resize" if action == "confirmResize" else "revert_resize"
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
-        from workflows.gate import check_instance_state
-
         check_instance_state(instance, gate)
         migration = active_migration(session, uuid)
         if migration is None or migration.status != "finished":

@@ -25,8 +25,8 @@ from novaq.exceptions import (
     WaitTimeout,
 )
 from scheduler.request_spec import RequestSpec
-from workflows import aggregates, dispatch, flavors, views
-from workflows import api_common as common
+from workflows import dispatch
+from workflows.api import aggregates, common, flavors, views
 from workflows.build import build_workflow
 from workflows.delete import delete_workflow, soft_delete_step
 

@@ -34,8 +34,9 @@ from models import Instance
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState
 from virt.console_log import check_length
-from workflows import api_common as common
-from workflows import api_servers, dispatch, gate
+from workflows import dispatch, gate
+from workflows.api import common
+from workflows.api import servers as api_servers
 
 CONSOLE_VM_STATES = frozenset({VmState.ACTIVE, VmState.PAUSED, VmState.RESCUED, VmState.RESIZED})
 REFUSED_TASK_STATES = frozenset({TaskState.DELETING, TaskState.MIGRATING})

@@ -24,8 +24,8 @@ from models import Image, ImageStatus, utcnow
 from models.db import session_scope
 from novaq.exceptions import ImageNotFound, InvalidImage
 from novaq.settings import Settings
-from workflows import api_common as common
-from workflows import api_images_store as store
+from workflows.api import common
+from workflows.api import images_store as store
 
 DEMO_IMAGE_BYTES = 1024 * 1024
 
