@@ -18,6 +18,8 @@ from novaq.exceptions import InvalidInput
 from novaq.periodic import BY_NAME, PERIODIC_TASKS
 from workflows import dispatch
 from workflows.api import aggregates, common, views
+from workflows.canvas import step
+from workflows.periodic import send_now
 
 
 def list_hosts() -> list[dict[str, Any]]:
@@ -108,15 +110,13 @@ def beat_status() -> dict[str, Any] | None:
 def run_periodic_task(name: str, host: str | None = None) -> list[str]:
     """Send one periodic task now: to ``host``, or to every up and enabled compute host
     (a cluster task ignores ``host``). Returns the task ids."""
-    from tasks.periodic import send_now
-
     if name not in BY_NAME:
         raise InvalidInput(reason=f"unknown periodic task {name!r}; see periodic-list")
     if host is not None and BY_NAME[name].per_host:
         with session_scope(common.db_url()) as session:
             servicegroup.get_service(session, host)
     dispatch.check_broker()
-    return list(send_now(name, host))
+    return send_now(name, host)
 
 
 # -- aggregates, availability zones and server groups --------------------------------------
@@ -182,8 +182,6 @@ def audit(timeout: float = 10.0) -> dict[str, Any]:
     """The accounting check: per node, usage by allocations, by instances and moves, and by
     the hypervisor (asked live on every up host), with every discrepancy. ``leaks`` counts
     the discrepancies that are accounting errors (see ``compute.audit``)."""
-    from tasks.compute import hypervisor_view
-
     s = common.settings()
     with session_scope(common.db_url()) as session:
         up_hosts = [
@@ -196,7 +194,7 @@ def audit(timeout: float = 10.0) -> dict[str, Any]:
     hypervisors: dict[str, dict[str, Any] | None] = {}
     if up_hosts:
         dispatch.check_broker()
-        pending = {h: dispatch.send(hypervisor_view.si(host=h)) for h in up_hosts}
+        pending = {h: dispatch.send(step("compute.hypervisor_view", host=h)) for h in up_hosts}
         for host, result in pending.items():
             try:
                 hypervisors[host] = result.get(timeout=timeout)

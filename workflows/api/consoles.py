@@ -37,6 +37,7 @@ from virt.console_log import check_length
 from workflows import dispatch, gate
 from workflows.api import common
 from workflows.api import servers as api_servers
+from workflows.canvas import step
 
 CONSOLE_VM_STATES = frozenset({VmState.ACTIVE, VmState.PAUSED, VmState.RESCUED, VmState.RESIZED})
 REFUSED_TASK_STATES = frozenset({TaskState.DELETING, TaskState.MIGRATING})
@@ -78,14 +79,12 @@ def validate_console_token(token: str) -> dict[str, Any]:
 def console_log(server: str, length: int | None = None, timeout: float = 30.0) -> str:
     """The tail of ``server``'s console log (name or uuid): at most its last 100 KiB, then
     its last ``length`` lines when given; "" when the guest has logged nothing yet."""
-    from tasks.compute import get_console_output
-
     length = check_length(length)
     with session_scope(common.db_url()) as session:
         uuid = common.resolve_server(session, server)
         host = _log_host(session, get_instance(session, uuid, with_deleted=False))
     dispatch.check_broker()
-    query = get_console_output.si(instance_uuid=uuid, host=host, length=length)
+    query = step("compute.get_console_output", instance_uuid=uuid, host=host, length=length)
     return str(dispatch.call(query, timeout))
 
 

@@ -28,6 +28,7 @@ from scheduler.request_spec import RequestSpec
 from workflows import dispatch
 from workflows.api import aggregates, common, flavors, views
 from workflows.build import build_workflow
+from workflows.canvas import step
 from workflows.delete import delete_workflow, soft_delete_step
 
 MAX_COUNT = 100
@@ -346,8 +347,6 @@ def wait(uuid: str, status: str, timeout: float = 120.0, interval: float = 0.2) 
 def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
     """Ask the server's host for its live view of the guest (power state, vcpus, memory,
     PCI addresses, domain XML)."""
-    from tasks.compute import get_diagnostics
-
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
@@ -360,7 +359,7 @@ def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
             )
         host = instance.host
     dispatch.check_broker()
-    return dispatch.call(get_diagnostics.si(instance_uuid=uuid, host=host), timeout)
+    return dispatch.call(step("compute.get_diagnostics", instance_uuid=uuid, host=host), timeout)
 
 
 __all__ = [
