@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from scheduler import discover_hosts as discovery
 from workflows.api import common
+from workflows.api.validation import validated
 
 
+@validated()
 def discover_hosts() -> list[str]:
     """Map every compute host not yet mapped to ``cell1``; the hosts mapped by this call
     (empty when there was nothing new)."""

@@ -37,6 +37,7 @@ from virt.console_log import check_length
 from workflows import dispatch, gate
 from workflows.api import common
 from workflows.api import servers as api_servers
+from workflows.api.validation import validated
 from workflows.canvas import step
 
 CONSOLE_VM_STATES = frozenset({VmState.ACTIVE, VmState.PAUSED, VmState.RESCUED, VmState.RESIZED})
@@ -44,6 +45,7 @@ REFUSED_TASK_STATES = frozenset({TaskState.DELETING, TaskState.MIGRATING})
 ACTION = "get_console"
 
 
+@validated()
 def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, Any]:
     """A console URL for ``server`` (name or uuid): ``{"type", "url", "expires"}``, with
     ``expires`` in epoch seconds. The URL's token is shown here only."""
@@ -70,12 +72,14 @@ def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, A
     }
 
 
+@validated()
 def validate_console_token(token: str) -> dict[str, Any]:
     """What a console proxy connects to for ``token`` (instance, host, port, type,
     expiry); ``InvalidToken`` if it is unknown, expired, or its server is gone."""
     return consoles.validate_token(common.db_url(), token)
 
 
+@validated()
 def console_log(server: str, length: int | None = None, timeout: float = 30.0) -> str:
     """The tail of ``server``'s console log (name or uuid): at most its last 100 KiB, then
     its last ``length`` lines when given; "" when the guest has logged nothing yet."""
