@@ -7,6 +7,8 @@ from typing import Any
 
 from celery.canvas import Signature
 
+from workflows.canvas import errback, step
+
 #: API action name -> task name (without the ``compute.`` prefix).
 TASKS = {
     "stop": "stop_instance",
@@ -24,9 +26,12 @@ TASKS = {
 def lifecycle_step(
     action: str, instance_uuid: str, request_id: str, host: str, **extra: Any
 ) -> Signature:
-    from tasks import lifecycle as lifecycle_tasks
-
-    task = getattr(lifecycle_tasks, TASKS[action])
-    step = task.si(instance_uuid=instance_uuid, request_id=request_id, host=host, **extra)
-    step.on_error(lifecycle_tasks.on_lifecycle_error.s())
-    return step
+    signature = step(
+        f"compute.{TASKS[action]}",
+        instance_uuid=instance_uuid,
+        request_id=request_id,
+        host=host,
+        **extra,
+    )
+    signature.on_error(errback("scheduler.on_lifecycle_error"))
+    return signature
