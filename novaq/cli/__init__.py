@@ -18,6 +18,3 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
 from novaq.cli.base import main
 
 __all__ = ["main"]
-
-if __name__ == "__main__":
-    main()
