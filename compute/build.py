@@ -27,6 +27,7 @@ from compute.instance_state import cas_update, get_instance
 from compute.pci import PciRequest, held_devices
 from compute.states import TaskState, VmState
 from models import ComputeNode, Instance, utcnow
+from models.alternate import Alternate
 from models.db import session_scope
 from novaq.exceptions import (
     ImageNotFound,
@@ -71,9 +72,6 @@ def guest_spec(
         display_name=instance.display_name or "",
         flavor_name=str(flavor.get("name", "")),
     )
-
-
-Alternate = tuple[str, str, int]  # (host, node, compute node id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ state, so a step redelivered after its worker died resumes instead of sticking.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +45,9 @@ from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S, instance_power_off_timeout
 from compute.resource_tracker import get_node
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
+from models.alternate import Alternate
 from models.db import session_scope
+from models.states import MigrationStatus
 from novaq.exceptions import (
     InstanceNotFound,
     NotFound,
@@ -59,17 +61,17 @@ from virt.driver import ComputeDriver, GuestSpec, check_can_resize
 LOG = logging.getLogger(__name__)
 
 IN_PROGRESS = (
-    "pre-migrating",
-    "migrating",
-    "post-migrating",
-    "finished",
-    "confirming",
-    "reverting",
+    MigrationStatus.PRE_MIGRATING,
+    MigrationStatus.MIGRATING,
+    MigrationStatus.POST_MIGRATING,
+    MigrationStatus.FINISHED,
+    MigrationStatus.CONFIRMING,
+    MigrationStatus.REVERTING,
 )
 
 
 #: A move that reached VERIFY_RESIZE and waits (or is on its way) to be confirmed.
-UNCONFIRMED = ("finished", "confirming")
+UNCONFIRMED = (MigrationStatus.FINISHED, MigrationStatus.CONFIRMING)
 
 
 class MigrationNotFound(NotFound):
@@ -91,13 +93,13 @@ def active_migration(session: Session, instance_uuid: str) -> Migration | None:
     ).first()
 
 
-def pci_requests(data: list[dict[str, Any]] | None) -> list[PciRequest]:
+def pci_requests(data: Iterable[Mapping[str, Any]] | None) -> list[PciRequest]:
     return [PciRequest.from_dict(p) for p in data or ()]
 
 
 def new_request(migration: Migration) -> ResourceRequest:
     return ResourceRequest.from_flavor(
-        migration.new_flavor, pci_requests(migration.context.get("new_pci_requests"))
+        migration.new_flavor, pci_requests(migration.context.new_pci_requests)
     )
 
 
@@ -136,7 +138,9 @@ def step(ctx: StepContext, event: str) -> Iterator[str]:
         yield instance_uuid
 
 
-def _set_migration(session: Session, migration_uuid: str, status: str, **values: Any) -> Migration:
+def _set_migration(
+    session: Session, migration_uuid: str, status: MigrationStatus, **values: Any
+) -> Migration:
     migration = get_migration(session, migration_uuid)
     migration.status = status
     migration.updated_at = utcnow()
@@ -158,20 +162,21 @@ def prep_resize(ctx: StepContext) -> None:
             cas_update(session, instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
             dest = node_id(session, migration.dest_compute, migration.dest_node)
             source = node_id(session, migration.source_compute, migration.source_node)
-            context = dict(migration.context)
-            context["new_pci_devices"] = [
-                d.address for d in held_devices(session, instance_uuid, dest)
-            ]
-            context["old_pci_devices"] = [
-                d.address for d in held_devices(session, migration.uuid, source)
-            ]
-            # NOTE: the source copies the disks here (a local path on one machine).
-            context["dest_instances_path"] = str(ctx.driver.instances_path)
-            migration.context = context
+            migration.context = migration.context.model_copy(
+                update={
+                    "new_pci_devices": tuple(
+                        d.address for d in held_devices(session, instance_uuid, dest)
+                    ),
+                    "old_pci_devices": tuple(
+                        d.address for d in held_devices(session, migration.uuid, source)
+                    ),
+                    # NOTE: the source copies the disks here (a local path on one machine).
+                    "dest_instances_path": str(ctx.driver.instances_path),
+                }
+            )
             instance = get_instance(session, instance_uuid)
-            sysmeta = dict(instance.system_metadata or {})
-            sysmeta.setdefault("old_vm_state", instance.vm_state)
-            instance.system_metadata = sysmeta
+            if instance.old_vm_state is None:
+                instance.old_vm_state = instance.vm_state
 
 
 def resize_instance(ctx: StepContext) -> None:
@@ -186,11 +191,11 @@ def resize_instance(ctx: StepContext) -> None:
                 expected_task_state=[TaskState.RESIZE_PREP, TaskState.RESIZE_MIGRATING],
                 task_state=TaskState.RESIZE_MIGRATING,
             )
-            migration = _set_migration(session, ctx.migration_uuid, "migrating")
+            migration = _set_migration(session, ctx.migration_uuid, MigrationStatus.MIGRATING)
             instance = get_instance(session, instance_uuid)
             old = guest_spec(session, instance, migration.old_flavor, [])
             new = guest_spec(session, instance, migration.new_flavor, [])
-            dest_path = migration.context.get("dest_instances_path")
+            dest_path = migration.context.dest_instances_path
         # NOTE: without a recorded destination path the instances path is shared (Nova's
         # shared storage): the destination's directory is this host's.
         dest = dest_path or str(ctx.driver.instances_path)
@@ -212,7 +217,7 @@ def resize_instance(ctx: StepContext) -> None:
                 host=migration.dest_compute,
                 node=migration.dest_node,
             )
-            _set_migration(session, ctx.migration_uuid, "post-migrating")
+            _set_migration(session, ctx.migration_uuid, MigrationStatus.POST_MIGRATING)
 
 
 def _power_off_cleanly(ctx: StepContext, instance_uuid: str) -> None:
@@ -236,11 +241,11 @@ def finish_resize(ctx: StepContext) -> None:
                 task_state=TaskState.RESIZE_FINISH,
             )
             instance = get_instance(session, instance_uuid)
-            _take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
+            _take_flavor(instance, migration.new_flavor, migration.context.new_pci_requests)
             dest = node_id(session, migration.dest_compute, migration.dest_node)
             addresses = [d.address for d in held_devices(session, instance_uuid, dest)]
             spec = guest_spec(session, instance, migration.new_flavor, addresses)
-            stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
+            stopped = instance.old_vm_state == VmState.STOPPED
         info = ctx.driver.finish_migration(spec, power_on=not stopped)
         with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
             cas_update(
@@ -251,7 +256,7 @@ def finish_resize(ctx: StepContext) -> None:
                 task_state=None,
                 power_state=info.power_state,
             )
-            _set_migration(session, ctx.migration_uuid, "finished")
+            _set_migration(session, ctx.migration_uuid, MigrationStatus.FINISHED)
 
 
 def _roll_back(ctx: StepContext, instance_uuid: str, exc: BaseException) -> None:
@@ -267,7 +272,7 @@ def _roll_back(ctx: StepContext, instance_uuid: str, exc: BaseException) -> None
         instance.task_state = None
         _pop_old_vm_state(instance)
         actions.add_fault(session, instance_uuid, exc, ctx.host)
-        _set_migration(session, ctx.migration_uuid, "error")
+        _set_migration(session, ctx.migration_uuid, MigrationStatus.ERROR)
 
     retry_on_conflict(ctx.db_url, work)
     LOG.warning("Migration %s rolled back on %s: %s", ctx.migration_uuid, ctx.host, exc)
@@ -286,14 +291,14 @@ def _or_take_down(driver: ComputeDriver, instance_uuid: str) -> Iterator[None]:
 
 
 def _take_flavor(
-    instance: Instance, flavor: dict[str, Any], pci: list[dict[str, Any]] | None
+    instance: Instance, flavor: dict[str, Any], pci: Iterable[Mapping[str, Any]] | None
 ) -> None:
     instance.flavor = dict(flavor)
     instance.vcpus, instance.memory_mb = flavor["vcpus"], flavor["memory_mb"]
     instance.root_gb, instance.ephemeral_gb = flavor["root_gb"], flavor.get("ephemeral_gb", 0)
     spec = dict(instance.request_spec or {})
     spec["flavor"] = dict(flavor)
-    spec["pci_requests"] = list(pci or [])
+    spec["pci_requests"] = [dict(p) for p in pci or ()]
     instance.request_spec = spec
 
 
@@ -311,7 +316,7 @@ def confirm_resize(ctx: StepContext) -> None:
 
         def work(session: Session) -> None:
             migration = get_migration(session, ctx.migration_uuid)
-            if migration.status == "confirmed":
+            if migration.status == MigrationStatus.CONFIRMED:
                 return
             source = node_id(session, migration.source_compute, migration.source_node)
             confirm_move_in_session(session, migration.uuid, source)
@@ -327,7 +332,7 @@ def confirm_resize(ctx: StepContext) -> None:
                 vm_state=vm_state,
             )
             _pop_old_vm_state(instance)
-            _set_migration(session, ctx.migration_uuid, "confirmed")
+            _set_migration(session, ctx.migration_uuid, MigrationStatus.CONFIRMED)
 
         retry_on_conflict(ctx.db_url, work)
 
@@ -342,12 +347,12 @@ def revert_resize(ctx: StepContext) -> None:
 
         def work(session: Session) -> None:
             migration = get_migration(session, ctx.migration_uuid)
-            if migration.status == "reverted":
+            if migration.status == MigrationStatus.REVERTED:
                 return
             give_back_source(session, migration)
             instance = get_instance(session, instance_uuid)
             instance.host, instance.node = migration.source_compute, migration.source_node
-            _set_migration(session, ctx.migration_uuid, "reverted")
+            _set_migration(session, ctx.migration_uuid, MigrationStatus.REVERTED)
 
         retry_on_conflict(ctx.db_url, work)
 
@@ -377,7 +382,7 @@ def finish_revert_resize(ctx: StepContext) -> None:
             source = node_id(session, migration.source_compute, migration.source_node)
             addresses = [d.address for d in held_devices(session, instance_uuid, source)]
             spec = guest_spec(session, instance, migration.old_flavor, addresses)
-            stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
+            stopped = instance.old_vm_state == VmState.STOPPED
         info = ctx.driver.finish_revert_migration(spec, power_on=not stopped)
         with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
             instance = get_instance(session, instance_uuid)
@@ -402,13 +407,11 @@ def give_back_source(session: Session, migration: Migration) -> None:
         release_in_session(session, instance.uuid, dest)
     source = node_id(session, migration.source_compute, migration.source_node)
     move_consumer(session, migration.uuid, instance.uuid, source)
-    _take_flavor(instance, migration.old_flavor, migration.context.get("old_pci_requests"))
+    _take_flavor(instance, migration.old_flavor, migration.context.old_pci_requests)
 
 
 def _pop_old_vm_state(instance: Instance) -> None:
-    sysmeta = dict(instance.system_metadata or {})
-    sysmeta.pop("old_vm_state", None)
-    instance.system_metadata = sysmeta
+    instance.old_vm_state = None
 
 
 # -- failure -------------------------------------------------------------------------------------
@@ -438,7 +441,7 @@ def abort_move(db_url: str, migration_uuid: str, exc: BaseException, host: str |
             return False
         if in_flight:
             _settle_accounting(session, migration, instance)
-            _set_migration(session, migration_uuid, "error")
+            _set_migration(session, migration_uuid, MigrationStatus.ERROR)
         instance.vm_state, instance.task_state = VmState.ERROR, None
         instance.updated_at = utcnow()
         actions.add_fault(session, instance.uuid, exc, host)
@@ -457,7 +460,7 @@ def _settle_accounting(session: Session, migration: Migration, instance: Instanc
     else:
         source = node_id(session, migration.source_compute, migration.source_node)
         confirm_move_in_session(session, migration.uuid, source)
-        _take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
+        _take_flavor(instance, migration.new_flavor, migration.context.new_pci_requests)
 
 
 def fail_scheduling(db_url: str, migration_uuid: str, exc: BaseException) -> None:
@@ -465,7 +468,7 @@ def fail_scheduling(db_url: str, migration_uuid: str, exc: BaseException) -> Non
     fault and a failed event (Nova's conductor rollback); the migration goes to error."""
     with session_scope(db_url) as session:
         migration = get_migration(session, migration_uuid)
-        if migration.status != "pre-migrating":
+        if migration.status != MigrationStatus.PRE_MIGRATING:
             return
         instance = get_instance(session, migration.instance_uuid)
         if instance.task_state == TaskState.RESIZE_PREP:
@@ -480,16 +483,16 @@ def fail_scheduling(db_url: str, migration_uuid: str, exc: BaseException) -> Non
             None,
             exc,
         )
-        _set_migration(session, migration_uuid, "error")
+        _set_migration(session, migration_uuid, MigrationStatus.ERROR)
 
 
 def reschedule_move(
     db_url: str,
     migration_uuid: str,
-    alternates: tuple[tuple[str, str, int], ...],
+    alternates: tuple[Alternate, ...],
     exc: BaseException,
     failed_host: str,
-) -> tuple[tuple[str, str, int], tuple[tuple[str, str, int], ...]] | None:
+) -> tuple[Alternate, tuple[Alternate, ...]] | None:
     """prep_resize failed on the destination: move the destination claim to the first
     alternate that can take it (Nova's reschedule of a resize), with a fault."""
     for index, alternate in enumerate(alternates):
@@ -543,5 +546,5 @@ def drop_moves(session: Session, instance_uuid: str) -> None:
         release_in_session(session, migration.uuid)
         same_host = migration.source_compute == migration.dest_compute
         confirmed = migration.status in UNCONFIRMED and same_host
-        migration.status = "confirmed" if confirmed else "error"
+        migration.status = MigrationStatus.CONFIRMED if confirmed else MigrationStatus.ERROR
         migration.updated_at = utcnow()

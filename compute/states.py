@@ -3,63 +3,14 @@ status derived from them (``nova/api/openstack/common.py: _STATE_MAP``)."""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from models.states import TaskState, VmState
 
+__all__ = ["TaskState", "VmState", "api_status"]
 
-class VmState(StrEnum):
-    ACTIVE = "active"
-    BUILDING = "building"
-    PAUSED = "paused"
-    SUSPENDED = "suspended"
-    STOPPED = "stopped"
-    RESCUED = "rescued"
-    RESIZED = "resized"
-    SOFT_DELETED = "soft-delete"
-    DELETED = "deleted"
-    ERROR = "error"
-    SHELVED = "shelved"
-    SHELVED_OFFLOADED = "shelved_offloaded"
-
-
-class TaskState(StrEnum):
-    SCHEDULING = "scheduling"
-    BLOCK_DEVICE_MAPPING = "block_device_mapping"
-    NETWORKING = "networking"
-    SPAWNING = "spawning"
-    DELETING = "deleting"
-    SOFT_DELETING = "soft-deleting"
-    RESIZE_PREP = "resize_prep"
-    RESIZE_MIGRATING = "resize_migrating"
-    RESIZE_MIGRATED = "resize_migrated"
-    RESIZE_FINISH = "resize_finish"
-    RESIZE_REVERTING = "resize_reverting"
-    REBOOTING = "rebooting"
-    REBOOT_PENDING = "reboot_pending"
-    REBOOT_STARTED = "reboot_started"
-    REBOOTING_HARD = "rebooting_hard"
-    REBOOT_PENDING_HARD = "reboot_pending_hard"
-    REBOOT_STARTED_HARD = "reboot_started_hard"
-    PAUSING = "pausing"
-    UNPAUSING = "unpausing"
-    SUSPENDING = "suspending"
-    RESUMING = "resuming"
-    POWERING_OFF = "powering-off"
-    POWERING_ON = "powering-on"
-    RESCUING = "rescuing"
-    UNRESCUING = "unrescuing"
-    RESTORING = "restoring"
-    SHELVING = "shelving"
-    SHELVING_OFFLOADING = "shelving_offloading"
-    UNSHELVING = "unshelving"
-    MIGRATING = "migrating"
-    REBUILDING = "rebuilding"
-    UPDATING_PASSWORD = "updating_password"
-
-
-_REBOOT = {"rebooting", "reboot_pending", "reboot_started"}
-_HARD_REBOOT = {"rebooting_hard", "reboot_pending_hard", "reboot_started_hard"}
-_REBUILD = {"rebuilding", "rebuild_block_device_mapping", "rebuild_spawning"}
-_RESIZING = {"resize_prep", "resize_migrating", "resize_migrated", "resize_finish"}
+_REBOOT = frozenset({"rebooting", "reboot_pending", "reboot_started"})
+_HARD_REBOOT = frozenset({"rebooting_hard", "reboot_pending_hard", "reboot_started_hard"})
+_REBUILD = frozenset({"rebuilding", "rebuild_block_device_mapping", "rebuild_spawning"})
+_RESIZING = frozenset({"resize_prep", "resize_migrating", "resize_migrated", "resize_finish"})
 
 _DEFAULT_STATUS = {
     "active": "ACTIVE",
@@ -77,31 +28,26 @@ _DEFAULT_STATUS = {
 }
 
 
+#: (vm_state, task_states) -> the status they show instead of the vm_state's default.
+_TASK_STATUS: tuple[tuple[str, frozenset[str], str], ...] = (
+    ("active", _REBOOT, "REBOOT"),
+    ("active", _HARD_REBOOT, "HARD_REBOOT"),
+    ("active", frozenset({"updating_password"}), "PASSWORD"),
+    ("active", _REBUILD, "REBUILD"),
+    ("active", frozenset({"migrating"}), "MIGRATING"),
+    ("active", _RESIZING, "RESIZE"),
+    ("stopped", _RESIZING, "RESIZE"),
+    ("stopped", _REBUILD, "REBUILD"),
+    ("resized", frozenset({"resize_reverting"}), "REVERT_RESIZE"),
+    ("paused", frozenset({"migrating"}), "MIGRATING"),
+    ("error", _REBUILD, "REBUILD"),
+)
+
+
 def api_status(vm_state: str, task_state: str | None) -> str:
     """The Nova API status for a (vm_state, task_state) pair."""
     task = task_state or ""
-    if vm_state == "active":
-        if task in _REBOOT:
-            return "REBOOT"
-        if task in _HARD_REBOOT:
-            return "HARD_REBOOT"
-        if task == "updating_password":
-            return "PASSWORD"
-        if task in _REBUILD:
-            return "REBUILD"
-        if task == "migrating":
-            return "MIGRATING"
-        if task in _RESIZING:
-            return "RESIZE"
-    elif vm_state == "stopped":
-        if task in _RESIZING:
-            return "RESIZE"
-        if task in _REBUILD:
-            return "REBUILD"
-    elif vm_state == "resized" and task == "resize_reverting":
-        return "REVERT_RESIZE"
-    elif vm_state == "paused" and task == "migrating":
-        return "MIGRATING"
-    elif vm_state == "error" and task in _REBUILD:
-        return "REBUILD"
+    for state, tasks, status in _TASK_STATUS:
+        if vm_state == state and task in tasks:
+            return status
     return _DEFAULT_STATUS.get(vm_state, "UNKNOWN")

@@ -10,7 +10,7 @@ much, by Nova's rules. Heal and audit both start from this one answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +20,9 @@ from sqlalchemy.orm import Session
 from compute.claims import ResourceRequest
 from compute.pci import PciRequest
 from models import ComputeNode, Instance, Migration
+from models.states import TERMINAL_MIGRATION_STATUSES
 
-TERMINAL_MIGRATION = ("confirmed", "reverted", "error", "failed", "completed", "cancelled", "done")
+TERMINAL_MIGRATION = tuple(sorted(TERMINAL_MIGRATION_STATUSES))
 NOT_COUNTED_VM_STATES = ("deleted", "shelved_offloaded")
 UNSHELVE_TASK_STATES = ("unshelving", "spawning")
 
@@ -41,7 +42,7 @@ class Expected:
 
 
 def flavor_request(
-    flavor: Mapping[str, Any], pci: list[dict[str, Any]] | None = None
+    flavor: Mapping[str, Any], pci: Iterable[Mapping[str, Any]] | None = None
 ) -> ResourceRequest:
     return ResourceRequest.from_flavor(flavor, [PciRequest.from_dict(p) for p in pci or ()])
 
@@ -69,7 +70,6 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
     moving: set[str] = set()
     for migration in in_progress_migrations(session, node):
         moving.add(migration.instance_uuid)
-        context = migration.context or {}
         if (migration.source_compute, migration.source_node) == (
             node.host,
             node.hypervisor_hostname,
@@ -78,14 +78,14 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
                 migration.uuid,
                 migration.instance_uuid,
                 "migration-source",
-                flavor_request(migration.old_flavor, context.get("old_pci_requests")),
+                flavor_request(migration.old_flavor, migration.context.old_pci_requests),
             )
         if (migration.dest_compute, migration.dest_node) == (node.host, node.hypervisor_hostname):
             expected[migration.instance_uuid] = Expected(
                 migration.instance_uuid,
                 migration.instance_uuid,
                 "migration-dest",
-                flavor_request(migration.new_flavor, context.get("new_pci_requests")),
+                flavor_request(migration.new_flavor, migration.context.new_pci_requests),
             )
     instances = session.scalars(
         select(Instance).where(

@@ -7,9 +7,15 @@ import datetime as dt
 from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Index, String
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, validates
 
 from models.base import Base, intpk, str255, timestamp, uuid36
+from models.enum_types import IntEnumType, StrEnumType
+from models.states import PowerState, TaskState, VmState
+
+#: The ``system_metadata`` key of the vm_state an operation will return to (Nova's
+#: ``old_vm_state``: a resize's confirm/revert, a suspend's resume).
+OLD_VM_STATE = "old_vm_state"
 
 
 class Instance(Base):
@@ -30,9 +36,11 @@ class Instance(Base):
     memory_mb: Mapped[int] = mapped_column(default=0)
     root_gb: Mapped[int] = mapped_column(default=0)
     ephemeral_gb: Mapped[int] = mapped_column(default=0)
-    vm_state: Mapped[str] = mapped_column(String(255))
-    task_state: Mapped[str | None] = mapped_column(String(255))
-    power_state: Mapped[int] = mapped_column(default=0)
+    vm_state: Mapped[VmState] = mapped_column(StrEnumType(VmState, 255))
+    task_state: Mapped[TaskState | None] = mapped_column(StrEnumType(TaskState, 255))
+    power_state: Mapped[PowerState] = mapped_column(
+        IntEnumType(PowerState), default=PowerState.NOSTATE
+    )
     host: Mapped[str | None] = mapped_column(String(255))
     node: Mapped[str | None] = mapped_column(String(255))
     availability_zone: Mapped[str | None] = mapped_column(String(255))
@@ -48,6 +56,32 @@ class Instance(Base):
     # Nova's ``cleaned``: the host's files of a deleted instance are gone
     # (``_run_pending_deletes`` retries until they are).
     cleaned: Mapped[int] = mapped_column(default=0, server_default="0")
+
+    @validates("vm_state")
+    def _vm_state(self, key: str, value: str) -> VmState:
+        return VmState(value)
+
+    @validates("task_state")
+    def _task_state(self, key: str, value: str | None) -> TaskState | None:
+        return None if value is None else TaskState(value)
+
+    @validates("power_state")
+    def _power_state(self, key: str, value: int) -> PowerState:
+        return PowerState(value)
+
+    @property
+    def old_vm_state(self) -> VmState | None:
+        """The vm_state stashed in ``system_metadata`` to return to, if any."""
+        stashed = (self.system_metadata or {}).get(OLD_VM_STATE)
+        return None if stashed is None else VmState(stashed)
+
+    @old_vm_state.setter
+    def old_vm_state(self, value: VmState | None) -> None:
+        # A new dict: the JSON column only notices a reassignment.
+        meta = {k: v for k, v in (self.system_metadata or {}).items() if k != OLD_VM_STATE}
+        if value is not None:
+            meta[OLD_VM_STATE] = str(VmState(value))
+        self.system_metadata = meta
 
     def __repr__(self) -> str:
         return f"<Instance {self.uuid} {self.vm_state}/{self.task_state} on {self.host}>"

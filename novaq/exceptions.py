@@ -17,6 +17,7 @@
     │   └── DomainNotFound           the hypervisor has no such guest
     ├── InstanceInvalidState         operation not allowed in the current state
     ├── UnexpectedTaskStateError     a compare-and-swap on task_state lost (redelivery, race)
+    ├── InvalidMigrationTransition   a migration status change the transition table refuses
     ├── ClaimError
     │   ├── ResourcesUnavailable     the node has not enough free capacity
     │   └── GenerationConflict       another claim moved the node's generation first
@@ -135,6 +136,14 @@ class UnexpectedTaskStateError(NovaqError):
         "Unexpected task state for instance %(uuid)s: expecting %(expected)s "
         "but the instance is in %(actual)s."
     )
+    code = 409
+
+
+class InvalidMigrationTransition(NovaqError):
+    """A write of ``migrations.status`` that ``models.states.MIGRATION_TRANSITIONS`` does not
+    allow: a bug in the writer, never a user error."""
+
+    msg_fmt = "Migration %(migration)s cannot go from %(current)s to %(wanted)s."
     code = 409
 
 

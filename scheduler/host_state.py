@@ -25,6 +25,7 @@ from models import (
     Service,
     utcnow,
 )
+from models.alternate import Alternate
 from models.pci_device import AVAILABLE
 from novaq.settings import Settings
 
@@ -81,6 +82,10 @@ class HostState:
             for key, value in aggregate.metadata.items():
                 merged.setdefault(key, set()).add(value)
         return merged
+
+    def as_alternate(self) -> Alternate:
+        """This node as a place a build or move may go next."""
+        return Alternate(self.host, self.nodename, self.compute_node_id)
 
     @property
     def free_pci_devices(self) -> int:
@@ -366,7 +371,7 @@ def _service_up(row: Any, settings: Settings, now: dt.datetime) -> bool:
     if row.service_id is None or row.forced_down:
         return False
     last = row.last_seen_up or row.service_created_at
-    return abs((now - last).total_seconds()) <= settings.effective_service_down_time
+    return bool(abs((now - last).total_seconds()) <= settings.effective_service_down_time)
 
 
 @functools.lru_cache(maxsize=256)

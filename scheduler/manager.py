@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import random
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,7 +35,7 @@ from novaq.settings import Settings
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState, load_candidates
-from scheduler.request_spec import RequestSpec, Selection
+from scheduler.request_spec import InstanceGroup, RequestSpec, Selection
 from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
 
 LOG = logging.getLogger(__name__)
@@ -125,7 +124,7 @@ class Scheduler:
                     continue  # deleted while being scheduled
                 chosen.consume(spec.resources, spec.instance_uuid)
                 if group is not None:
-                    group["hosts"] = sorted(set(group["hosts"]) | {chosen.host})
+                    group = group.with_host(chosen.host)
                 claimed.append(spec.instance_uuid)
                 selections.append(
                     Selection(
@@ -190,9 +189,7 @@ class Scheduler:
         wanted = 0 if forced else self.settings.scheduler.max_attempts - 1
         result = []
         for selection, ranked in zip(selections, rankings, strict=True):
-            alternates = [
-                (h.host, h.nodename, h.compute_node_id) for h in ranked if h.host not in chosen
-            ][:wanted]
+            alternates = [h.as_alternate() for h in ranked if h.host not in chosen][:wanted]
             result.append(dataclasses.replace(selection, alternates=tuple(alternates)))
         return result
 
@@ -248,9 +245,7 @@ class MoveScheduler:
                 lost.append(f"{host.host}: {exc}")
                 continue
             wanted = self.scheduler.settings.scheduler.max_attempts - 1
-            alternates = tuple(
-                (h.host, h.nodename, h.compute_node_id) for h in ranked[index + 1 :]
-            )[:wanted]
+            alternates = tuple(h.as_alternate() for h in ranked[index + 1 :])[:wanted]
             return Selection(
                 host.host, host.nodename, host.compute_node_id, alternates, spec.instance_uuid
             )
@@ -283,14 +278,14 @@ def _claim_move(
 
 
 def check_group_policy(
-    session: Session, group: dict[str, Any], instance_uuid: str, host: str
+    session: Session, group: InstanceGroup, instance_uuid: str, host: str
 ) -> None:
     """Hard (anti-)affinity as the claim's transaction sees the members: the late check
     Nova does on the compute host, done where it can still pick another host."""
-    policy = group.get("policy")
+    policy = group.policy
     if policy not in ("affinity", "anti-affinity"):
         return
-    others = [m for m in group.get("members", ()) if m != instance_uuid]
+    others = [m for m in group.members if m != instance_uuid]
     if not others:
         return
     hosts = list(
@@ -301,7 +296,7 @@ def check_group_policy(
         )
     )
     if policy == "anti-affinity":
-        limit = int(group.get("rules", {}).get("max_server_per_host", 1))
+        limit = group.max_server_per_host
         if hosts.count(host) >= limit:
             raise ResourcesUnavailable(node=host, reason="anti-affinity group already on this host")
     elif hosts and host not in hosts:

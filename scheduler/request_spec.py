@@ -3,11 +3,55 @@ compute hosts (JSON-friendly, never ORM objects)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from compute.claims import ResourceRequest
 from compute.pci import PciRequest
+from models.alternate import Alternate, dump_alternates, load_alternates
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGroup:
+    """A server group as the scheduler sees it at decision time (Nova's instance_group):
+    its policy and rules, its members and the hosts they are on."""
+
+    uuid: str = ""
+    name: str = ""
+    policy: str = ""
+    rules: dict[str, Any] = field(default_factory=dict)
+    members: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+
+    @property
+    def max_server_per_host(self) -> int:
+        """Anti-affinity's limit per host (Nova's rule; 1 unless the group says)."""
+        return int(self.rules.get("max_server_per_host", 1))
+
+    def with_host(self, host: str) -> InstanceGroup:
+        """The group once a member was placed on ``host`` (the next instance of the same
+        request sees it)."""
+        return replace(self, hosts=tuple(sorted({*self.hosts, host})))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["members"], data["hosts"] = list(self.members), list(self.hosts)
+        return data
+
+    @classmethod
+    def load(cls, data: InstanceGroup | Mapping[str, Any]) -> InstanceGroup:
+        """From its dict form (keys left out take their defaults), or as it is."""
+        if isinstance(data, InstanceGroup):
+            return data
+        return cls(
+            uuid=str(data.get("uuid", "")),
+            name=str(data.get("name", "")),
+            policy=str(data.get("policy", "")),
+            rules=dict(data.get("rules") or {}),
+            members=tuple(data.get("members") or ()),
+            hosts=tuple(data.get("hosts") or ()),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +71,14 @@ class RequestSpec:
     image_name: str = ""
     force_hosts: tuple[str, ...] = ()
     requested_host: str | None = None
-    # Filled by the scheduler from the database at decision time (Nova's instance_group):
-    # {"uuid", "name", "policy", "rules": {"max_server_per_host": 1}, "members": [uuids],
-    #  "hosts": [hosts of the members]}
-    instance_group: dict[str, Any] | None = None
+    # Filled by the scheduler from the database at decision time (Nova's instance_group).
+    instance_group: InstanceGroup | None = None
     # Computed once: filters ask for it for every host.
     _resources: ResourceRequest | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.instance_group is not None:
+            object.__setattr__(self, "instance_group", InstanceGroup.load(self.instance_group))
         object.__setattr__(
             self, "_resources", ResourceRequest.from_flavor(self.flavor, self.pci_requests)
         )
@@ -50,6 +94,7 @@ class RequestSpec:
         data["ignore_hosts"] = list(self.ignore_hosts)
         data["force_hosts"] = list(self.force_hosts)
         data["pci_requests"] = [r.to_dict() for r in self.pci_requests]
+        data["instance_group"] = self.instance_group.to_dict() if self.instance_group else None
         return data
 
     @classmethod
@@ -68,8 +113,12 @@ class Selection:
     host: str
     nodename: str
     compute_node_id: int
-    alternates: tuple[tuple[str, str, int], ...] = ()
+    alternates: tuple[Alternate, ...] = ()
     instance_uuid: str | None = None
+
+    def __post_init__(self) -> None:
+        # One type on every path: plain triples given here become Alternates.
+        object.__setattr__(self, "alternates", load_alternates(self.alternates))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,5 +126,5 @@ class Selection:
             "host": self.host,
             "nodename": self.nodename,
             "compute_node_id": self.compute_node_id,
-            "alternates": [list(a) for a in self.alternates],
+            "alternates": dump_alternates(self.alternates),
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from compute import build, delete, notifications, resource_tracker
+from models.alternate import load_alternates
 from novaq.exceptions import ConfigError
 from scheduler.request_spec import Selection
 from tasks import context
@@ -36,7 +37,7 @@ def build_and_run_instance(
     tries = build.BuildAttempt(
         number=attempt,
         max_attempts=max_attempts,
-        alternates=tuple((str(h), str(n), int(i)) for h, n, i in alternates or ()),
+        alternates=load_alternates(alternates),
     )
     threshold = context.settings().compute.consecutive_build_service_disable_threshold
     db_url = context.db_url()

@@ -9,6 +9,7 @@ from typing import Any
 from celery.utils.log import get_task_logger
 
 from compute import moves, notifications
+from models.alternate import dump_alternates, load_alternates
 from models.db import session_scope
 from novaq.exceptions import NoValidHost
 from scheduler.groups import load_instance_group
@@ -39,15 +40,15 @@ def move_spec(migration_uuid: str) -> tuple[RequestSpec, str]:
     s = context.settings()
     with session_scope(context.db_url()) as session:
         migration = moves.get_migration(session, migration_uuid)
-        base = RequestSpec.from_dict(dict(migration.context["request_spec"]))
+        base = RequestSpec.from_dict(dict(migration.context.request_spec))
         resize = migration.migration_type == "resize"
         same_host_ok = resize and s.allow_resize_to_same_host
         spec = dataclasses.replace(
             base,
             flavor=dict(migration.new_flavor),
-            pci_requests=tuple(moves.pci_requests(migration.context.get("new_pci_requests"))),
+            pci_requests=tuple(moves.pci_requests(migration.context.new_pci_requests)),
             ignore_hosts=() if same_host_ok else (migration.source_compute or "",),
-            requested_host=migration.context.get("requested_host"),
+            requested_host=migration.context.requested_host,
             force_hosts=(),
             instance_group=load_instance_group(session, base.group) if base.group else None,
         )
@@ -64,7 +65,7 @@ def select_for_move(self: Any, migration_uuid: str, instance_uuid: str, request_
     except NoValidHost as exc:
         moves.fail_scheduling(context.db_url(), migration_uuid, exc)
         raise
-    alternates = [list(a) for a in selection.alternates]
+    alternates = dump_alternates(selection.alternates)
     return self.replace(
         move_chain(migration_uuid, instance_uuid, request_id, source, selection.host, alternates)
     )
@@ -84,7 +85,7 @@ def prep_resize(
         with notifications.notified(ctx.db_url, "resize_prep", instance_uuid, host, request_id):
             moves.prep_resize(ctx)
     except Exception as exc:
-        tries = tuple((str(h), str(n), int(i)) for h, n, i in alternates or ())
+        tries = load_alternates(alternates)
         moved = moves.reschedule_move(context.db_url(), migration_uuid, tries, exc, host)
         if moved is None:
             raise
@@ -102,7 +103,7 @@ def prep_resize(
                 request_id,
                 source,
                 next_host,
-                [list(a) for a in remaining],
+                dump_alternates(remaining),
             )
         )
     return {"instance_uuid": instance_uuid, "step": "prep_resize", "host": host}

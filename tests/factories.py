@@ -8,7 +8,7 @@ import uuid as uuid_module
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete
+from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
 from compute.claims import write_usage
@@ -17,6 +17,7 @@ from compute.servicegroup import COMPUTE, register_service
 from compute.states import TaskState, VmState
 from models import Base, ComputeNode, Image, ImageStatus, Instance, Migration
 from models.db import session_scope
+from models.states import MIGRATION_TRANSITIONS, MigrationStatus
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
 from virt.driver import HostResources, PciDevice
@@ -230,8 +231,47 @@ def add_migration(session: Session, instance_uuid: str, **overrides: Any) -> str
     values.update(overrides)
     values.setdefault("source_node", values["source_compute"])
     values.setdefault("dest_node", values["dest_compute"])
-    session.add(Migration(**values))
+    # Created as api.resize creates it, then walked to the status asked for along the
+    # transition table (every write of a status is checked).
+    wanted = MigrationStatus(values.pop("status"))
+    migration = Migration(status=MigrationStatus.PRE_MIGRATING, **values)
+    for status in migration_path(MigrationStatus.PRE_MIGRATING, wanted):
+        migration.status = status
+    session.add(migration)
     return uuid
+
+
+def set_migration_status(session: Session, migration_uuid: str, status: str) -> None:
+    """Move a migration to ``status`` as novaq's writers would: along legal transitions
+    (each write checked by the model)."""
+    migration = session.scalars(select(Migration).where(Migration.uuid == migration_uuid)).one()
+    for step in migration_path(migration.status, MigrationStatus(status)):
+        migration.status = step
+
+
+def rewind_migration_status(session: Session, migration_uuid: str, status: str) -> None:
+    """Put a migration back in an earlier ``status``, as if a step's commit had been lost
+    (its worker died after acting, before recording). Raw SQL on purpose: no novaq writer
+    ever goes backwards, so the transition table refuses it."""
+    session.execute(
+        text("UPDATE migrations SET status = :status WHERE uuid = :uuid"),
+        {"status": str(MigrationStatus(status)), "uuid": migration_uuid},
+    )
+
+
+def migration_path(start: MigrationStatus, goal: MigrationStatus) -> list[MigrationStatus]:
+    """The shortest chain of legal transitions from ``start`` to ``goal`` (excluded start)."""
+    paths: dict[MigrationStatus, list[MigrationStatus]] = {start: []}
+    queue = [start]
+    while queue:
+        current = queue.pop(0)
+        if current == goal:
+            return paths[current]
+        for nxt in sorted(MIGRATION_TRANSITIONS[current]):
+            if nxt not in paths:
+                paths[nxt] = [*paths[current], nxt]
+                queue.append(nxt)
+    raise ValueError(f"no legal path from {start} to {goal}")
 
 
 def make_migration(db_url: str, instance_uuid: str, **overrides: Any) -> str:

@@ -45,6 +45,22 @@ def _require_int(spec: GuestSpec, field: str, minimum: int) -> None:
 DISK_FORMATS: Final = ("raw", "qcow2")
 
 
+def to_json_dict(value: Any) -> dict[str, Any]:
+    """The one serialiser of the value objects below: a dataclass as a JSON-ready dict
+    (tuples as lists, nested value objects as dicts)."""
+    plain = _plain(asdict(value))
+    assert isinstance(plain, dict)
+    return plain
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ImageSpec:
     """The image a guest boots from, as the image registry (Glance's fields) describes it.
@@ -81,9 +97,7 @@ class ImageSpec:
         return dict(self.properties).get(name, default)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["properties"] = dict(self.properties)
-        return data
+        return {**to_json_dict(self), "properties": dict(self.properties)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ImageSpec:
@@ -133,10 +147,8 @@ class GuestSpec:
         return self.image.id if self.image is not None else ""
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["pci_addresses"] = list(self.pci_addresses)
-        data["image"] = self.image.to_dict() if self.image is not None else None
-        return data
+        image = self.image.to_dict() if self.image is not None else None
+        return {**to_json_dict(self), "image": image}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GuestSpec:
@@ -158,7 +170,7 @@ class PciDevice:
     dev_type: str = "type-PCI"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +187,7 @@ class HostResources:
     pci_devices: tuple[PciDevice, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["pci_devices"] = [device.to_dict() for device in self.pci_devices]
-        return data
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,9 +203,7 @@ class GuestInfo:
     xml: str
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["pci_addresses"] = list(self.pci_addresses)
-        return data
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +219,7 @@ class ImageCacheReport:
     kept_unused: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, list[str]]:
-        return {name: list(value) for name, value in asdict(self).items()}
+        return to_json_dict(self)
 
 
 def check_can_resize(old: GuestSpec, new: GuestSpec) -> None:

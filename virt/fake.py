@@ -352,7 +352,7 @@ class FakeDriver:
         )
 
 
-_ACTIONS = {power_state.PAUSED: "pause", power_state.RUNNING: "unpause"}
+_ACTIONS: dict[int, str] = {power_state.PAUSED: "pause", power_state.RUNNING: "unpause"}
 
 
 def _check(uuid: str, action: str, state: int, allowed: tuple[int, ...]) -> None:

@@ -115,7 +115,7 @@ def _domain_element(domain_xml: str) -> etree._Element:
     except etree.XMLSyntaxError as exc:
         raise InvalidInput(reason=f"domain XML does not parse: {exc}") from exc
     if element.tag != "domain":
-        raise InvalidInput(reason=f"expected a <domain> element, got <{element.tag}>")
+        raise InvalidInput(reason=f"expected a <domain> element, got <{element.tag!s}>")
     if "id" in element.attrib:
         del element.attrib["id"]  # the id of a running domain belongs to its old life
     return element
@@ -143,7 +143,7 @@ def domain_for_restart(domain_xml: str, state: int, *, managed_save: bool = Fals
     if managed_save:
         state = power_state.SHUTDOWN
     if state not in _RUNSTATE:
-        raise InvalidInput(reason=f"cannot restore a guest in power state {state!r}")
+        raise InvalidInput(reason=f"cannot restore a guest in power state {int(state)!r}")
     original = _domain_element(domain_xml)
     element = etree.Element(original.tag, nsmap={"test": TEST_NS})
     for key, value in original.attrib.items():

@@ -1,22 +1,24 @@
 """Nova's power states and the mapping from libvirt's domain states.
 
-Owns the integers stored in ``instances.power_state`` (Nova's
-``nova/compute/power_state.py``) and the one translation from libvirt's
-``VIR_DOMAIN_*`` states. Refuses to import ``libvirt``: the libvirt values are
-copied here (they are part of libvirt's stable ABI) so that compute and the
-scheduler can use power states without the bindings.
+The integers stored in ``instances.power_state`` are ``models.states.PowerState`` (Nova's
+``nova/compute/power_state.py``); this module keeps their short names (``power_state.RUNNING``)
+and owns the one translation from libvirt's ``VIR_DOMAIN_*`` states. Refuses to import
+``libvirt``: the libvirt values are copied here (they are part of libvirt's stable ABI) so
+that compute and the scheduler can use power states without the bindings.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-NOSTATE: Final = 0
-RUNNING: Final = 1
-PAUSED: Final = 3
-SHUTDOWN: Final = 4  # the guest is off (libvirt: shut off or shutting down)
-CRASHED: Final = 6
-SUSPENDED: Final = 7  # libvirt: pmsuspended (a managed-saved guest reports SHUTDOWN, as in Nova)
+from models.states import PowerState
+
+NOSTATE: Final = PowerState.NOSTATE
+RUNNING: Final = PowerState.RUNNING
+PAUSED: Final = PowerState.PAUSED
+SHUTDOWN: Final = PowerState.SHUTDOWN
+CRASHED: Final = PowerState.CRASHED
+SUSPENDED: Final = PowerState.SUSPENDED
 
 #: A guest that is down: shut off or crashed (the pair Nova's checks name together).
 OFF: Final = frozenset((SHUTDOWN, CRASHED))
@@ -42,7 +44,7 @@ VIR_DOMAIN_SHUTOFF: Final = 5
 VIR_DOMAIN_CRASHED: Final = 6
 VIR_DOMAIN_PMSUSPENDED: Final = 7
 
-_FROM_LIBVIRT: Final[dict[int, int]] = {
+_FROM_LIBVIRT: Final[dict[int, PowerState]] = {
     VIR_DOMAIN_NOSTATE: NOSTATE,
     VIR_DOMAIN_RUNNING: RUNNING,
     VIR_DOMAIN_BLOCKED: RUNNING,  # blocked on I/O is still running, as Nova says
@@ -54,6 +56,6 @@ _FROM_LIBVIRT: Final[dict[int, int]] = {
 }
 
 
-def from_libvirt(state: int) -> int:
+def from_libvirt(state: int) -> PowerState:
     """Return Nova's power state for a libvirt domain state; unknown states are NOSTATE."""
     return _FROM_LIBVIRT.get(state, NOSTATE)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from celery.canvas import Signature
 
+from models.alternate import dump_alternates
 from scheduler.request_spec import RequestSpec, Selection
 from workflows.canvas import errback, step
 
@@ -38,7 +39,7 @@ def build_step(
         node=selection.nodename,
         attempt=attempt,
         max_attempts=max_attempts,
-        alternates=[list(a) for a in selection.alternates],
+        alternates=dump_alternates(selection.alternates),
     )
     build.on_error(errback(ON_ERROR))
     return build

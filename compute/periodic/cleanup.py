@@ -34,7 +34,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import or_, select
 
 from compute.delete import clean_attempts, record_clean_attempt
 from compute.heal import release_orphan
@@ -42,6 +42,8 @@ from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from models import Instance, Migration, utcnow
 from models.db import session_scope
+from models.migration import status_update
+from models.states import MigrationStatus
 from virt.driver import ComputeDriver
 
 LOG = logging.getLogger(__name__)
@@ -128,7 +130,7 @@ def _incomplete_migrations(db_url: str, host: str) -> dict[str, list[str]]:
             select(Migration.instance_uuid, Migration.uuid)
             .join(Instance, Instance.uuid == Migration.instance_uuid)
             .where(
-                Migration.status == "error",
+                Migration.status == MigrationStatus.ERROR,
                 Migration.deleted == 0,
                 or_(Migration.source_compute == host, Migration.dest_compute == host),
                 Instance.deleted != 0,
@@ -154,9 +156,9 @@ def _fail_migration(db_url: str, migration_uuid: str, host: str) -> bool:
     """``error`` -> ``failed``; False if the migration moved on meanwhile."""
     with session_scope(db_url) as session:
         changed = session.execute(
-            update(Migration)
-            .where(Migration.uuid == migration_uuid, Migration.status == "error")
-            .values(status="failed", updated_at=utcnow())
+            status_update(
+                migration_uuid, MigrationStatus.ERROR, MigrationStatus.FAILED, updated_at=utcnow()
+            )
         ).rowcount
     if not changed:
         LOG.warning("Migration %s is not found in error any more.", migration_uuid)

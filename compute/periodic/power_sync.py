@@ -87,7 +87,7 @@ IGNORED_VM_STATES = (
 
 
 #: vm ACTIVE: Nova's action for each guest power state (RUNNING is in step).
-ACTIVE_RULES = {
+ACTIVE_RULES: dict[int, str] = {
     power_state.SHUTDOWN: STOP,
     power_state.CRASHED: STOP,
     power_state.SUSPENDED: STOP,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute.claims import release_in_session, retry_on_conflict
@@ -23,6 +23,8 @@ from compute.periodic.passes import (
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
 from models.db import session_scope
+from models.migration import status_update
+from models.states import MigrationStatus
 
 LOG = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ def poll_unconfirmed_resizes(ctx: PeriodicContext) -> dict[str, Any]:
         due = session.execute(
             select(Migration.uuid, Migration.instance_uuid)
             .where(
-                Migration.status == "finished",
+                Migration.status == MigrationStatus.FINISHED,
                 Migration.dest_compute == ctx.host,
                 Migration.updated_at < cutoff_for(window),
             )
@@ -117,10 +119,9 @@ def _error_migration(
     session: Session, migration_uuid: str, reason: str, release: bool = False
 ) -> str:
     moved = session.execute(
-        update(Migration)
-        .where(Migration.uuid == migration_uuid, Migration.status == "finished")
-        .values(status="error", updated_at=utcnow())
-        .execution_options(synchronize_session=False)
+        status_update(
+            migration_uuid, MigrationStatus.FINISHED, MigrationStatus.ERROR, updated_at=utcnow()
+        ).execution_options(synchronize_session=False)
     ).rowcount  # type: ignore[attr-defined]
     if not moved:
         return SKIPPED  # confirmed or reverted since the query

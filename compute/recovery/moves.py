@@ -55,7 +55,7 @@ def recover_resize_migrating(rc: Host, found: Found) -> str | None:
         spec = guest_spec(
             session, instance, tuple(d.address for d in held_devices(session, found.uuid))
         )
-        stopped = (instance.system_metadata or {}).get("old_vm_state") == VmState.STOPPED
+        stopped = instance.old_vm_state == VmState.STOPPED
     try:
         _bring_back(rc.driver, spec, stopped)
     except Exception:  # noqa: BLE001 - Nova resets the task anyway
@@ -84,6 +84,5 @@ def _bring_back(driver: ComputeDriver, spec: GuestSpec, stopped: bool) -> None:
 
 
 def _pop_old_vm_state(instance: Instance) -> None:
-    meta = dict(instance.system_metadata or {})
-    if meta.pop("old_vm_state", None) is not None:
-        instance.system_metadata = meta
+    if instance.old_vm_state is not None:
+        instance.old_vm_state = None

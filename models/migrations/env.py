@@ -14,6 +14,8 @@ target_metadata = Base.metadata
 
 def run_migrations_online() -> None:
     url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+    if not isinstance(url, str):
+        raise RuntimeError("alembic needs a database url (attributes['url'] or sqlalchemy.url)")
     engine = get_engine(url)
     with engine.connect() as connection:
         context.configure(

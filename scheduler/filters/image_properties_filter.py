@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Callable
+from typing import Any
 
 from scheduler.filters import BaseFilter
 from scheduler.host_state import HostState
@@ -27,7 +28,7 @@ _ARCH_ALIASES = {
 _HV_TYPE_ALIASES = {"xapi": "xen"}
 _VM_MODE_ALIASES = {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}
 
-_COMPARISONS: dict[str, Callable[[object, object], bool]] = {
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le,
     ">=": operator.ge,
     "==": operator.eq,

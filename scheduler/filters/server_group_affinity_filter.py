@@ -17,15 +17,15 @@ POLICY = "affinity"
 class ServerGroupAffinityFilter(BaseFilter):
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         group = spec.instance_group
-        if not group or group.get("policy") != POLICY:
+        if not group or group.policy != POLICY:
             return True
-        group_hosts = group.get("hosts") or ()
+        group_hosts = group.hosts
         if group_hosts and host.host not in group_hosts:
             LOG.debug(
                 "%s is not among the hosts %s of affinity group %s",
                 host.host,
                 list(group_hosts),
-                group.get("uuid", "n/a"),
+                group.uuid or "n/a",
             )
             return False
         return True

@@ -16,25 +16,23 @@ from scheduler.request_spec import RequestSpec
 LOG = logging.getLogger(__name__)
 
 POLICY = "anti-affinity"
-DEFAULT_MAX_SERVER_PER_HOST = 1
 
 
 class ServerGroupAntiAffinityFilter(BaseFilter):
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         group = spec.instance_group
-        if not group or group.get("policy") != POLICY:
+        if not group or group.policy != POLICY:
             return True
         if spec.instance_uuid in host.instances:
             return True
-        members_here = host.instances.intersection(group.get("members") or ())
-        rules = group.get("rules") or {}
-        limit = int(rules.get("max_server_per_host", DEFAULT_MAX_SERVER_PER_HOST))
+        members_here = host.instances.intersection(group.members)
+        limit = group.max_server_per_host
         if len(members_here) >= limit:
             LOG.debug(
                 "%s already holds %d member(s) of anti-affinity group %s (max %d)",
                 host.host,
                 len(members_here),
-                group.get("uuid", "n/a"),
+                group.uuid or "n/a",
                 limit,
             )
             return False

@@ -18,9 +18,9 @@ class _SoftAffinityWeigherBase(BaseWeigher):
 
     def members_on_host(self, host: HostState, spec: RequestSpec) -> int:
         group = spec.instance_group
-        if not group or group.get("policy") != self.policy:
+        if not group or group.policy != self.policy:
             return 0
-        return len(host.instances.intersection(group.get("members") or ()))
+        return len(host.instances.intersection(group.members))
 
 
 class ServerGroupSoftAffinityWeigher(_SoftAffinityWeigherBase):

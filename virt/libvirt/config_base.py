@@ -31,7 +31,7 @@ def _leaf(parent: etree._Element, tag: str, text: object, **attrs: str) -> etree
 def _required(element: etree._Element, path: str) -> etree._Element:
     found = element.find(path)
     if found is None:
-        raise ValueError(f"<{element.tag}> has no {path}")
+        raise ValueError(f"<{element.tag!s}> has no {path}")
     return found
 
 
@@ -42,7 +42,7 @@ def _text(element: etree._Element, path: str) -> str:
 def _attr(element: etree._Element, name: str) -> str:
     value = element.get(name)
     if value is None:
-        raise ValueError(f"<{element.tag}> has no {name} attribute")
+        raise ValueError(f"<{element.tag!s}> has no {name} attribute")
     return value
 
 

@@ -21,7 +21,7 @@ from virt import power_state
 from virt.atomic_write import write_atomically
 from virt.driver import GuestInfo, GuestSpec, ImageSpec, check_can_resize
 from virt.libvirt import migration
-from virt.libvirt.guest import Guest
+from virt.libvirt.guest import Guest, guest_info
 from virt.libvirt.rescue import (
     RESCUE_DISK,
     UNRESCUE_XML,
@@ -103,8 +103,6 @@ class DiskOperations:
         return guest
 
     def _settle(self, guest: Guest, power_on: bool) -> GuestInfo:
-        from virt.libvirt.driver import guest_info
-
         if power_on and guest.get_power_state() not in (power_state.RUNNING, power_state.PAUSED):
             guest.launch()
         return guest_info(guest)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-import libvirt  # type: ignore[import-untyped]  # no stubs ship with libvirt-python
+import libvirt  # no stubs ship with libvirt-python: ignore_missing_imports in pyproject
 
 from novaq.exceptions import DomainNotFound, HypervisorError
 

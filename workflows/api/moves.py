@@ -15,6 +15,9 @@ from compute.pci import requests_from_extra_specs
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
 from models.db import session_scope
+from models.migration import MigrationType
+from models.migration_context import MigrationContext
+from models.states import MigrationStatus
 from novaq.exceptions import InstanceInvalidState, InvalidInput, NotFound, ResizeError
 from workflows import dispatch
 from workflows.api import common, flavors
@@ -93,26 +96,26 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
             expected_vm_state=[VmState.ACTIVE, VmState.STOPPED],
             task_state=TaskState.RESIZE_PREP,
         )
-        sysmeta = dict(instance.system_metadata or {})
-        sysmeta["old_vm_state"] = instance.vm_state
-        instance.system_metadata = sysmeta
+        instance.old_vm_state = instance.vm_state
         session.add(
             Migration(
                 uuid=migration_uuid,
                 instance_uuid=uuid,
-                migration_type="resize" if flavor_ref is not None else "migration",
-                status="pre-migrating",
+                migration_type=MigrationType.RESIZE
+                if flavor_ref is not None
+                else MigrationType.MIGRATION,
+                status=MigrationStatus.PRE_MIGRATING,
                 source_compute=instance.host,
                 source_node=instance.node,
                 old_flavor=dict(instance.flavor),
                 new_flavor=new_flavor,
                 request_id=request_id,
-                context={
-                    "request_spec": dict(instance.request_spec or {}, instance_uuid=uuid),
-                    "old_pci_requests": list((instance.request_spec or {}).get("pci_requests", [])),
-                    "new_pci_requests": new_pci,
-                    "requested_host": host,
-                },
+                context=MigrationContext(
+                    request_spec=dict(instance.request_spec or {}, instance_uuid=uuid),
+                    old_pci_requests=tuple((instance.request_spec or {}).get("pci_requests", [])),
+                    new_pci_requests=tuple(new_pci),
+                    requested_host=host,
+                ),
             )
         )
         actions.start_action(session, uuid, action, request_id)
@@ -139,7 +142,7 @@ def _finish_move(uuid: str, action: str) -> str:
         instance = get_instance(session, uuid, with_deleted=False)
         check_instance_state(instance, gate)
         migration = active_migration(session, uuid)
-        if migration is None or migration.status != "finished":
+        if migration is None or migration.status != MigrationStatus.FINISHED:
             raise NotFound(f"No migration of instance {uuid} is waiting for confirm or revert.")
     dispatch.check_broker()
     request_id = common.new_request_id()
@@ -150,7 +153,7 @@ def _finish_move(uuid: str, action: str) -> str:
             cas_update(
                 session, uuid, expected_task_state=[None], expected_vm_state=[VmState.RESIZED]
             )
-            migration.status = "confirming"
+            migration.status = MigrationStatus.CONFIRMING
             workflow = confirm_workflow(
                 migration.uuid, uuid, request_id, migration.source_compute or ""
             )
@@ -162,7 +165,7 @@ def _finish_move(uuid: str, action: str) -> str:
                 expected_vm_state=[VmState.RESIZED],
                 task_state=TaskState.RESIZE_REVERTING,
             )
-            migration.status = "reverting"
+            migration.status = MigrationStatus.REVERTING
             workflow = revert_workflow(
                 migration.uuid,
                 uuid,
@@ -188,8 +191,8 @@ def migration_dict(migration: Migration) -> dict[str, Any]:
         "dest_node": migration.dest_node,
         "old_flavor": migration.old_flavor.get("name"),
         "new_flavor": migration.new_flavor.get("name"),
-        "old_pci_devices": migration.context.get("old_pci_devices", []),
-        "new_pci_devices": migration.context.get("new_pci_devices", []),
+        "old_pci_devices": list(migration.context.old_pci_devices),
+        "new_pci_devices": list(migration.context.new_pci_devices),
         "created_at": migration.created_at.isoformat(),
         "updated_at": migration.updated_at.isoformat() if migration.updated_at else None,
     }

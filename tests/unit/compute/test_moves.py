@@ -9,7 +9,6 @@ import pytest
 from compute import moves
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_state import get_instance
-from models import Migration
 from models.db import session_scope
 from novaq.exceptions import HypervisorError
 from tests.factories import (
@@ -18,6 +17,7 @@ from tests.factories import (
     make_compute_node,
     make_instance,
     request_resize,
+    set_migration_status,
 )
 from virt.driver import GuestSpec
 from virt.fake import FakeDriver
@@ -88,7 +88,7 @@ def test_confirm_frees_the_source_and_revert_gives_it_back(db_url: str) -> None:
     uuid, migration, drivers = _setup(db_url)
     _forward(db_url, migration, drivers)
     with session_scope(db_url) as session:
-        session.query(Migration).filter_by(uuid=migration).update({"status": "reverting"})
+        set_migration_status(session, migration, "reverting")
         get_instance(session, uuid).task_state = "resize_reverting"
     moves.revert_resize(_ctx(db_url, migration, drivers, "dst"))
     moves.finish_revert_resize(_ctx(db_url, migration, drivers, "src"))
@@ -106,7 +106,7 @@ def test_a_stopped_server_stays_stopped_through_a_resize(db_url: str) -> None:
     _forward(db_url, migration, drivers)
     assert drivers["dst"].get_info(uuid).power_state == 4
     with session_scope(db_url) as session:
-        session.query(Migration).filter_by(uuid=migration).update({"status": "confirming"})
+        set_migration_status(session, migration, "confirming")
     moves.confirm_resize(_ctx(db_url, migration, drivers, "src"))
     assert _state(db_url, uuid)[0] == "stopped"
     # The source the server left keeps no instance files (Nova's _cleanup_resize).
@@ -154,7 +154,7 @@ def test_a_revert_that_fails_restarting_the_guest_errors_the_server_out(db_url: 
     uuid, migration, drivers = _setup(db_url)
     _forward(db_url, migration, drivers)
     with session_scope(db_url) as session:
-        session.query(Migration).filter_by(uuid=migration).update({"status": "reverting"})
+        set_migration_status(session, migration, "reverting")
         get_instance(session, uuid).task_state = "resize_reverting"
     moves.revert_resize(_ctx(db_url, migration, drivers, "dst"))  # accounting back on src
     assert moves.abort_move(db_url, migration, HypervisorError(reason="no start"), "src")

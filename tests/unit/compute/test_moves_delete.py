@@ -19,8 +19,9 @@ from compute.instance_actions import start_action
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_deletes
-from models import Migration, Service
+from models import Service
 from models.db import session_scope
+from models.states import MigrationStatus
 from tasks import app
 from tests.factories import make_settings
 from tests.unit.compute.conftest import Hosts
@@ -113,9 +114,7 @@ def test_a_move_deleted_half_way_is_cleaned_on_both_hosts(
                 session, instance, moves.get_migration(session, migration).old_flavor, []
             )
             new = moves.guest_spec(session, instance, NEW, [])
-            session.execute(
-                update(Migration).where(Migration.uuid == migration).values(status="migrating")
-            )
+            moves.get_migration(session, migration).status = MigrationStatus.MIGRATING
         hosts["src"].migrate_disk_and_power_off(old, new, str(hosts["dst"].instances_path))
     assert (hosts["src"].instances_path / f"{uuid}_resize").is_dir()
     assert (hosts["dst"].instances_path / uuid).is_dir()

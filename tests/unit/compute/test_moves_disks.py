@@ -16,7 +16,6 @@ from compute.build import guest_spec
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import start_action
 from compute.instance_state import cas_update, get_instance
-from models import Migration
 from models.db import session_scope
 from novaq.exceptions import ResizeError
 from scheduler.manager import MoveScheduler, Scheduler
@@ -27,6 +26,8 @@ from tests.factories import (
     make_compute_node,
     make_instance,
     make_settings,
+    rewind_migration_status,
+    set_migration_status,
     spec_for,
 )
 from tests.unit.compute.conftest import Hosts
@@ -96,7 +97,13 @@ def _size(path: Path) -> int:
 
 def _set(db_url: str, uuid: str, migration: str, status: str, task: str | None) -> None:
     with session_scope(db_url) as session:
-        session.query(Migration).filter_by(uuid=migration).update({"status": status})
+        set_migration_status(session, migration, status)
+        get_instance(session, uuid).task_state = task
+
+
+def _rewind(db_url: str, uuid: str, migration: str, status: str, task: str | None) -> None:
+    with session_scope(db_url) as session:
+        rewind_migration_status(session, migration, status)
         get_instance(session, uuid).task_state = task
 
 
@@ -109,7 +116,7 @@ def test_resize_copies_the_disks_grows_them_on_the_destination_and_confirm_drops
 
     moves.prep_resize(_ctx(db_url, migration, hosts["dst"], "dst"))
     with session_scope(db_url) as session:
-        assert moves.get_migration(session, migration).context["dest_instances_path"] == str(dst)
+        assert moves.get_migration(session, migration).context.dest_instances_path == str(dst)
     moves.resize_instance(_ctx(db_url, migration, hosts["src"], "src"))
     assert not (src / uuid).exists()
     assert _names(src / f"{uuid}_resize") == ["disk", "disk.eph0", "disk.info", "disk.swap"]
@@ -190,7 +197,7 @@ def test_redelivered_resize_and_finish_steps_are_harmless(
     moves.finish_resize(_ctx(db_url, migration, hosts["dst"], "dst"))
     disk_before = (dst / uuid / "disk").stat()
 
-    _set(db_url, uuid, migration, "post-migrating", "resize_finish")
+    _rewind(db_url, uuid, migration, "post-migrating", "resize_finish")
     moves.finish_resize(_ctx(db_url, migration, hosts["dst"], "dst"))
 
     disk_after = (dst / uuid / "disk").stat()

@@ -18,7 +18,7 @@ from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
 from compute.recovery.init_host import INIT_HOST_EVENT, recover_host
-from models import InstanceAction, Migration, utcnow
+from models import InstanceAction, utcnow
 from models.db import session_scope
 from tests.factories import (
     flavor_dict,
@@ -27,6 +27,7 @@ from tests.factories import (
     make_instance,
     make_settings,
     request_resize,
+    set_migration_status,
 )
 from virt import power_state
 from virt.driver import GuestSpec
@@ -338,7 +339,7 @@ def _move(db_url: str, task_state: str, status: str | None) -> tuple[str, str, d
     if status is not None:
         request_resize(db_url, uuid, OLD, NEW, "src", "req-resize", uuid=migration_uuid)
         with session_scope(db_url) as session:
-            session.query(Migration).filter_by(uuid=migration_uuid).update({"status": status})
+            set_migration_status(session, migration_uuid, status)
     with session_scope(db_url) as session:
         get_instance(session, uuid).task_state = task_state
     return uuid, migration_uuid, drivers
@@ -355,7 +356,7 @@ def test_a_resize_caught_in_resize_instance_is_left_to_its_redelivery_which_resu
     moves.prep_resize(_step_ctx(db_url, migration, drivers, "dst"))
     with session_scope(db_url) as session:  # resize_instance died after its first write
         get_instance(session, uuid).task_state = "resize_migrating"
-        session.query(Migration).filter_by(uuid=migration).update({"status": "migrating"})
+        set_migration_status(session, migration, "migrating")
     assert recover_host(db_url, drivers["src"], "src") == []
     assert _state(db_url, uuid) == ("active", "resize_migrating")
     moves.resize_instance(_step_ctx(db_url, migration, drivers, "src"))  # redelivered

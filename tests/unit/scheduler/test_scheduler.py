@@ -188,6 +188,7 @@ def test_a_forced_host_bypasses_the_filters_and_gets_no_alternates(db_url: str) 
 def test_hard_anti_affinity_is_checked_again_inside_the_claim(db_url: str) -> None:
     from models import ServerGroup, ServerGroupMember
     from scheduler.manager import check_group_policy
+    from scheduler.request_spec import InstanceGroup
 
     make_compute_node(db_url, "a")
     first, second = make_instance(db_url, host="a", node="a"), make_instance(db_url)
@@ -201,6 +202,6 @@ def test_hard_anti_affinity_is_checked_again_inside_the_claim(db_url: str) -> No
                 members=[ServerGroupMember(instance_uuid=u) for u in (first, second)],
             )
         )
-    group = {"policy": "anti-affinity", "rules": {}, "members": [first, second]}
+    group = InstanceGroup.load({"policy": "anti-affinity", "rules": {}, "members": [first, second]})
     with session_scope(db_url) as session, pytest.raises(Exception, match="anti-affinity"):
         check_group_policy(session, group, second, "a")
