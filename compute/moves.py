@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute.claims import (
     ResourceRequest,
+    claim_first,
     claim_in_session,
     confirm_move_in_session,
     move_consumer,
@@ -219,7 +220,8 @@ def _power_off_cleanly(ctx: StepContext, instance_uuid: str) -> None:
     """Nova's ``migrate_disk_and_power_off`` starts with a clean power-off (the image's
     ``os_shutdown_timeout`` or ``shutdown_timeout``), so the guest's disks are quiet."""
     if ctx.driver.instance_exists(instance_uuid):
-        timeout = instance_power_off_timeout(ctx.db_url, instance_uuid, ctx.shutdown_timeout_s)
+        with session_scope(ctx.db_url) as session:
+            timeout = instance_power_off_timeout(session, instance_uuid, ctx.shutdown_timeout_s)
         ctx.driver.power_off(instance_uuid, timeout)
 
 
@@ -492,31 +494,28 @@ def reschedule_move(
 ) -> tuple[tuple[str, str, int], tuple[tuple[str, str, int], ...]] | None:
     """prep_resize failed on the destination: move the destination claim to the first
     alternate that can take it (Nova's reschedule of a resize), with a fault."""
-    for index, alternate in enumerate(alternates):
-        alt_host, alt_node, alt_id = alternate
 
-        def work(
-            session: Session, host: str = alt_host, node: str = alt_node, nid: int = alt_id
-        ) -> None:
-            migration = get_migration(session, migration_uuid)
-            dest = node_id(session, migration.dest_compute, migration.dest_node)
-            release_in_session(session, migration.instance_uuid, dest)
-            claim_in_session(session, nid, migration.instance_uuid, new_request(migration))
-            migration.dest_compute, migration.dest_node = host, node
-            actions.add_fault(session, migration.instance_uuid, exc, failed_host)
+    def work(session: Session, alternate: tuple[str, str, int]) -> None:
+        host, node, nid = alternate
+        migration = get_migration(session, migration_uuid)
+        dest = node_id(session, migration.dest_compute, migration.dest_node)
+        release_in_session(session, migration.instance_uuid, dest)
+        claim_in_session(session, nid, migration.instance_uuid, new_request(migration))
+        migration.dest_compute, migration.dest_node = host, node
+        actions.add_fault(session, migration.instance_uuid, exc, failed_host)
 
-        try:
-            retry_on_conflict(db_url, work)
-        except ResourcesUnavailable as claim_error:
-            LOG.info(
-                "Migration %s: alternate %s cannot take it: %s",
-                migration_uuid,
-                alt_host,
-                claim_error,
-            )
-            continue
-        return alternate, alternates[index + 1 :]
-    return None
+    def refused(alternate: tuple[str, str, int], claim_error: ResourcesUnavailable) -> None:
+        LOG.info(
+            "Migration %s: alternate %s cannot take it: %s",
+            migration_uuid,
+            alternate[0],
+            claim_error,
+        )
+
+    fit = claim_first(db_url, alternates, work, lambda alternate: alternate[0], refused)
+    if fit.chosen is None:
+        return None
+    return fit.chosen, alternates[fit.index + 1 :]
 
 
 def drop_moves(session: Session, instance_uuid: str) -> None:

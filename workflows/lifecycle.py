@@ -7,17 +7,22 @@ from typing import Any
 
 from celery.canvas import Signature
 
-#: API action name -> task name (without the ``compute.`` prefix).
+from compute.operations import operation
+
+#: API action name -> task name (without the ``compute.`` prefix), from the table.
 TASKS = {
-    "stop": "stop_instance",
-    "start": "start_instance",
-    "reboot": "reboot_instance",
-    "pause": "pause_instance",
-    "unpause": "unpause_instance",
-    "suspend": "suspend_instance",
-    "resume": "resume_instance",
-    "rescue": "rescue_instance",
-    "unrescue": "unrescue_instance",
+    action: str(operation(action).task).removeprefix("compute.")
+    for action in (
+        "stop",
+        "start",
+        "reboot",
+        "pause",
+        "unpause",
+        "suspend",
+        "resume",
+        "rescue",
+        "unrescue",
+    )
 }
 
 

@@ -18,6 +18,7 @@ from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
 from compute.recovery import INIT_HOST_EVENT, recover_host
+from compute.steps import StepContext
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope
 from tests.factories import (
@@ -208,7 +209,10 @@ def test_a_redelivered_step_after_recovery_is_skipped_and_changes_nothing(
     recover_host(db_url, hypervisor, "host1")
     hypervisor.power_on(uuid)  # so a stop that ran again would show
     # The late-acked message of the interrupted stop comes back after the restart.
-    assert lifecycle.stop_instance(db_url, hypervisor, uuid, REQUEST, "host1") == "skipped"
+    assert (
+        lifecycle.stop_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        == "skipped"
+    )
     assert _state(db_url, uuid) == ("stopped", None)
     assert _power(hypervisor, uuid) == RUNNING
 
@@ -220,7 +224,10 @@ def test_a_soft_reboot_whose_guest_runs_is_left_to_its_message_as_nova_does(
     _guest(hypervisor, uuid)
     assert recover_host(db_url, hypervisor, "host1") == []
     assert _state(db_url, uuid) == ("active", "rebooting")
-    assert lifecycle.reboot_instance(db_url, hypervisor, uuid, REQUEST, "host1") == "done"
+    assert (
+        lifecycle.reboot_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        == "done"
+    )
     assert _state(db_url, uuid) == ("active", None)
 
 
@@ -232,7 +239,10 @@ def test_a_soft_reboot_caught_with_its_guest_down_becomes_a_hard_one(
     [line] = recover_host(db_url, hypervisor, "host1")
     assert "reboot re-issued (hard, done)" in line
     # The soft reboot's own message, redelivered, no longer owns the instance.
-    assert lifecycle.reboot_instance(db_url, hypervisor, uuid, REQUEST, "host1") == "skipped"
+    assert (
+        lifecycle.reboot_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        == "skipped"
+    )
 
 
 @pytest.mark.parametrize(("offload_time", "final"), [(0, "shelved_offloaded"), (-1, "shelved")])
