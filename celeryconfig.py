@@ -7,7 +7,7 @@ it; per-step routing by a router function. See shared/reference/CELERY_RELIABILI
 
 from __future__ import annotations
 
-from novaq.periodic import beat_schedule_for
+from compute.periodic.schedule import beat_schedule_for
 from novaq.settings import get_settings
 
 _settings = get_settings()
@@ -51,7 +51,7 @@ timezone = "UTC"
 enable_utc = True
 
 
-# Beat: one entry per periodic task (novaq/periodic.py), named as Nova names the task.
+# Beat: one entry per periodic task (compute/periodic/schedule.py), named as Nova names the task.
 beat_scheduler = "tasks.beat:NovaqScheduler"
 beat_schedule_filename = str((_settings.state_dir / "celerybeat-schedule").resolve())
 beat_max_loop_interval = 5

@@ -1,7 +1,7 @@
 """novaq's beat scheduler: Celery's ``PersistentScheduler`` (last runs kept in a shelve
 file in the state directory) plus two things Nova's periodic runner had and beat has not:
 
-- **a singleton**: the beat lease (``novaq/beat_lease.py``) is taken before the first
+- **a singleton**: the beat lease (``compute/periodic/beat_lease.py``) is taken before the first
   tick and renewed at every tick; a second beat exits with an error naming the first;
 - **run_immediately**: entries of the scheduler's tasks Nova marks ``run_immediately``
   are due at start instead of one spacing later (the compute ones run at each compute
@@ -21,8 +21,8 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from novaq import beat_lease
-from novaq.periodic import BY_NAME
+from compute.periodic import beat_lease
+from compute.periodic.schedule import BY_NAME
 from novaq.settings import get_settings
 
 LOG = logging.getLogger(__name__)

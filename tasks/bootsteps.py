@@ -21,6 +21,8 @@ from compute.periodic import PeriodicContext
 from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tasks import context
+from tasks.periodic import queue_run_immediately, send_requests
+from virt.event import LifecycleEvent
 
 LOG = logging.getLogger(__name__)
 
@@ -61,12 +63,13 @@ def listen_to_lifecycle_events(host: str) -> bool:
     if not s.workarounds.handle_virt_lifecycle_events:
         LOG.info("Compute service on %s ignores hypervisor lifecycle events", host)
         return False
-    from workflows import api  # the power sync stops servers through the public API
 
-    ctx = PeriodicContext(context.db_url(), s, host, context.driver(), api)
-    context.driver().register_event_listener(
-        lambda event: lifecycle_events.handle_lifecycle_event(ctx, event)
-    )
+    def on_event(event: LifecycleEvent) -> None:
+        ctx = PeriodicContext(context.db_url(), s, host, context.driver())
+        outcome = lifecycle_events.handle_lifecycle_event(ctx, event)
+        send_requests(ctx, {outcome: [event.uuid]})  # the power sync's stop, if it asked
+
+    context.driver().register_event_listener(on_event)
     return True
 
 
@@ -114,8 +117,6 @@ class NovaqServiceStep(bootsteps.StartStopStep):
                     f"{s.host!r} but the queues are {sorted(computes)}",
                 )
             services.append((start_compute_service(s.host), f"compute@{s.host}"))
-            from tasks.periodic import queue_run_immediately  # the app is built by now
-
             queue_run_immediately(s.host)
             LOG.info("Compute service on %s started", s.host)
         if "scheduler" in queues:

@@ -1,4 +1,4 @@
-"""Beat-driven maintenance (the tasks ``novaq/periodic.py`` lists).
+"""Beat-driven maintenance (the tasks ``compute/periodic/schedule.py`` lists).
 
 Beat publishes one message per due entry. A per-host task's entry is ``periodic.fan_out``
 on the maintenance queue: it sends the task to every up and enabled compute host, each
@@ -24,13 +24,15 @@ from typing import Any
 from sqlalchemy import select
 
 from compute.periodic import PeriodicContext, runs
+from compute.periodic.passes import FAILED
+from compute.periodic.schedule import BY_NAME, CLUSTER, PERIODIC_TASKS, PeriodicTask, scheduled
 from compute.servicegroup import COMPUTE, is_up
 from models import Service
 from models.db import session_scope
-from novaq.periodic import BY_NAME, CLUSTER, PERIODIC_TASKS, PeriodicTask, scheduled
 from tasks import context
 from tasks.celery import app
 from tasks.compute import check_host
+from workflows import api
 
 LOG = logging.getLogger(__name__)
 
@@ -75,17 +77,14 @@ def run_periodic(task: PeriodicTask, host: str, runner: str) -> dict[str, Any]:
     if not runs.begin(db_url, task.name, host, runner, stale_after):
         LOG.info("%s on %s: the previous run is still going; skipped", task.name, host)
         return {"skipped": "previous run still running"}
-    from workflows import api
-
     ctx = PeriodicContext(
         db_url=db_url,
         settings=s,
         host=host,
         driver=context.driver() if task.per_host else None,
-        api=api,
     )
     try:
-        result = _function(task)(ctx)
+        result = run_pass(_function(task), ctx)
     except Exception as exc:
         runs.finish(
             db_url, task.name, host, runner, runs.ERROR, error=f"{type(exc).__name__}: {exc}"
@@ -93,6 +92,35 @@ def run_periodic(task: PeriodicTask, host: str, runner: str) -> dict[str, Any]:
         raise
     runs.finish(db_url, task.name, host, runner, runs.OK, result)
     return result
+
+
+def run_pass(
+    body: Callable[[PeriodicContext], dict[str, Any]], ctx: PeriodicContext, through: Any = api
+) -> dict[str, Any]:
+    """Run the pass, then send the operations it asked for through the public API
+    (``through``: ``workflows.api``, or a stand-in recording the calls in a test)."""
+    result = body(ctx)
+    send_requests(ctx, result, through)
+    return result
+
+
+def send_requests(ctx: PeriodicContext, summary: dict[str, Any], through: Any = api) -> None:
+    """Each request as Nova's periodic task makes it: one API call; a refusal is logged
+    and the instance listed under ``failed`` instead (the next pass tries again)."""
+    for request in ctx.requests:
+        try:
+            getattr(through, request.action)(request.instance_uuid)
+        except Exception:  # noqa: BLE001 - refused now, retried next pass (as Nova's)
+            LOG.exception(request.refused, request.instance_uuid)
+            _move(summary, request.listed, request.outcome, FAILED)
+    ctx.requests.clear()
+
+
+def _move(summary: dict[str, Any], listed: str, outcome: str, to: str) -> None:
+    under = summary.get(outcome)
+    if isinstance(under, list) and listed in under:
+        under.remove(listed)
+        summary.setdefault(to, []).append(listed)
 
 
 def _runner(task_id: str | None) -> str:

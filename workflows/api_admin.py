@@ -9,13 +9,12 @@ from sqlalchemy import select
 
 from compute import servicegroup
 from compute.audit import audit_nodes
-from compute.periodic import runs
+from compute.periodic import beat_lease, runs
+from compute.periodic.schedule import BY_NAME, PERIODIC_TASKS
 from compute.servicegroup import COMPUTE, is_up, service_dict
 from models import Aggregate, ComputeNode, ResourceHeal, ServerGroup, Service
 from models.db import session_scope
-from novaq import beat_lease
 from novaq.exceptions import InvalidInput
-from novaq.periodic import BY_NAME, PERIODIC_TASKS
 from workflows import aggregates, dispatch, views
 from workflows import api_common as common
 

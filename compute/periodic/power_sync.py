@@ -19,7 +19,7 @@ building, rescued, resized,     anything                               nothing
 suspended, error
 ==============================  =====================================  ====================
 
-The stop goes through the public API (``ctx.api``) as Nova's goes through
+The stop goes through the public API (``ctx.request``) as Nova's goes through
 ``compute_api.stop``: an action ``stop`` is recorded, the task_state moves to
 ``powering-off`` by compare-and-swap, and the host step powers off and sets STOPPED.
 ``force_stop`` is Nova's: the same, without the vm_state and lock checks (it still
@@ -42,7 +42,6 @@ instance that shut down by itself is always stopped, never deleted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -268,9 +267,10 @@ def _record_power_state(ctx: PeriodicContext, uuid: str, vm_power_state: int) ->
 
 
 def _stop(ctx: PeriodicContext, uuid: str, how: str, vm_state: str, vm_power_state: int) -> str:
-    """Stop through the API, as Nova calls ``compute_api.stop`` / ``force_stop``. A refusal
-    (a request won the race, the server is locked, the host looks down) is logged and
-    the next pass tries again, as Nova's."""
+    """Stop through the API, as Nova calls ``compute_api.stop`` / ``force_stop``: asked of
+    the task wrapper, which sends it once the pass is done. A refusal (a request won the
+    race, the server is locked, the host looks down) is logged and the next pass tries
+    again, as Nova's."""
     LOG.warning(
         "Instance %s on %s: %s Current vm_state: %s, current VM power_state: %s",
         uuid,
@@ -279,13 +279,10 @@ def _stop(ctx: PeriodicContext, uuid: str, how: str, vm_state: str, vm_power_sta
         vm_state,
         power_state.NAMES.get(vm_power_state, str(vm_power_state)),
     )
-    call: Callable[[str], Any] = ctx.api.stop if how == STOP else ctx.api.force_stop
-    try:
-        call(uuid)
-    except Exception:  # noqa: BLE001 - retried next pass, as Nova's
-        LOG.exception("error during stop() in sync_power_state for instance %s.", uuid)
-        return FAILED
-    return how
+    action = "stop" if how == STOP else "force_stop"
+    return ctx.request(
+        action, uuid, how, "error during stop() in sync_power_state for instance %s."
+    )
 
 
 def _reason(vm_state: str, vm_power_state: int) -> str:

@@ -74,9 +74,6 @@ def _auto_confirm(ctx: PeriodicContext, migration_uuid: str, instance_uuid: str)
         verdict = retry_on_conflict(
             ctx.db_url, lambda session: _judge(session, migration_uuid, instance_uuid)
         )
-        if verdict != CONFIRMING:
-            return verdict
-        ctx.api.confirm_resize(instance_uuid)
     except Exception as exc:  # noqa: BLE001 - Nova: "Will retry later."
         LOG.info(
             "Error auto-confirming resize of instance %s: %s. Will retry later.",
@@ -84,7 +81,15 @@ def _auto_confirm(ctx: PeriodicContext, migration_uuid: str, instance_uuid: str)
             exc,
         )
         return FAILED
-    return CONFIRMING
+    if verdict != CONFIRMING:
+        return verdict
+    return ctx.request(
+        "confirm_resize",
+        instance_uuid,
+        CONFIRMING,
+        "Error auto-confirming resize of instance %s. Will retry later.",
+        listed=migration_uuid,
+    )
 
 
 def _judge(session: Session, migration_uuid: str, instance_uuid: str) -> str:

@@ -2,7 +2,7 @@
 ``_check_instance_build_time``, ``_poll_rebooting_instances`` and
 ``_poll_rescued_instances``. Each finds the servers stuck in one state on this host longer
 than its option allows and moves them on (``compute.periodic.passes`` has the rules they
-share). Rescue goes through the public API as Nova's does (``ctx.api``); the others act on
+share). Rescue goes through the public API as Nova's does (``ctx.request``); the others act on
 the host itself, as Nova's do.
 
 Where novaq deliberately differs from Nova:
@@ -186,7 +186,6 @@ def poll_rescued_instances(ctx: PeriodicContext) -> dict[str, Any]:
 
     def unrescue(uuid: str) -> str:
         LOG.info("Instance %s on %s: rescued past rescue_timeout, unrescuing", uuid, ctx.host)
-        ctx.api.unrescue(uuid)
-        return UNRESCUED
+        return ctx.request("unrescue", uuid, UNRESCUED, "Unrescue of instance %s refused")
 
     return each(due, (UNRESCUED,), ctx.host, unrescue)

@@ -45,9 +45,9 @@ def novaq_up(state: Path, env: dict[str, str]) -> Process:
 
 
 def compute_worker(state: Path, host: str, env: dict[str, str]) -> Process:
-    """One compute worker as ``novaq up`` would run it (``novaq.cluster_plan``), with ``env``
+    """One compute worker as ``novaq up`` would run it (``novaq.launcher.plan``), with ``env``
     (its own NOVAQ_CONFIG, PATH…) on top of the cluster's."""
-    from novaq.cluster_plan import plan_processes
+    from novaq.launcher.plan import plan_processes
     from novaq.settings import load_settings
 
     specs = plan_processes(load_settings(), [host], env["NOVAQ_BROKER_URL"], env)

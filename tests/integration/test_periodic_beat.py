@@ -22,9 +22,9 @@ import redis
 from sqlalchemy import delete, select
 
 from compute.periodic import runs
+from compute.periodic.schedule import CLUSTER, PERIODIC_TASKS
 from models import ComputeNode, HostMapping, PeriodicTaskRun, Service
 from models.db import session_scope
-from novaq.periodic import CLUSTER, PERIODIC_TASKS
 from tests.integration.conftest import REDIS_DB
 from tests.integration.workers import ROOT, Cluster, Worker
 from workflows import api

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from honcho.environ import parse_procfile
 
-from novaq.cluster import Cluster
-from novaq.cluster_plan import (
+from novaq.exceptions import ConfigError, ServiceUnavailable
+from novaq.launcher.cluster import Cluster
+from novaq.launcher.plan import (
     CELERY_ARGV,
     ProcessSpec,
     cluster_config_path,
     plan_processes,
     write_cluster_config,
 )
-from novaq.exceptions import ConfigError, ServiceUnavailable
 from novaq.settings import Settings
 
 HERE = Path(__file__).parent
@@ -366,7 +366,7 @@ def test_a_configured_broker_url_is_used_instead_of_an_embedded_one(tmp_path: Pa
 def test_a_new_cluster_database_gets_the_demo_image_once(tmp_path: Path) -> None:
     from models import Image
     from models.db import session_scope
-    from novaq.cluster import _prepare_database
+    from novaq.launcher.cluster import _prepare_database
     from workflows.api_images import image_dict
 
     settings = Settings(state_dir=tmp_path)

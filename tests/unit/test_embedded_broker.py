@@ -18,9 +18,9 @@ from celery import Celery
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from novaq import embedded_broker
-from novaq.embedded_broker import EmbeddedRedis
 from novaq.exceptions import ServiceUnavailable
+from novaq.launcher import embedded_broker
+from novaq.launcher.embedded_broker import EmbeddedRedis
 
 HERE = Path(__file__).parent
 

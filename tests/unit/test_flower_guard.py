@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from novaq.exceptions import ConfigError
-from novaq.flower_guard import BASIC_AUTH_ENV, flower_command, flower_url, is_loopback
+from novaq.launcher.flower_guard import BASIC_AUTH_ENV, flower_command, flower_url, is_loopback
 from novaq.settings import Settings
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from novaq.cluster_plan import write_cluster_config
+from novaq.launcher.plan import write_cluster_config
 from novaq.settings import Settings, SimulatedHost
 from tasks import context
 from virt.host_profile import HostProfile

@@ -17,6 +17,7 @@ from compute.instance_state import get_instance
 from compute.lifecycle_events import IGNORED, STALE, handle_lifecycle_event
 from compute.periodic import PeriodicContext
 from models.db import session_scope
+from tasks.periodic import send_requests
 from tests.unit.compute.periodic.servers import host1_server, periodic_ctx, spawn_guest
 from tests.unit.compute.periodic.test_power_sync import StopRecorder
 from virt import event as virtevent
@@ -144,18 +145,20 @@ def _row(db_url: str, uuid: str) -> tuple[str, str | None, int]:
         return instance.vm_state, instance.task_state, instance.power_state
 
 
-def _ctx(db_url: str, driver: Any, api: StopRecorder, handle: bool = True) -> PeriodicContext:
+def _ctx(db_url: str, driver: Any, handle: bool = True) -> PeriodicContext:
     """The unit tier turns the workaround off by default (tests/unit/conftest.py)."""
     workarounds = {"handle_virt_lifecycle_events": handle}
-    return periodic_ctx(db_url, driver, api, workarounds=workarounds)
+    return periodic_ctx(db_url, driver, workarounds=workarounds)
 
 
-def _handled(ctx: PeriodicContext, driver: LibvirtDriver) -> Recorder:
-    """Every event handled by ``handle_lifecycle_event``, its outcome recorded."""
+def _handled(ctx: PeriodicContext, driver: LibvirtDriver, api: StopRecorder) -> Recorder:
+    """Every event handled by ``handle_lifecycle_event``, its outcome recorded and the stop
+    it asks for sent to ``api``, as the compute worker's listener does."""
     outcomes = Recorder()
 
     def handle(event: LifecycleEvent) -> None:
         outcome = handle_lifecycle_event(ctx, event)
+        send_requests(ctx, {outcome: [event.uuid]}, api)
         outcomes(LifecycleEvent(f"{event.uuid}:{outcome}", event.transition))
 
     driver.register_event_listener(handle, delay_s=DELAY_S)
@@ -168,7 +171,7 @@ def test_a_guest_that_stops_by_itself_is_synced_and_its_server_stopped(
     uuid = host1_server(db_url, "active")
     spawn_guest(hypervisor, uuid)
     api = StopRecorder()
-    outcomes = _handled(_ctx(db_url, hypervisor, api), hypervisor)
+    outcomes = _handled(_ctx(db_url, hypervisor), hypervisor, api)
 
     hypervisor.power_off(uuid)  # the guest OS powered itself off
     outcomes.wait_for(lambda: f"{uuid}:stop" in [e.uuid for e in outcomes.events])
@@ -183,7 +186,7 @@ def test_a_paused_guest_power_state_is_synced_at_once(
     uuid = host1_server(db_url, "active")
     spawn_guest(hypervisor, uuid)
     api = StopRecorder()
-    outcomes = _handled(_ctx(db_url, hypervisor, api), hypervisor)
+    outcomes = _handled(_ctx(db_url, hypervisor), hypervisor, api)
 
     hypervisor.pause(uuid)
     outcomes.wait_for(lambda: f"{uuid}:warn_paused" in [e.uuid for e in outcomes.events])
@@ -197,7 +200,7 @@ def test_a_server_with_a_task_in_flight_is_left_alone(
 ) -> None:
     uuid = host1_server(db_url, "active", task_state="powering-off")
     spawn_guest(hypervisor, uuid)
-    ctx = _ctx(db_url, hypervisor, StopRecorder())
+    ctx = _ctx(db_url, hypervisor)
     hypervisor.power_off(uuid)
 
     outcome = handle_lifecycle_event(ctx, LifecycleEvent(uuid, virtevent.STOPPED))
@@ -209,7 +212,7 @@ def test_a_server_with_a_task_in_flight_is_left_alone(
 def test_a_stale_event_is_ignored(db_url: str, hypervisor: LibvirtDriver) -> None:
     uuid = host1_server(db_url, "active")
     spawn_guest(hypervisor, uuid)  # running again by the time the STOPPED is handled
-    ctx = _ctx(db_url, hypervisor, StopRecorder())
+    ctx = _ctx(db_url, hypervisor)
 
     assert handle_lifecycle_event(ctx, LifecycleEvent(uuid, virtevent.STOPPED)) == STALE
     assert _row(db_url, uuid) == ("active", None, power_state.RUNNING)
@@ -218,12 +221,11 @@ def test_a_stale_event_is_ignored(db_url: str, hypervisor: LibvirtDriver) -> Non
 def test_the_workaround_turned_off_ignores_events(db_url: str, hypervisor: LibvirtDriver) -> None:
     uuid = host1_server(db_url, "active")
     spawn_guest(hypervisor, uuid, power_state.SHUTDOWN)
-    api = StopRecorder()
-    ctx = _ctx(db_url, hypervisor, api, handle=False)
+    ctx = _ctx(db_url, hypervisor, handle=False)
 
     assert handle_lifecycle_event(ctx, LifecycleEvent(uuid, virtevent.STOPPED)) == IGNORED
     assert _row(db_url, uuid) == ("active", None, power_state.RUNNING)
-    assert api.calls == []
+    assert ctx.requests == []  # no stop asked of the API
 
 
 # -- the compute worker's wiring -------------------------------------------------------------

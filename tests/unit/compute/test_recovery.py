@@ -1,4 +1,4 @@
-"""Recovery at worker start (``compute.recovery``, Nova's ``init_host``): each row of the
+"""Recovery at worker start (``compute.recovery.init_host``, Nova's ``init_host``): each row of the
 table in its docstring on real SQLite rows and a fresh libvirt ``test:///`` node (the
 moves on the fake hypervisors their own tests use), and what the late-acked message of
 the interrupted step does afterwards."""
@@ -17,7 +17,7 @@ from compute import lifecycle, moves
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
-from compute.recovery import INIT_HOST_EVENT, recover_host
+from compute.recovery.init_host import INIT_HOST_EVENT, recover_host
 from compute.steps import StepContext
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope

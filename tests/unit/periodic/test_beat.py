@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
+from compute.periodic import beat_lease
+from compute.periodic.schedule import beat_schedule_for
 from models import BeatLease, utcnow
 from models.db import session_scope
-from novaq import beat_lease
-from novaq.periodic import beat_schedule_for
 from tasks.beat import SecondBeatError
 from tests.factories import make_settings
 from tests.unit.periodic.queues import drain

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from novaq.periodic import BY_NAME, PERIODIC_TASKS, nova_spacing, scheduled
+from compute.periodic.schedule import BY_NAME, PERIODIC_TASKS, nova_spacing, scheduled
 from novaq.settings import Settings
 from tests.factories import make_settings as _make_settings
 

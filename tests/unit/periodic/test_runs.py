@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from compute.periodic import runs
+from compute.periodic.schedule import BY_NAME
 from models import PeriodicTaskRun, Service, utcnow
 from models.db import session_scope
-from novaq.periodic import BY_NAME
 from tasks import app
 from tasks.periodic import fan_out, run_periodic, schedulable_hosts
 from tests.factories import make_compute_node

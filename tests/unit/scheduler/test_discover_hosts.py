@@ -10,11 +10,11 @@ import threading
 from sqlalchemy import select, update
 
 from compute.periodic import PeriodicContext, runs
+from compute.periodic.schedule import BY_NAME, CLUSTER
 from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, SCHEDULER, register_service
 from models import ComputeNode, HostMapping, Service, utcnow
 from models.db import session_scope
-from novaq.periodic import BY_NAME, CLUSTER
 from scheduler.discover_hosts import _map_host, discover_hosts, discover_hosts_in_cells
 from tasks.periodic import run_periodic
 from tests.factories import host_resources, make_compute_node, make_settings

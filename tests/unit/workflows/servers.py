@@ -22,7 +22,7 @@ from workflows import api
 def periodic_context(db_url: str, **settings: Any) -> PeriodicContext:
     """As the periodic task builds it on host1, with ``settings`` overriding (shrunk)."""
     shrunk = get_settings().model_copy(update=settings)
-    return PeriodicContext(db_url, shrunk, "host1", context.driver(), api)
+    return PeriodicContext(db_url, shrunk, "host1", context.driver())
 
 
 def boot_active(name: str = "vm", flavor: str = "m1") -> str:

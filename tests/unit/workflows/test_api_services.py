@@ -93,7 +93,7 @@ def test_periodic_list_shows_every_task_and_its_last_run_per_host(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from compute.periodic import runs
-    from novaq.cli_base import console
+    from novaq.cli.base import console
 
     monkeypatch.setattr(console, "width", 250)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from compute.periodic.power_sync import sync_power_states
 from tasks import context
+from tasks.periodic import run_pass
 from tests.unit.workflows.servers import boot_active, delete_and_wait, periodic_context
 from virt import power_state
 from workflows import api
@@ -37,13 +38,15 @@ def test_a_domain_stopped_behind_novaqs_back_turns_the_server_shutoff(
 ) -> None:
     uuid = boot_active()
     context.driver().power_off(uuid)  # the guest shuts down by itself
-    summary = sync_power_states(periodic_context(db_url))
+    summary = run_pass(sync_power_states, periodic_context(db_url))
     assert summary["stop"] == [uuid] and summary["power_state_updated"] == [uuid]
     view = _settled(uuid, "SHUTOFF")
     assert view["vm_state"] == "stopped"
     assert context.driver().get_info(uuid).power_state == power_state.SHUTDOWN
     assert _stops(uuid) == [[("compute_stop_instance", "Success")]]  # as Nova's API stop
-    assert sync_power_states(periodic_context(db_url))["in_sync"] == [uuid]  # nothing left to do
+    assert run_pass(sync_power_states, periodic_context(db_url))["in_sync"] == [
+        uuid
+    ]  # nothing left to do
     delete_and_wait(uuid)
 
 
@@ -52,7 +55,7 @@ def test_a_guest_started_under_a_stopped_server_is_force_stopped(db_url: str, wo
     api.stop(uuid)
     _settled(uuid, "SHUTOFF")
     context.driver().power_on(uuid)  # started behind novaq's back
-    summary = sync_power_states(periodic_context(db_url))
+    summary = run_pass(sync_power_states, periodic_context(db_url))
     assert summary["force_stop"] == [uuid]
     deadline = time.monotonic() + 30
     while context.driver().get_info(uuid).power_state != power_state.SHUTDOWN:
@@ -70,7 +73,7 @@ def test_a_paused_server_whose_guest_shut_down_is_force_stopped_to_shutoff(
     api.pause(uuid)
     _settled(uuid, "PAUSED")
     context.driver().power_off(uuid)
-    assert sync_power_states(periodic_context(db_url))["force_stop"] == [uuid]
+    assert run_pass(sync_power_states, periodic_context(db_url))["force_stop"] == [uuid]
     assert _settled(uuid, "SHUTOFF")["vm_state"] == "stopped"
     delete_and_wait(uuid)
 
@@ -81,11 +84,11 @@ def test_a_locked_server_is_not_stopped_and_is_tried_again_next_pass(
     uuid = boot_active()
     api.lock(uuid)
     context.driver().power_off(uuid)
-    assert sync_power_states(periodic_context(db_url))["failed"] == [
+    assert run_pass(sync_power_states, periodic_context(db_url))["failed"] == [
         uuid
     ]  # Nova's stop checks the lock
     assert api.show(uuid)["status"] == "ACTIVE"
     api.unlock(uuid)
-    assert sync_power_states(periodic_context(db_url))["stop"] == [uuid]
+    assert run_pass(sync_power_states, periodic_context(db_url))["stop"] == [uuid]
     _settled(uuid, "SHUTOFF")
     delete_and_wait(uuid)

@@ -22,6 +22,7 @@ from models.db import session_scope
 from novaq.exceptions import FlavorExists
 from novaq.settings import get_settings
 from tasks import context
+from tasks.periodic import run_pass
 from tests.factories import make_compute_node, make_instance, make_migration
 from tests.unit.workflows.servers import boot_active, delete_and_wait, periodic_context
 from workflows import api
@@ -63,7 +64,9 @@ def test_an_unconfirmed_resize_past_resize_confirm_window_is_confirmed(
     assert _held(db_url, migration["uuid"]) != {}  # the migration holds the source
     ctx = periodic_context(db_url, resize_confirm_window=THRESHOLD)
 
-    assert resize_confirm.poll_unconfirmed_resizes(ctx)["confirming"] == []  # not yet past
+    assert (
+        run_pass(resize_confirm.poll_unconfirmed_resizes, ctx)["confirming"] == []
+    )  # not yet past
     assert api.show(uuid)["status"] == "VERIFY_RESIZE"
 
     with session_scope(db_url) as session:
@@ -72,7 +75,7 @@ def test_an_unconfirmed_resize_past_resize_confirm_window_is_confirmed(
             .where(Migration.uuid == migration["uuid"])
             .values(updated_at=utcnow() - LONG_AGO)
         )
-    summary = resize_confirm.poll_unconfirmed_resizes(ctx)
+    summary = run_pass(resize_confirm.poll_unconfirmed_resizes, ctx)
     assert summary == {
         "confirming": [migration["uuid"]],
         "skipped": [],
@@ -96,12 +99,12 @@ def test_a_server_rescued_past_rescue_timeout_is_unrescued_through_the_api(
     api.wait(uuid, "RESCUE", timeout=30)
     ctx = periodic_context(db_url, rescue_timeout=THRESHOLD)
 
-    assert timeouts.poll_rescued_instances(ctx)["unrescued"] == []  # rescued just now
+    assert run_pass(timeouts.poll_rescued_instances, ctx)["unrescued"] == []  # rescued just now
     assert api.show(uuid)["status"] == "RESCUE"
 
     with session_scope(db_url) as session:
         cas_update(session, uuid, launched_at=utcnow() - LONG_AGO)
-    assert timeouts.poll_rescued_instances(ctx) == {"unrescued": [uuid], "failed": []}
+    assert run_pass(timeouts.poll_rescued_instances, ctx) == {"unrescued": [uuid], "failed": []}
     view = api.wait(uuid, "ACTIVE", timeout=30)
     assert view["fault"] is None
     assert api.diagnostics(uuid)["power_state"] == 1
@@ -169,8 +172,8 @@ def test_a_request_the_api_refuses_is_logged_and_left_for_the_next_run(db_url: s
         updated_at=old,
     )
     ctx = periodic_context(db_url, rescue_timeout=THRESHOLD, resize_confirm_window=THRESHOLD)
-    assert timeouts.poll_rescued_instances(ctx) == {"unrescued": [], "failed": [rescued]}
-    [migration] = resize_confirm.poll_unconfirmed_resizes(ctx)["failed"]
+    assert run_pass(timeouts.poll_rescued_instances, ctx) == {"unrescued": [], "failed": [rescued]}
+    [migration] = run_pass(resize_confirm.poll_unconfirmed_resizes, ctx)["failed"]
     assert api.list_migrations(instance_uuid=resized)[0]["status"] == "finished"
     assert api.list_migrations(instance_uuid=resized)[0]["uuid"] == migration
     for uuid, status in ((rescued, "RESCUE"), (busy, "RESCUE"), (resized, "VERIFY_RESIZE")):

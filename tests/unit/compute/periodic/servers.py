@@ -13,10 +13,8 @@ from virt import power_state
 from virt.driver import ComputeDriver, GuestSpec
 
 
-def periodic_ctx(
-    db_url: str, driver: Any, api: Any = None, host: str = "host1", **settings: Any
-) -> PeriodicContext:
-    return PeriodicContext(db_url, make_settings(**settings), host, driver, api)
+def periodic_ctx(db_url: str, driver: Any, host: str = "host1", **settings: Any) -> PeriodicContext:
+    return PeriodicContext(db_url, make_settings(**settings), host, driver)
 
 
 def host1_server(db_url: str, vm_state: str, power: int = power_state.RUNNING, **state: Any) -> str:

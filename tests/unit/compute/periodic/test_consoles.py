@@ -11,10 +11,10 @@ from sqlalchemy import select, text, update
 from compute import consoles
 from compute.periodic import PeriodicContext, runs
 from compute.periodic.consoles import cleanup_expired_console_auth_tokens
+from compute.periodic.schedule import BY_NAME, CLUSTER
 from models import ConsoleAuthToken, Instance
 from models.db import get_engine, session_scope
 from novaq.exceptions import InvalidInput, InvalidToken
-from novaq.periodic import BY_NAME, CLUSTER
 from tasks.periodic import run_periodic
 from tests.factories import make_instance, make_settings
 

@@ -1,6 +1,6 @@
 """``compute.periodic.power_sync`` on real state: SQLite rows and a fresh libvirt
-``test:///`` node per test. The stops it asks of the API are recorded by ``StopRecorder``
-here (the API's own path is tested through a worker in
+``test:///`` node per test. The stops it asks of the API are sent (``tasks.periodic.run_pass``) to
+``StopRecorder`` here (the API's own path is tested through a worker in
 ``tests/unit/workflows/test_periodic_power_sync.py``)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from compute.periodic.power_sync import decide
 from models import utcnow
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState
+from tasks.periodic import run_pass
 from tests.unit.compute.periodic.servers import host1_server, periodic_ctx, spawn_guest
 from virt import power_state
 from virt.driver import GuestInfo
@@ -115,7 +116,7 @@ def test_an_active_server_whose_guest_shut_down_is_stopped_through_the_api(
     uuid = host1_server(db_url, "active")
     spawn_guest(hypervisor, uuid, SHUTDOWN)  # powered off behind novaq's back
     api = StopRecorder()
-    summary = power_sync.sync_power_states(periodic_ctx(db_url, hypervisor, api))
+    summary = run_pass(power_sync.sync_power_states, periodic_ctx(db_url, hypervisor), api)
     assert api.calls == [("stop", uuid)]
     assert summary["stop"] == [uuid] and summary["power_state_updated"] == [uuid]
     assert _power(db_url, uuid) == SHUTDOWN
@@ -129,7 +130,7 @@ def test_a_guest_out_of_step_with_a_stopped_or_paused_server_is_force_stopped(
     uuid = host1_server(db_url, vm_state, db_power)
     spawn_guest(hypervisor, uuid, guest)
     api = StopRecorder()
-    summary = power_sync.sync_power_states(periodic_ctx(db_url, hypervisor, api))
+    summary = run_pass(power_sync.sync_power_states, periodic_ctx(db_url, hypervisor), api)
     assert api.calls == [("force_stop", uuid)]
     assert summary["force_stop"] == [uuid]
     assert _power(db_url, uuid) == guest
@@ -145,7 +146,7 @@ def test_unexpected_pause_missing_guest_and_running_soft_deleted_are_only_logged
     spawn_guest(hypervisor, soft_deleted)
     api = StopRecorder()
     with caplog.at_level(logging.WARNING, logger=power_sync.__name__):
-        summary = power_sync.sync_power_states(periodic_ctx(db_url, hypervisor, api))
+        summary = run_pass(power_sync.sync_power_states, periodic_ctx(db_url, hypervisor), api)
     assert api.calls == []
     assert (summary["warn_paused"], summary["warn_missing"]) == ([paused], [missing])
     assert summary["warn_deleted"] == [soft_deleted]
@@ -163,7 +164,7 @@ def test_states_nova_ignores_only_get_their_power_state_written(
     uuid = host1_server(db_url, vm_state, RUNNING)
     spawn_guest(hypervisor, uuid, SHUTDOWN)
     api = StopRecorder()
-    summary = power_sync.sync_power_states(periodic_ctx(db_url, hypervisor, api))
+    summary = run_pass(power_sync.sync_power_states, periodic_ctx(db_url, hypervisor), api)
     assert api.calls == [] and summary["in_sync"] == [uuid]
     assert _power(db_url, uuid) == SHUTDOWN
 
@@ -174,7 +175,7 @@ def test_a_server_with_a_task_in_flight_is_left_alone(
     uuid = host1_server(db_url, "active", task_state="powering-off")
     spawn_guest(hypervisor, uuid, SHUTDOWN)
     api = StopRecorder()
-    summary = power_sync.sync_power_states(periodic_ctx(db_url, hypervisor, api))
+    summary = run_pass(power_sync.sync_power_states, periodic_ctx(db_url, hypervisor), api)
     assert summary["pending_task"] == [uuid] and api.calls == []
     assert _power(db_url, uuid) == RUNNING  # untouched: the stop in flight owns it
 
@@ -199,7 +200,7 @@ def test_a_request_that_starts_during_the_hypervisor_read_wins(db_url: str, tmp_
     spawn_guest(driver, uuid, RUNNING)
     api = StopRecorder()
     try:
-        summary = power_sync.sync_power_states(periodic_ctx(db_url, driver, api))
+        summary = run_pass(power_sync.sync_power_states, periodic_ctx(db_url, driver), api)
     finally:
         driver.close()
     assert summary["pending_task"] == [uuid] and api.calls == []
@@ -213,8 +214,8 @@ def test_a_refused_stop_is_counted_and_the_other_servers_are_still_synced(
     spawn_guest(hypervisor, refused, SHUTDOWN)
     fine = host1_server(db_url, "active", NOSTATE)
     spawn_guest(hypervisor, fine, RUNNING)
-    summary = power_sync.sync_power_states(
-        periodic_ctx(db_url, hypervisor, StopRecorder(refuse=True))
+    summary = run_pass(
+        power_sync.sync_power_states, periodic_ctx(db_url, hypervisor), StopRecorder(refuse=True)
     )
     assert summary["failed"] == [refused]
     assert summary["in_sync"] == [fine] and _power(db_url, fine) == RUNNING
@@ -229,7 +230,9 @@ def test_only_this_hosts_live_instances_are_synced_and_a_count_mismatch_is_warne
     deleted = host1_server(db_url, "deleted", NOSTATE, deleted=1, deleted_at=utcnow())
     spawn_guest(hypervisor, deleted)  # a second guest: 2 on the hypervisor, 1 in the database
     with caplog.at_level(logging.WARNING, logger=power_sync.__name__):
-        summary = power_sync.sync_power_states(periodic_ctx(db_url, hypervisor, StopRecorder()))
+        summary = run_pass(
+            power_sync.sync_power_states, periodic_ctx(db_url, hypervisor), StopRecorder()
+        )
     assert (summary["db_instances"], summary["hypervisor_instances"]) == (1, 2)
     assert summary["in_sync"] == [mine]
     assert (_power(db_url, elsewhere), _power(db_url, deleted)) == (SHUTDOWN, NOSTATE)
@@ -245,8 +248,10 @@ def test_the_thread_pool_syncs_many_servers_on_one_test_driver(
         uuid = host1_server(db_url, "resized", NOSTATE)  # ignored vm_state: only the write
         spawn_guest(hypervisor, uuid, power)
         uuids.append(uuid)
-    summary = power_sync.sync_power_states(
-        periodic_ctx(db_url, hypervisor, StopRecorder(), sync_power_state_pool_size=5)
+    summary = run_pass(
+        power_sync.sync_power_states,
+        periodic_ctx(db_url, hypervisor, sync_power_state_pool_size=5),
+        StopRecorder(),
     )
     assert sorted(summary["power_state_updated"]) == sorted(uuids)
     assert [_power(db_url, uuid) for uuid in uuids] == states

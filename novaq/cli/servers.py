@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from novaq.cli_base import api, handle_errors, json_option, main, render
+from novaq.cli.base import api, handle_errors, json_option, main, render
 
 # -- flavors -------------------------------------------------------------------------------
 

@@ -17,9 +17,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
-from novaq.cluster import Cluster
-from novaq.cluster_plan import cluster_config_path
 from novaq.exceptions import FlavorExists, ServiceUnavailable
+from novaq.launcher.cluster import Cluster
+from novaq.launcher.plan import cluster_config_path
 from novaq.settings import get_settings, load_settings
 
 DEMO_FLAVORS = (

@@ -1,5 +1,5 @@
 """Start-up recovery of moves (resize, migrate, confirm, revert). By rule 3 of
-``compute/recovery.py`` a move is left to its messages while its migration is in
+``compute/recovery/init_host.py`` a move is left to its messages while its migration is in
 progress (its redelivered step resumes it, and acting first would make that step fail);
 Nova's two resize rows, here, apply once none is.
 
@@ -11,7 +11,7 @@ progress
 resize_migrating, no migration in  guest back on this (source) host, powered on unless
 progress                           ``old_vm_state`` was stopped, task None (Nova)
 any other move state               left to its messages (no handler in the table of
-                                   ``compute/recovery.py``)
+                                   ``compute/recovery/init_host.py``)
 =================================  ==================================================
 """
 
@@ -24,7 +24,7 @@ from compute.instance_state import cas_update, get_instance
 from compute.lifecycle import guest_power_state
 from compute.moves import active_migration
 from compute.pci import held_devices
-from compute.recovery_common import Found, Host
+from compute.recovery.common import Found, Host
 from compute.states import TaskState, VmState
 from models import Instance
 from models.db import session_scope

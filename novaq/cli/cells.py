@@ -9,7 +9,7 @@ import json
 
 import click
 
-from novaq.cli_base import api, handle_errors, json_option, main
+from novaq.cli.base import api, handle_errors, json_option, main
 
 
 @main.command("discover-hosts")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from novaq.cli_base import api, handle_errors, json_option, main, render
+from novaq.cli.base import api, handle_errors, json_option, main, render
 
 
 def _accepted(verb: str, uuid: str, request_id: str) -> None:

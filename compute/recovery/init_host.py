@@ -51,11 +51,11 @@ rescuing, unrescuing, shelving     operation takes it → the step is re-run (it
                                    vm_state kept. ``sync_power_states`` (which runs at
                                    start) reconciles what is left, by Nova's table
 unshelving                         left to the unshelve message (scheduler or host)
-resize_prep, resize_migrating,     ``compute/recovery_moves.py``: Nova's two resize
+resize_prep, resize_migrating,     ``compute/recovery/moves.py``: Nova's two resize
 any other move state               rows once no migration is in progress, else left
                                    to its messages
 task None, power_state RUNNING,    with ``resume_guests_state_on_host_boot``:
-guest not running                  ``compute/recovery_resume.py`` (the guest rebooted
+guest not running                  ``compute/recovery/resume.py`` (the guest rebooted
                                    hard); failure → ERROR
 =================================  ==================================================
 
@@ -85,10 +85,10 @@ from compute.lifecycle import guest_power_state
 from compute.periodic import PeriodicContext
 from compute.periodic.running_deleted import cleanup_running_deleted_instances
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
-from compute.recovery_common import Found, Host
-from compute.recovery_moves import recover_resize_migrating, recover_resize_prep
-from compute.recovery_resume import NO_RESUME as NO_RESUME  # re-exported: it was defined here
-from compute.recovery_resume import resume_safely
+from compute.recovery.common import Found, Host
+from compute.recovery.moves import recover_resize_migrating, recover_resize_prep
+from compute.recovery.resume import NO_RESUME as NO_RESUME  # re-exported: it was defined here
+from compute.recovery.resume import resume_safely
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from compute.steps import StepContext

@@ -1,6 +1,6 @@
 """The local cluster behind ``novaq up`` and ``novaq demo``.
 
-It runs the plan of ``novaq/cluster_plan.py`` (the processes and the cluster's TOML file)
+It runs the plan of ``novaq/launcher/plan.py`` (the processes and the cluster's TOML file)
 and owns the embedded broker when no ``NOVAQ_BROKER_URL`` is set, the database upgrade,
 and the children's lives and output. It refuses to be a supervisor: when one child exits,
 :meth:`Cluster.run_forever` stops them all (as honcho does) rather than restarting
@@ -42,14 +42,14 @@ from honcho.colour import get_colours
 from honcho.printer import Message, Printer
 from kombu.exceptions import OperationalError
 
-from novaq.cluster_plan import (
+from novaq.exceptions import ServiceUnavailable
+from novaq.launcher.embedded_broker import EmbeddedRedis
+from novaq.launcher.flower_guard import flower_command, flower_url
+from novaq.launcher.plan import (
     ProcessSpec,
     plan_processes,
     write_cluster_config,
 )
-from novaq.embedded_broker import EmbeddedRedis
-from novaq.exceptions import ServiceUnavailable
-from novaq.flower_guard import flower_command, flower_url
 from novaq.settings import Settings
 
 LOG = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from novaq.cli_base import api, handle_errors, json_option, main, render
+from novaq.cli.base import api, handle_errors, json_option, main, render
 
 LIST_COLUMNS = ("id", "name", "status", "disk_format", "size", "virtual_size")
 SHOW_COLUMNS = (

@@ -1,7 +1,7 @@
 """The plan of the local cluster behind ``novaq up`` and ``novaq demo``: which processes
 run (one scheduler worker, one compute worker per simulated host, beat, Flower; as in the
 ``Procfile``), with which argv and environment, and the cluster's TOML file (the simulated
-hosts, their GPUs, the PCI alias). ``novaq/cluster.py`` runs the plan.
+hosts, their GPUs, the PCI alias). ``novaq/launcher/cluster.py`` runs the plan.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import tomli_w
 
-from novaq.flower_guard import flower_command
+from novaq.launcher.flower_guard import flower_command
 from novaq.settings import Settings
 
 #: How children run celery: this interpreter, so the venv's celery even when its ``bin/`` is

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from novaq.cli_base import api, handle_errors, main
+from novaq.cli.base import api, handle_errors, main
 
 #: command -> (API call name, status to wait for)
 OPERATIONS = {

@@ -1,5 +1,5 @@
 """``resume_guests_state_on_host_boot`` at start-up (Nova's ``_resume_guests_state``):
-``compute/recovery.py`` runs it for each instance of the host, after that instance's own
+``compute/recovery/init_host.py`` runs it for each instance of the host, after that instance's own
 recovery, when the option is on.
 
 =================================  ==================================================
@@ -19,7 +19,7 @@ from compute.build import guest_spec
 from compute.instance_state import get_instance
 from compute.lifecycle import guest_power_state
 from compute.pci import held_devices
-from compute.recovery_common import Host
+from compute.recovery.common import Host
 from compute.states import VmState
 from models import utcnow
 from models.db import session_scope

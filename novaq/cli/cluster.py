@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from novaq.cli_base import console, handle_errors, main
+from novaq.cli.base import console, handle_errors, main
 
 # -- database ------------------------------------------------------------------------------
 
@@ -45,7 +45,7 @@ def db_upgrade(url: str | None) -> None:
 def up(n_hosts: int) -> None:
     """Run a whole cluster in the foreground: broker (embedded unless NOVAQ_BROKER_URL),
     scheduler, one compute worker per host, beat and Flower. Ctrl-C stops it cleanly."""
-    from novaq.cluster import Cluster
+    from novaq.launcher.cluster import Cluster
     from novaq.settings import load_settings
 
     cluster = Cluster(load_settings(), n_hosts=n_hosts)
@@ -59,6 +59,6 @@ def up(n_hosts: int) -> None:
 @handle_errors
 def demo(n_hosts: int, n_servers: int, keep: bool) -> None:
     """Start a local cluster and boot servers across its hosts, with progress."""
-    from novaq.demo import run_demo
+    from novaq.launcher.demo import run_demo
 
     sys.exit(run_demo(n_hosts=n_hosts, n_servers=n_servers, keep=keep, console=console))

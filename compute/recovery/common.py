@@ -1,7 +1,7 @@
-"""What start-up recovery (``compute/recovery.py``) hands each of its handlers: the host
+"""What start-up recovery (``compute/recovery/init_host.py``) hands each of its handlers: the host
 being recovered and an instance found on it. They live apart from the entry point so
-that the handlers kept in modules of their own (``compute/recovery_moves.py``,
-``compute/recovery_resume.py``) can take them without importing the module that
+that the handlers kept in modules of their own (``compute/recovery/moves.py``,
+``compute/recovery/resume.py``) can take them without importing the module that
 imports them.
 """
 

@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from novaq.cli_base import api, console, handle_errors, json_option, main, render
+from novaq.cli.base import api, console, handle_errors, json_option, main, render
 
 # -- hosts and services --------------------------------------------------------------------
 

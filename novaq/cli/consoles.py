@@ -9,7 +9,7 @@ import datetime as dt
 
 import click
 
-from novaq.cli_base import api, handle_errors, json_option, main, render
+from novaq.cli.base import api, handle_errors, json_option, main, render
 
 
 @main.command("console-url")
