@@ -20,8 +20,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute.claims import claim_first, claim_in_session, release
+from compute.claims import claim_first, claim_in_session, move_claim_in_session, release
 from compute.instance_state import cas_update, get_instance
+from compute.migrations import get_migration, node_id
 from compute.resource_tracker import get_node
 from compute.states import TaskState, VmState
 from models import Instance
@@ -219,8 +220,6 @@ class MoveScheduler:
         self.scheduler = scheduler
 
     def select(self, db_url: str, spec: RequestSpec, migration_uuid: str) -> Selection:
-        from compute.moves import get_migration, node_id
-
         with session_scope(db_url) as session:
             migration = get_migration(session, migration_uuid)
             if migration.dest_compute is not None:  # a redelivered request: already placed
@@ -260,9 +259,6 @@ def _host_name(host: HostState) -> str:
 def _claim_move(
     session: Session, host: HostState, spec: RequestSpec, migration_uuid: str, source_id: int
 ) -> None:
-    from compute.claims import move_claim_in_session
-    from compute.moves import get_migration
-
     move_claim_in_session(
         session,
         spec.instance_uuid,

@@ -18,6 +18,7 @@ from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
 from compute.recovery.init_host import INIT_HOST_EVENT, recover_host
+from compute.sessions import sessions_for
 from compute.steps import StepContext
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope
@@ -355,7 +356,9 @@ def _move(db_url: str, task_state: str, status: str | None) -> tuple[str, str, d
 
 
 def _step_ctx(db_url: str, migration: str, drivers: dict[str, Any], host: str) -> Any:
-    return moves.StepContext(db_url, drivers[host], migration, "req-resize", host)
+    return moves.MoveContext(
+        sessions_for(db_url), drivers[host], host, "req-resize", migration_uuid=migration
+    )
 
 
 def test_a_resize_caught_in_resize_instance_is_left_to_its_redelivery_which_resumes(
