@@ -15,23 +15,19 @@ fault), takes the guest down and has the driver keep the originals aside
 guest; confirm removes the originals, revert removes the destination's copy and
 finish_revert_resize puts the originals back and starts the guest on them.
 
-Every step moves task_state with a compare-and-swap that also accepts its own in-flight
-state, so a step redelivered after its worker died resumes instead of sticking.
+Every step is a ``Step`` run by ``compute.steps.run_step`` (``compute.move_step`` gives
+them their shape) and moves task_state with a compare-and-swap that also accepts its own
+in-flight state, so a step redelivered after its worker died resumes instead of sticking.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
 from compute.claims import confirm_move_in_session, retry_on_conflict
-from compute.guest import guest_spec as build_guest_spec
 from compute.instance_state import cas_update, get_instance
 from compute.migrations import (
     IN_PROGRESS,
@@ -49,17 +45,28 @@ from compute.migrations import (
     take_flavor,
 )
 from compute.move_failures import abort_move, fail_scheduling, reschedule_move
+from compute.move_step import (
+    MoveContext,
+    drop_files_unless_same_host,
+    guest_spec,
+    migration_of,
+    move_step,
+    run_move,
+    take_down_guest,
+)
 from compute.pci import held_devices
 from compute.power import instance_power_off_timeout
 from compute.states import TaskState, VmState
-from compute.steps import StepContext
+from compute.steps import StepContext, StepRun, close_event
 from models import Instance
-from novaq.exceptions import InstanceNotFound, ResizeError, UnexpectedTaskStateError
+from novaq.exceptions import ResizeError
 from virt import power_state
-from virt.driver import ComputeDriver, GuestSpec, check_can_resize
+from virt.driver import check_can_resize
 
 #: Re-exported: the move's records and undo were defined here before the split.
 __all__ = [
+    "MoveContext",
+    "guest_spec",
     "IN_PROGRESS",
     "UNCONFIRMED",
     "MigrationNotFound",
@@ -76,97 +83,107 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 
-def guest_spec(
-    session: Session, instance: Instance, flavor: dict[str, Any], addresses: list[str]
-) -> GuestSpec:
-    return build_guest_spec(session, instance, tuple(addresses), flavor)
+# -- the forward path ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class MoveContext(StepContext):
-    """A move step's context: a host step's (transactions, driver, host, request,
-    ``shutdown_timeout``) and the migration it works on."""
+def _prep_recorded(session: Session, instance: Instance, run: StepRun) -> None:
+    """The move's record on the destination (Nova's MigrationContext: the old and new PCI
+    devices, where the destination keeps instance directories)."""
+    migration = get_migration(session, migration_of(run))
+    uuid = instance.uuid
+    cas_update(session, uuid, expected_task_state=[TaskState.RESIZE_PREP])
+    dest = node_id(session, migration.dest_compute, migration.dest_node)
+    source = node_id(session, migration.source_compute, migration.source_node)
+    context = dict(migration.context)
+    context["new_pci_devices"] = [d.address for d in held_devices(session, uuid, dest)]
+    context["old_pci_devices"] = [d.address for d in held_devices(session, migration.uuid, source)]
+    # NOTE: the source copies the disks here (a local path on one machine).
+    context["dest_instances_path"] = str(run.ctx.driver.instances_path)
+    migration.context = context
+    sysmeta = dict(instance.system_metadata or {})
+    sysmeta.setdefault("old_vm_state", instance.vm_state)
+    instance.system_metadata = sysmeta
+    return None
 
-    migration_uuid: str = ""
+
+#: On the destination: check the claim the scheduler made is here (its hypervisor
+#: answers), and record what the move holds.
+PREP_RESIZE = move_step(
+    "prep_resize",
+    TaskState.RESIZE_PREP,
+    lambda ctx, run: ctx.driver.get_available_resource(),
+    _prep_recorded,
+)
 
 
-@contextmanager
-def step(ctx: MoveContext, event: str) -> Iterator[str]:
-    """One move step recorded as an action event; yields the instance uuid."""
+def _migrate_disks(ctx: StepContext, run: StepRun) -> None:
+    uuid = run.instance_uuid
     with ctx.sessions() as session:
-        instance_uuid = get_migration(session, ctx.migration_uuid).instance_uuid
-    with actions.event_reporter(ctx.sessions, instance_uuid, ctx.request_id, event, ctx.host):
-        yield instance_uuid
+        cas_update(
+            session,
+            uuid,
+            expected_task_state=[TaskState.RESIZE_PREP, TaskState.RESIZE_MIGRATING],
+            task_state=TaskState.RESIZE_MIGRATING,
+        )
+        migration = set_migration(session, migration_of(run), "migrating")
+        instance = get_instance(session, uuid)
+        old = guest_spec(session, instance, migration.old_flavor, [])
+        new = guest_spec(session, instance, migration.new_flavor, [])
+        dest_path = migration.context.get("dest_instances_path")
+    # NOTE: without a recorded destination path the instances path is shared (Nova's
+    # shared storage): the destination's directory is this host's.
+    dest = dest_path or str(ctx.driver.instances_path)
+    # Nova refuses a shrink before it touches the guest, so check before the power-off.
+    check_can_resize(old, new)
+    _power_off_cleanly(ctx, uuid)
+    ctx.driver.migrate_disk_and_power_off(old, new, dest)
 
 
-def prep_resize(ctx: MoveContext) -> None:
-    """On the destination: check the claim the scheduler made is here, and record what the
-    move holds (Nova's MigrationContext: the old and new PCI devices)."""
-    with step(ctx, "compute_prep_resize") as instance_uuid:
-        ctx.driver.get_available_resource()  # the destination's hypervisor answers
-        with ctx.sessions() as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            cas_update(session, instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
-            dest = node_id(session, migration.dest_compute, migration.dest_node)
-            source = node_id(session, migration.source_compute, migration.source_node)
-            context = dict(migration.context)
-            context["new_pci_devices"] = [
-                d.address for d in held_devices(session, instance_uuid, dest)
-            ]
-            context["old_pci_devices"] = [
-                d.address for d in held_devices(session, migration.uuid, source)
-            ]
-            # NOTE: the source copies the disks here (a local path on one machine).
-            context["dest_instances_path"] = str(ctx.driver.instances_path)
-            migration.context = context
-            instance = get_instance(session, instance_uuid)
-            sysmeta = dict(instance.system_metadata or {})
-            sysmeta.setdefault("old_vm_state", instance.vm_state)
-            instance.system_metadata = sysmeta
+def _migrated(session: Session, instance: Instance, run: StepRun) -> None:
+    migration = get_migration(session, migration_of(run))
+    cas_update(
+        session,
+        instance.uuid,
+        expected_task_state=[TaskState.RESIZE_MIGRATING],
+        task_state=TaskState.RESIZE_MIGRATED,
+        host=migration.dest_compute,
+        node=migration.dest_node,
+    )
+    set_migration(session, migration.uuid, "post-migrating")
+    return None
 
 
-def resize_instance(ctx: MoveContext) -> None:
-    """On the source: take the guest down and copy its disks to the destination (the
-    originals kept until confirm or revert), then point the instance at the destination.
-    A shrink is refused before anything moves and rolls the move back."""
-    with step(ctx, "compute_resize_instance") as instance_uuid:
-        with ctx.sessions() as session:
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_PREP, TaskState.RESIZE_MIGRATING],
-                task_state=TaskState.RESIZE_MIGRATING,
-            )
-            migration = set_migration(session, ctx.migration_uuid, "migrating")
-            instance = get_instance(session, instance_uuid)
-            old = guest_spec(session, instance, migration.old_flavor, [])
-            new = guest_spec(session, instance, migration.new_flavor, [])
-            dest_path = migration.context.get("dest_instances_path")
-        # NOTE: without a recorded destination path the instances path is shared (Nova's
-        # shared storage): the destination's directory is this host's.
-        dest = dest_path or str(ctx.driver.instances_path)
-        try:
-            # Nova refuses a shrink before it touches the guest, so check before the power-off.
-            check_can_resize(old, new)
-            _power_off_cleanly(ctx, instance_uuid)
-            ctx.driver.migrate_disk_and_power_off(old, new, dest)
-        except ResizeError as exc:
-            _roll_back(ctx, instance_uuid, exc)
-            raise
-        with ctx.sessions() as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_MIGRATING],
-                task_state=TaskState.RESIZE_MIGRATED,
-                host=migration.dest_compute,
-                node=migration.dest_node,
-            )
-            set_migration(session, ctx.migration_uuid, "post-migrating")
+def _roll_back(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
+    """Nova's ``InstanceFaultRollback`` of a refused resize: the accounting back on the
+    source, the server as it was (task cleared) with the fault, the migration in error."""
+    migration_uuid = migration_of(run)
+
+    def work(session: Session) -> None:
+        migration = get_migration(session, migration_uuid)
+        if migration.status not in IN_PROGRESS:
+            return
+        give_back_source(session, migration)
+        instance = get_instance(session, run.instance_uuid)
+        instance.task_state = None
+        pop_old_vm_state(instance)
+        actions.add_fault(session, run.instance_uuid, exc, ctx.host)
+        set_migration(session, migration_uuid, "error")
+
+    if isinstance(exc, ResizeError):
+        retry_on_conflict(ctx.sessions, work)
+        LOG.warning("Migration %s rolled back on %s: %s", migration_uuid, ctx.host, exc)
+    close_event(ctx, run, exc)
 
 
-def _power_off_cleanly(ctx: MoveContext, instance_uuid: str) -> None:
+#: On the source: take the guest down and copy its disks to the destination (the
+#: originals kept until confirm or revert), then point the instance at the destination.
+#: A shrink is refused before anything moves and rolls the move back.
+RESIZE_INSTANCE = move_step(
+    "resize_instance", TaskState.RESIZE_MIGRATING, _migrate_disks, _migrated, undo=_roll_back
+)
+
+
+def _power_off_cleanly(ctx: StepContext, instance_uuid: str) -> None:
     """Nova's ``migrate_disk_and_power_off`` starts with a clean power-off (the image's
     ``os_shutdown_timeout`` or ``shutdown_timeout``), so the guest's disks are quiet."""
     if ctx.driver.instance_exists(instance_uuid):
@@ -175,155 +192,170 @@ def _power_off_cleanly(ctx: MoveContext, instance_uuid: str) -> None:
         ctx.driver.power_off(instance_uuid, timeout)
 
 
+def _start_on_destination(ctx: StepContext, run: StepRun) -> int:
+    uuid = run.instance_uuid
+    with ctx.sessions() as session:
+        migration = get_migration(session, migration_of(run))
+        cas_update(
+            session,
+            uuid,
+            expected_task_state=[TaskState.RESIZE_MIGRATED, TaskState.RESIZE_FINISH],
+            task_state=TaskState.RESIZE_FINISH,
+        )
+        instance = get_instance(session, uuid)
+        take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
+        dest = node_id(session, migration.dest_compute, migration.dest_node)
+        addresses = [d.address for d in held_devices(session, uuid, dest)]
+        spec = guest_spec(session, instance, migration.new_flavor, addresses)
+        stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
+    return ctx.driver.finish_migration(spec, power_on=not stopped).power_state
+
+
+def _resized(session: Session, instance: Instance, run: StepRun) -> None:
+    cas_update(
+        session,
+        instance.uuid,
+        expected_task_state=[TaskState.RESIZE_FINISH],
+        vm_state=VmState.RESIZED,
+        task_state=None,
+        power_state=run.result,
+    )
+    set_migration(session, migration_of(run), "finished")
+    return None
+
+
+#: On the destination: the instance takes the new flavor and its guest starts with
+#: exactly the devices the new flavor asks for; a stopped server stays stopped.
+FINISH_RESIZE = move_step(
+    "finish_resize",
+    TaskState.RESIZE_FINISH,
+    _start_on_destination,
+    _resized,
+    on_superseded=take_down_guest,
+)
+
+
+# -- confirm and revert ------------------------------------------------------------------------
+
+
+def _drop_originals(ctx: StepContext, run: StepRun) -> None:
+    # The source guest went down in resize_instance: its kept files and the accounting
+    # are left here. Files first, as Nova's confirm_migration, so the server is ACTIVE
+    # only once they are gone.
+    ctx.driver.confirm_migration(run.instance_uuid)
+    drop_files_unless_same_host(ctx, run)
+
+
+def _confirmed(session: Session, instance: Instance, run: StepRun) -> None:
+    migration = get_migration(session, migration_of(run))
+    if migration.status == "confirmed":
+        return None
+    source = node_id(session, migration.source_compute, migration.source_node)
+    confirm_move_in_session(session, migration.uuid, source)
+    vm_state = VmState.STOPPED if instance.power_state == power_state.SHUTDOWN else VmState.ACTIVE
+    cas_update(
+        session,
+        instance.uuid,
+        expected_vm_state=[VmState.RESIZED],
+        expected_task_state=[None],
+        vm_state=vm_state,
+    )
+    pop_old_vm_state(instance)
+    set_migration(session, migration.uuid, "confirmed")
+    return None
+
+
+#: On the source: drop what the migration holds there; the server settles as ACTIVE, or
+#: SHUTOFF if its guest is off (Nova).
+CONFIRM_RESIZE = move_step("confirm_resize", TaskState.RESIZE_MIGRATED, _drop_originals, _confirmed)
+
+
+def _take_down_new_guest(ctx: StepContext, run: StepRun) -> None:
+    # As Nova's destroy on the destination: guest and (unless shared) files first.
+    ctx.driver.destroy(run.instance_uuid)
+    drop_files_unless_same_host(ctx, run)
+
+
+def _reverted(session: Session, instance: Instance, run: StepRun) -> None:
+    migration = get_migration(session, migration_of(run))
+    if migration.status == "reverted":
+        return None
+    give_back_source(session, migration)
+    instance.host, instance.node = migration.source_compute, migration.source_node
+    set_migration(session, migration.uuid, "reverted")
+    return None
+
+
+#: On the destination: take the new guest down, free the destination and give the source
+#: back to the instance, in one transaction (so no audit ever sees a gap).
+REVERT_RESIZE = move_step(
+    "revert_resize", TaskState.RESIZE_REVERTING, _take_down_new_guest, _reverted
+)
+
+
+def _start_on_source(ctx: StepContext, run: StepRun) -> tuple[int, bool]:
+    uuid = run.instance_uuid
+    with ctx.sessions() as session:
+        migration = get_migration(session, migration_of(run))
+        instance = get_instance(session, uuid)
+        source = node_id(session, migration.source_compute, migration.source_node)
+        addresses = [d.address for d in held_devices(session, uuid, source)]
+        spec = guest_spec(session, instance, migration.old_flavor, addresses)
+        stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
+    info = ctx.driver.finish_revert_migration(spec, power_on=not stopped)
+    return info.power_state, stopped
+
+
+def _back_on_source(session: Session, instance: Instance, run: StepRun) -> None:
+    power, stopped = run.result
+    cas_update(
+        session,
+        instance.uuid,
+        expected_task_state=[TaskState.RESIZE_REVERTING],
+        vm_state=VmState.STOPPED if stopped else VmState.ACTIVE,
+        task_state=None,
+        power_state=power,
+    )
+    pop_old_vm_state(instance)
+    return None
+
+
+#: On the source: start the guest again on its original disks, with its old flavor and
+#: old devices.
+FINISH_REVERT_RESIZE = move_step(
+    "finish_revert_resize",
+    TaskState.RESIZE_REVERTING,
+    _start_on_source,
+    _back_on_source,
+    on_superseded=take_down_guest,
+)
+
+
+def prep_resize(ctx: MoveContext) -> None:
+    """On the destination: the claim checked, the move recorded (``PREP_RESIZE``)."""
+    run_move(ctx, PREP_RESIZE)
+
+
+def resize_instance(ctx: MoveContext) -> None:
+    """On the source: the guest down, its disks copied (``RESIZE_INSTANCE``)."""
+    run_move(ctx, RESIZE_INSTANCE)
+
+
 def finish_resize(ctx: MoveContext) -> None:
-    """On the destination: the instance takes the new flavor and its guest starts with
-    exactly the devices the new flavor asks for; a stopped server stays stopped."""
-    with step(ctx, "compute_finish_resize") as instance_uuid:
-        with ctx.sessions() as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_MIGRATED, TaskState.RESIZE_FINISH],
-                task_state=TaskState.RESIZE_FINISH,
-            )
-            instance = get_instance(session, instance_uuid)
-            take_flavor(instance, migration.new_flavor, migration.context.get("new_pci_requests"))
-            dest = node_id(session, migration.dest_compute, migration.dest_node)
-            addresses = [d.address for d in held_devices(session, instance_uuid, dest)]
-            spec = guest_spec(session, instance, migration.new_flavor, addresses)
-            stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
-        info = ctx.driver.finish_migration(spec, power_on=not stopped)
-        with _or_take_down(ctx.driver, instance_uuid), ctx.sessions() as session:
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_FINISH],
-                vm_state=VmState.RESIZED,
-                task_state=None,
-                power_state=info.power_state,
-            )
-            set_migration(session, ctx.migration_uuid, "finished")
-
-
-def _roll_back(ctx: MoveContext, instance_uuid: str, exc: BaseException) -> None:
-    """Nova's ``InstanceFaultRollback`` of a refused resize: the accounting back on the
-    source, the server as it was (task cleared) with the fault, the migration in error."""
-
-    def work(session: Session) -> None:
-        migration = get_migration(session, ctx.migration_uuid)
-        if migration.status not in IN_PROGRESS:
-            return
-        give_back_source(session, migration)
-        instance = get_instance(session, instance_uuid)
-        instance.task_state = None
-        pop_old_vm_state(instance)
-        actions.add_fault(session, instance_uuid, exc, ctx.host)
-        set_migration(session, ctx.migration_uuid, "error")
-
-    retry_on_conflict(ctx.sessions, work)
-    LOG.warning("Migration %s rolled back on %s: %s", ctx.migration_uuid, ctx.host, exc)
-
-
-@contextmanager
-def _or_take_down(driver: ComputeDriver, instance_uuid: str) -> Iterator[None]:
-    """If the server was deleted while its guest was starting, take the guest down again
-    so nothing runs for a server that no longer exists (as a build does)."""
-    try:
-        yield
-    except (UnexpectedTaskStateError, InstanceNotFound):
-        LOG.info("Instance %s was deleted during a move; destroying its new guest", instance_uuid)
-        driver.destroy(instance_uuid)
-        raise
+    """On the destination: the new flavor, the guest started (``FINISH_RESIZE``)."""
+    run_move(ctx, FINISH_RESIZE)
 
 
 def confirm_resize(ctx: MoveContext) -> None:
-    """On the source: drop what the migration holds there; the server settles as ACTIVE,
-    or SHUTOFF if its guest is off (Nova)."""
-    with step(ctx, "compute_confirm_resize") as instance_uuid:
-        # The source guest went down in resize_instance: its kept files and the
-        # accounting are left here. Files first, as Nova's confirm_migration, so the
-        # server is ACTIVE only once they are gone.
-        _drop_originals(ctx, instance_uuid)
-
-        def work(session: Session) -> None:
-            migration = get_migration(session, ctx.migration_uuid)
-            if migration.status == "confirmed":
-                return
-            source = node_id(session, migration.source_compute, migration.source_node)
-            confirm_move_in_session(session, migration.uuid, source)
-            instance = get_instance(session, instance_uuid)
-            vm_state = (
-                VmState.STOPPED if instance.power_state == power_state.SHUTDOWN else VmState.ACTIVE
-            )
-            cas_update(
-                session,
-                instance_uuid,
-                expected_vm_state=[VmState.RESIZED],
-                expected_task_state=[None],
-                vm_state=vm_state,
-            )
-            pop_old_vm_state(instance)
-            set_migration(session, ctx.migration_uuid, "confirmed")
-
-        retry_on_conflict(ctx.sessions, work)
+    """On the source: the originals and the source claim dropped (``CONFIRM_RESIZE``)."""
+    run_move(ctx, CONFIRM_RESIZE)
 
 
 def revert_resize(ctx: MoveContext) -> None:
-    """On the destination: take the new guest down, free the destination and give the
-    source back to the instance, in one transaction (so no audit ever sees a gap)."""
-    with step(ctx, "compute_revert_resize") as instance_uuid:
-        # As Nova's destroy on the destination: guest and (unless shared) files first.
-        ctx.driver.destroy(instance_uuid)
-        _drop_files_unless_same_host(ctx, instance_uuid)
-
-        def work(session: Session) -> None:
-            migration = get_migration(session, ctx.migration_uuid)
-            if migration.status == "reverted":
-                return
-            give_back_source(session, migration)
-            instance = get_instance(session, instance_uuid)
-            instance.host, instance.node = migration.source_compute, migration.source_node
-            set_migration(session, ctx.migration_uuid, "reverted")
-
-        retry_on_conflict(ctx.sessions, work)
-
-
-def _drop_originals(ctx: MoveContext, instance_uuid: str) -> None:
-    ctx.driver.confirm_migration(instance_uuid)
-    _drop_files_unless_same_host(ctx, instance_uuid)
-
-
-def _drop_files_unless_same_host(ctx: MoveContext, instance_uuid: str) -> None:
-    """Nova's ``_cleanup_resize`` / revert cleanup: the side the server left keeps no
-    instance directory (a same-host resize shares it, so it stays)."""
-    with ctx.sessions() as session:
-        migration = get_migration(session, ctx.migration_uuid)
-        same_host = migration.source_compute == migration.dest_compute
-    if not same_host:
-        ctx.driver.delete_instance_files(instance_uuid)
+    """On the destination: the new guest down, the source given back (``REVERT_RESIZE``)."""
+    run_move(ctx, REVERT_RESIZE)
 
 
 def finish_revert_resize(ctx: MoveContext) -> None:
-    """On the source: start the guest again on its original disks, with its old flavor
-    and old devices."""
-    with step(ctx, "compute_finish_revert_resize") as instance_uuid:
-        with ctx.sessions() as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            instance = get_instance(session, instance_uuid)
-            source = node_id(session, migration.source_compute, migration.source_node)
-            addresses = [d.address for d in held_devices(session, instance_uuid, source)]
-            spec = guest_spec(session, instance, migration.old_flavor, addresses)
-            stopped = instance.system_metadata.get("old_vm_state") == VmState.STOPPED
-        info = ctx.driver.finish_revert_migration(spec, power_on=not stopped)
-        with _or_take_down(ctx.driver, instance_uuid), ctx.sessions() as session:
-            instance = get_instance(session, instance_uuid)
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_REVERTING],
-                vm_state=VmState.STOPPED if stopped else VmState.ACTIVE,
-                task_state=None,
-                power_state=info.power_state,
-            )
-            pop_old_vm_state(instance)
+    """On the source: the guest started on its originals (``FINISH_REVERT_RESIZE``)."""
+    run_move(ctx, FINISH_REVERT_RESIZE)

@@ -182,6 +182,10 @@ class Step:
     read_power: bool = True
     quiet_power: bool = False
     check_host: bool = True
+    #: A deleted instance makes the run ``skipped`` (a move step instead fails on it).
+    skip_deleted: bool = True
+    #: Whether the finish also closes the instance action (a move's steps leave it open).
+    finish_action: bool = True
     #: The step's own failure handling (instead of ``on_failure`` + fault + event).
     undo: Undo | None = None
     #: Called after a superseded run (a guest spawned for a deleted server goes away).
@@ -225,7 +229,7 @@ def _begin(
         with ctx.sessions() as session:
             instance = locked(session, instance_uuid)
             if (
-                instance.deleted
+                (instance.deleted and step.skip_deleted)
                 or (step.check_host and instance.host != ctx.host)
                 or (not step.any_task and instance.task_state not in expected)
                 or (step.begin_vm_states and instance.vm_state not in step.begin_vm_states)
@@ -281,7 +285,9 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
                 values.setdefault("power_state", run.power)
             cas_update(session, uuid, expected_task_state=expected, task_state=None, **values)
         if run.event_id is not None:
-            actions.finish_event(session, run.event_id, actions.SUCCESS, finish_action=True)
+            actions.finish_event(
+                session, run.event_id, actions.SUCCESS, finish_action=step.finish_action
+            )
         return values
 
     try:
