@@ -63,7 +63,7 @@ def main() -> int:
     try:
         upgrade(os.environ["NOVAQ_DATABASE_URL"])
         from novaq.settings import get_settings
-        from workflows.api_images import ensure_demo_image
+        from workflows.api.images import ensure_demo_image
 
         ensure_demo_image(get_settings())  # the "cirros" image the soak boots
         chaos = {}

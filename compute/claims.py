@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -20,6 +18,13 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
+from tenacity import (
+    Retrying,
+    before_sleep_log,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from compute.pci import PciRequest, claim_devices, held_devices, release_devices
 from compute.sessions import Sessions, as_sessions
@@ -232,19 +237,23 @@ _RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
 
 def retry_on_conflict(db: str | Sessions, work: Callable[[Session], T], attempts: int = 25) -> T:
     """Run ``work`` in its own transaction, again after a generation conflict (or a
-    deadlock / serialization failure the database reports), with a little random backoff,
-    as Nova's report client retries placement's 409s."""
+    deadlock / serialization failure the database reports), with a little random
+    exponential backoff (full jitter, at most 0.1 s), as Nova's report client retries
+    placement's 409s. The last failure is raised once ``attempts`` are spent."""
     sessions = as_sessions(db)
-    for attempt in range(1, attempts + 1):
-        try:
-            with sessions() as session:
-                return work(session)
-        except _RETRYABLE as exc:
-            if attempt == attempts:
-                raise
-            LOG.debug("claim conflict (attempt %d): %s", attempt, exc)
-            time.sleep(random.uniform(0, 0.01 * min(attempt, 10)))
-    raise AssertionError("unreachable")
+
+    def once() -> T:
+        with sessions() as session:
+            return work(session)
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(_RETRYABLE),
+        stop=stop_after_attempt(attempts),
+        wait=wait_random_exponential(multiplier=0.01, max=0.1),
+        before_sleep=before_sleep_log(LOG, logging.DEBUG),
+        reraise=True,
+    )
+    return retrying(once)
 
 
 def claim(db_url: str, node_id: int, consumer_uuid: str, request: ResourceRequest) -> None:

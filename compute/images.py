@@ -3,7 +3,7 @@ flavor can boot it (Nova's ``_validate_flavor_image_nostatus``), the system meta
 server inherits from it, and the ``ImageSpec`` a compute host boots from.
 
 Refuses to touch image data: the store (copy, checksum, ``qemu-img``) lives in
-``workflows/api_images_store.py``; fetching into a host's ``_base`` lives in ``virt/``.
+``workflows/api/images_store.py``; fetching into a host's ``_base`` lives in ``virt/``.
 """
 
 from __future__ import annotations

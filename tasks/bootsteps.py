@@ -4,14 +4,14 @@ At start, a compute worker (one consuming ``compute.<NOVAQ_HOST>``) opens its hy
 listens to its guest lifecycle events (``compute.lifecycle_events``; libvirt's event loop
 runs in a thread of the worker process from the first connection on), registers or
 revives its ``services`` row and records its compute node; a scheduler
-worker registers its row. Then each heartbeats every ``report_interval`` from a thread the
-step owns, so a host is up only while it says so itself (not beat, not the scheduler).
+worker registers its row. Then each heartbeats every ``report_interval`` on the worker's
+own timer (as Celery's own worker heartbeat does), so a host is up only while it says so
+itself (not beat, not the scheduler).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from celery import bootsteps
@@ -21,31 +21,37 @@ from compute.periodic import PeriodicContext
 from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tasks import context
-from tasks.periodic import queue_run_immediately, send_requests
+from tasks.periodic import send_requests
 from virt.event import LifecycleEvent
+from workflows.periodic import queue_run_immediately
 
 LOG = logging.getLogger(__name__)
 
 
-class Heartbeat(threading.Thread):
-    """Reports a service every ``interval_s`` until stopped; a failed report is logged and
-    retried next time (Nova's ``model_disconnected``)."""
+class Heartbeat:
+    """Reports a service every ``interval_s`` on ``timer`` (the worker's: Celery's
+    ``Timer`` bootstep, or the event loop's in a worker that has one) until stopped; a
+    failed report is logged and retried next time (Nova's ``model_disconnected``)."""
 
-    def __init__(self, db_url: str, service_id: int, interval_s: float, name: str) -> None:
-        super().__init__(name=f"heartbeat-{name}", daemon=True)
-        self.db_url, self.service_id, self.interval_s = db_url, service_id, interval_s
-        self._stop_event = threading.Event()
+    def __init__(self, timer: Any, db_url: str, service_id: int, interval_s: float) -> None:
+        self.timer, self.db_url, self.service_id = timer, db_url, service_id
+        self.interval_s = interval_s
+        self._entry: Any = None
 
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval_s):
-            try:
-                with session_scope(self.db_url) as session:
-                    servicegroup.heartbeat(session, self.service_id)
-            except Exception:  # noqa: BLE001 - keep reporting whatever one report hit
-                LOG.exception("Heartbeat of service %s failed", self.service_id)
+    def report(self) -> None:
+        try:
+            with session_scope(self.db_url) as session:
+                servicegroup.heartbeat(session, self.service_id)
+        except Exception:  # noqa: BLE001 - keep reporting whatever one report hit
+            LOG.exception("Heartbeat of service %s failed", self.service_id)
+
+    def start(self) -> None:
+        self._entry = self.timer.call_repeatedly(self.interval_s, self.report)
 
     def stop(self) -> None:
-        self._stop_event.set()
+        if self._entry is not None:
+            self.timer.cancel(self._entry)
+            self._entry = None
 
 
 def consumed_queues(worker: Any) -> set[str]:
@@ -96,7 +102,8 @@ def start_scheduler_service(host: str) -> int:
 
 
 class NovaqServiceStep(bootsteps.StartStopStep):
-    requires = {"celery.worker.components:Pool"}
+    # The Timer step makes ``worker.timer``, which the heartbeats run on.
+    requires = {"celery.worker.components:Timer", "celery.worker.components:Pool"}
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
@@ -116,13 +123,13 @@ class NovaqServiceStep(bootsteps.StartStopStep):
                     reason=f"a compute worker consumes compute.<its host> only; host is "
                     f"{s.host!r} but the queues are {sorted(computes)}",
                 )
-            services.append((start_compute_service(s.host), f"compute@{s.host}"))
+            services.append(start_compute_service(s.host))
             queue_run_immediately(s.host)
             LOG.info("Compute service on %s started", s.host)
         if "scheduler" in queues:
-            services.append((start_scheduler_service(s.host), f"scheduler@{s.host}"))
-        for service_id, name in services:
-            beat = Heartbeat(context.db_url(), service_id, s.report_interval, name)
+            services.append(start_scheduler_service(s.host))
+        for service_id in services:
+            beat = Heartbeat(worker.timer, context.db_url(), service_id, s.report_interval)
             beat.start()
             self.heartbeats.append(beat)
 

@@ -1,15 +1,16 @@
-"""The Celery application: configured from ``celeryconfig``, with novaq's worker bootstep
-(service registration, heartbeats, compute-node record) and the fork-safety hook."""
+"""The Celery application as a worker runs it: the app of ``novaq.celery_app`` (the one
+the public API publishes through), plus the task modules a worker loads, novaq's worker
+bootstep (service registration, heartbeats, compute-node record) and the fork-safety
+hook."""
 
 from __future__ import annotations
 
-from celery import Celery
 from celery.signals import worker_process_init
 
 from models.db import dispose_after_fork
+from novaq.celery_app import app
+from tasks.bootsteps import NovaqServiceStep
 
-app = Celery("novaq", task_cls="tasks.base:NovaqTask")
-app.config_from_object("celeryconfig")
 app.conf.include = [
     "tasks.scheduler",
     "tasks.compute",
@@ -20,6 +21,7 @@ app.conf.include = [
     "tasks.errbacks",
     "tasks.periodic",
 ]
+app.steps["worker"].add(NovaqServiceStep)
 
 
 @worker_process_init.connect
@@ -28,10 +30,4 @@ def _dispose_inherited_connections(**_: object) -> None:
     dispose_after_fork()
 
 
-def _install_bootsteps() -> None:
-    from tasks.bootsteps import NovaqServiceStep
-
-    app.steps["worker"].add(NovaqServiceStep)
-
-
-_install_bootsteps()
+__all__ = ["app"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from compute.sessions import Sessions, sessions_for
 from compute.steps import StepContext
 from novaq.settings import Settings, get_settings
+from scheduler.manager import Scheduler
 from virt import get_driver, get_simulated_driver
 from virt.driver import ComputeDriver
 from virt.host_profile import HostProfile, PciDeviceSpec
@@ -106,9 +107,7 @@ def disk_options(s: Settings) -> DiskOptions:
 
 
 @functools.cache
-def scheduler():  # type: ignore[no-untyped-def]
-    from scheduler.manager import Scheduler
-
+def scheduler() -> Scheduler:
     return Scheduler(get_settings())
 
 

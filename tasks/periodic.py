@@ -21,30 +21,16 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
-
 from compute.periodic import PeriodicContext, runs
 from compute.periodic.passes import FAILED
-from compute.periodic.schedule import BY_NAME, CLUSTER, PERIODIC_TASKS, PeriodicTask, scheduled
-from compute.servicegroup import COMPUTE, is_up
-from models import Service
-from models.db import session_scope
+from compute.periodic.schedule import CLUSTER, PERIODIC_TASKS, PeriodicTask
 from tasks import context
 from tasks.celery import app
 from tasks.compute import check_host
 from workflows import api
+from workflows.periodic import schedulable_hosts, send_to_host
 
 LOG = logging.getLogger(__name__)
-
-
-def schedulable_hosts() -> list[str]:
-    """Compute hosts that are up, enabled and not forced down, by name."""
-    s = context.settings()
-    with session_scope(context.db_url()) as session:
-        services = session.scalars(
-            select(Service).where(Service.binary == COMPUTE, Service.deleted == 0)
-        ).all()
-        return sorted(sv.host for sv in services if not sv.disabled and is_up(sv, s))
 
 
 @app.task(name="periodic.fan_out", acks_late=False, count_deliveries=False, ignore_result=True)
@@ -53,11 +39,6 @@ def fan_out(task_name: str, expires_s: float) -> list[str]:
     for host in hosts:
         send_to_host(task_name, host, expires_s)
     return hosts
-
-
-def send_to_host(task_name: str, host: str, expires_s: float) -> Any:
-    """One periodic message for ``host``'s queue, dropped if not consumed in time."""
-    return app.send_task(task_name, kwargs={"host": host}, expires=expires_s)
 
 
 def _function(task: PeriodicTask) -> Callable[[PeriodicContext], dict[str, Any]]:
@@ -146,26 +127,3 @@ def _celery_task(task: PeriodicTask) -> Any:
 
 
 TASKS = {t.name: _celery_task(t) for t in PERIODIC_TASKS}
-
-
-def send_now(name: str, host: str | None = None) -> Any:
-    """Run one periodic task now (``novaq periodic-run``): on ``host``, or on every
-    schedulable host for a per-host task when no host is given."""
-    task = BY_NAME[name]
-    s = context.settings()
-    expires = task.effective_spacing(s) or s.periodic.default_spacing
-    if task.scope == CLUSTER:
-        return [app.send_task(task.task_name, expires=expires).id]
-    hosts = [host] if host else schedulable_hosts()
-    return [send_to_host(task.task_name, h, expires).id for h in hosts]
-
-
-def queue_run_immediately(host: str) -> list[str]:
-    """Nova runs its ``run_immediately`` periodic tasks at the first tick of a service;
-    a compute worker that (re)starts queues them for itself, consumed once it is ready."""
-    sent = []
-    for task, spacing in scheduled(context.settings()):
-        if task.per_host and task.run_immediately:
-            send_to_host(task.task_name, host, float(spacing))
-            sent.append(task.name)
-    return sent

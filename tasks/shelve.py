@@ -19,6 +19,8 @@ from tasks import context
 from tasks.celery import app
 from tasks.errbacks import abort_operation
 from tasks.lifecycle import host_task
+from workflows.lifecycle import lifecycle_step
+from workflows.shelve import unshelve_step
 
 LOG = get_task_logger(__name__)
 
@@ -35,9 +37,6 @@ unshelve_instance = host_task("unshelve")
 def select_for_unshelve(self: Any, instance_uuid: str, request_id: str) -> Any:
     """SHELVED: task ``powering-on`` and ``start_instance`` on its host. SHELVED_OFFLOADED:
     select and claim a host (no alternates), then ``unshelve_instance`` there."""
-    from workflows.lifecycle import lifecycle_step
-    from workflows.shelve import unshelve_step
-
     sessions = context.sessions()
     try:
         with sessions() as session:

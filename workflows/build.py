@@ -9,19 +9,20 @@ from __future__ import annotations
 from celery.canvas import Signature
 
 from scheduler.request_spec import RequestSpec, Selection
+from workflows.canvas import errback, step
+
+ON_ERROR = "scheduler.on_build_error"
 
 
 def build_workflow(request_id: str, specs: list[RequestSpec]) -> Signature:
-    from tasks.errbacks import on_build_error
-    from tasks.scheduler import select_destinations
-
     shared = specs[0].to_dict()
-    workflow = select_destinations.si(
+    workflow = step(
+        "scheduler.select_destinations",
         request_id=request_id,
         instance_uuids=[s.instance_uuid for s in specs],
         request_spec=shared,
     )
-    workflow.on_error(on_build_error.s())
+    workflow.on_error(errback(ON_ERROR))
     return workflow
 
 
@@ -29,10 +30,8 @@ def build_step(
     request_id: str, selection: Selection, max_attempts: int, attempt: int = 1
 ) -> Signature:
     """The build of one placed instance on its host, with its alternates."""
-    from tasks.compute import build_and_run_instance
-    from tasks.errbacks import on_build_error
-
-    step = build_and_run_instance.si(
+    build = step(
+        "compute.build_and_run_instance",
         instance_uuid=selection.instance_uuid,
         request_id=request_id,
         host=selection.host,
@@ -41,5 +40,5 @@ def build_step(
         max_attempts=max_attempts,
         alternates=[list(a) for a in selection.alternates],
     )
-    step.on_error(on_build_error.s())
-    return step
+    build.on_error(errback(ON_ERROR))
+    return build

@@ -5,21 +5,25 @@ from __future__ import annotations
 
 from celery.canvas import Signature
 
+from workflows.canvas import errback, step
+
+#: soft delete family action -> task name.
+SOFT_DELETE_TASKS = {
+    "soft_delete": "compute.soft_delete_instance",
+    "restore": "compute.restore_instance",
+}
+
 
 def delete_workflow(instance_uuid: str, request_id: str, host: str) -> Signature:
-    from tasks.compute import terminate_instance
-
-    return terminate_instance.si(instance_uuid=instance_uuid, request_id=request_id, host=host)
+    return step(
+        "compute.terminate_instance", instance_uuid=instance_uuid, request_id=request_id, host=host
+    )
 
 
 def soft_delete_step(action: str, instance_uuid: str, request_id: str, host: str) -> Signature:
     """``action``: "soft_delete" or "restore"."""
-    from tasks import soft_delete as soft_delete_tasks
-
-    task = {
-        "soft_delete": soft_delete_tasks.soft_delete_instance,
-        "restore": soft_delete_tasks.restore_instance,
-    }[action]
-    step = task.si(instance_uuid=instance_uuid, request_id=request_id, host=host)
-    step.on_error(soft_delete_tasks.on_soft_delete_error.s())
-    return step
+    signature = step(
+        SOFT_DELETE_TASKS[action], instance_uuid=instance_uuid, request_id=request_id, host=host
+    )
+    signature.on_error(errback("scheduler.on_soft_delete_error"))
+    return signature

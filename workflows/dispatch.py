@@ -8,21 +8,16 @@ from typing import Any
 from celery.canvas import Signature
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from novaq.celery_app import app
 from novaq.exceptions import ServiceUnavailable
 
 _BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
 
 
-def app() -> Any:
-    from tasks import app as celery_app
-
-    return celery_app
-
-
 def check_broker() -> None:
     """Fail fast, before any write, when the broker cannot be reached."""
     try:
-        with app().connection_for_write() as conn:
+        with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=3)
     except _BROKER_ERRORS as exc:
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc

@@ -8,8 +8,10 @@ from typing import Any
 from celery.canvas import Signature
 
 from compute.operations import operation
+from workflows.canvas import errback, step
 
-#: API action name -> task name (without the ``compute.`` prefix), from the table.
+#: The power and lifecycle actions -> their task name (without the ``compute.`` prefix),
+#: from the operation table.
 TASKS = {
     action: str(operation(action).task).removeprefix("compute.")
     for action in (
@@ -29,9 +31,11 @@ TASKS = {
 def lifecycle_step(
     action: str, instance_uuid: str, request_id: str, host: str, **extra: Any
 ) -> Signature:
-    from tasks import lifecycle as lifecycle_tasks
-
-    task = getattr(lifecycle_tasks, TASKS[action])
-    step = task.si(instance_uuid=instance_uuid, request_id=request_id, host=host, **extra)
-    step.on_error(lifecycle_tasks.on_lifecycle_error.s())
-    return step
+    """The host step of ``action`` (a row of ``compute.operations``) with its errback."""
+    op = operation(action)
+    assert op.task is not None and op.errback is not None
+    signature = step(
+        op.task, instance_uuid=instance_uuid, request_id=request_id, host=host, **extra
+    )
+    signature.on_error(errback(op.errback))
+    return signature

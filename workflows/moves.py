@@ -10,6 +10,10 @@ from typing import Any
 from celery import chain
 from celery.canvas import Signature
 
+from workflows.canvas import errback, step
+
+ON_ERROR = "scheduler.on_move_error"
+
 
 def _ids(migration_uuid: str, instance_uuid: str, request_id: str) -> dict[str, Any]:
     return {
@@ -20,10 +24,8 @@ def _ids(migration_uuid: str, instance_uuid: str, request_id: str) -> dict[str, 
 
 
 def select_workflow(migration_uuid: str, instance_uuid: str, request_id: str) -> Signature:
-    from tasks.moves import on_move_error, select_for_move
-
-    workflow = select_for_move.si(**_ids(migration_uuid, instance_uuid, request_id))
-    workflow.on_error(on_move_error.s())
+    workflow = step("scheduler.select_for_move", **_ids(migration_uuid, instance_uuid, request_id))
+    workflow.on_error(errback(ON_ERROR))
     return workflow
 
 
@@ -35,36 +37,33 @@ def move_chain(
     dest: str,
     alternates: list[list[Any]],
 ) -> Signature:
-    from tasks.moves import finish_resize, on_move_error, prep_resize, resize_instance
-
     ids = _ids(migration_uuid, instance_uuid, request_id)
     workflow = chain(
-        prep_resize.si(**ids, host=dest, alternates=alternates),
-        resize_instance.si(**ids, host=source),
-        finish_resize.si(**ids, host=dest),
+        step("compute.prep_resize", **ids, host=dest, alternates=alternates),
+        step("compute.resize_instance", **ids, host=source),
+        step("compute.finish_resize", **ids, host=dest),
     )
-    workflow.on_error(on_move_error.s())
+    workflow.on_error(errback(ON_ERROR))
     return workflow
 
 
 def confirm_workflow(
     migration_uuid: str, instance_uuid: str, request_id: str, source: str
 ) -> Signature:
-    from tasks.moves import confirm_resize, on_move_error
-
-    workflow = confirm_resize.si(**_ids(migration_uuid, instance_uuid, request_id), host=source)
-    workflow.on_error(on_move_error.s())
+    workflow = step(
+        "compute.confirm_resize", **_ids(migration_uuid, instance_uuid, request_id), host=source
+    )
+    workflow.on_error(errback(ON_ERROR))
     return workflow
 
 
 def revert_workflow(
     migration_uuid: str, instance_uuid: str, request_id: str, source: str, dest: str
 ) -> Signature:
-    from tasks.moves import finish_revert_resize, on_move_error, revert_resize
-
     ids = _ids(migration_uuid, instance_uuid, request_id)
     workflow = chain(
-        revert_resize.si(**ids, host=dest), finish_revert_resize.si(**ids, host=source)
+        step("compute.revert_resize", **ids, host=dest),
+        step("compute.finish_revert_resize", **ids, host=source),
     )
-    workflow.on_error(on_move_error.s())
+    workflow.on_error(errback(ON_ERROR))
     return workflow

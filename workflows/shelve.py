@@ -8,30 +8,37 @@ from __future__ import annotations
 
 from celery.canvas import Signature
 
+from workflows.canvas import errback, step
+
+ON_ERROR = "scheduler.on_shelve_error"
+
+#: shelve action -> task name.
+SHELVE_TASKS = {
+    "shelve": "compute.shelve_instance",
+    "shelve_offload": "compute.shelve_offload_instance",
+}
+
 
 def shelve_step(action: str, instance_uuid: str, request_id: str, host: str) -> Signature:
     """``action``: "shelve" or "shelve_offload"."""
-    from tasks import shelve as shelve_tasks
-
-    task = {"shelve": shelve_tasks.shelve_instance, "shelve_offload": shelve_tasks.offload}[action]
-    step = task.si(instance_uuid=instance_uuid, request_id=request_id, host=host)
-    step.on_error(shelve_tasks.on_shelve_error.s())
-    return step
+    signature = step(
+        SHELVE_TASKS[action], instance_uuid=instance_uuid, request_id=request_id, host=host
+    )
+    signature.on_error(errback(ON_ERROR))
+    return signature
 
 
 def unshelve_workflow(instance_uuid: str, request_id: str) -> Signature:
-    from tasks import shelve as shelve_tasks
-
-    step = shelve_tasks.select_for_unshelve.si(instance_uuid=instance_uuid, request_id=request_id)
-    step.on_error(shelve_tasks.on_shelve_error.s())
-    return step
+    signature = step(
+        "scheduler.select_for_unshelve", instance_uuid=instance_uuid, request_id=request_id
+    )
+    signature.on_error(errback(ON_ERROR))
+    return signature
 
 
 def unshelve_step(instance_uuid: str, request_id: str, host: str) -> Signature:
-    from tasks import shelve as shelve_tasks
-
-    step = shelve_tasks.unshelve_instance.si(
-        instance_uuid=instance_uuid, request_id=request_id, host=host
+    signature = step(
+        "compute.unshelve_instance", instance_uuid=instance_uuid, request_id=request_id, host=host
     )
-    step.on_error(shelve_tasks.on_shelve_error.s())
-    return step
+    signature.on_error(errback(ON_ERROR))
+    return signature

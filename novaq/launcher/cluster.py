@@ -140,7 +140,7 @@ def _upgrade_database(url: str) -> None:
 def _prepare_database(settings: Settings, url: str) -> None:
     """Upgrade the schema, then register the demo "cirros" image if there is none, so a
     fresh cluster boots servers at once (``novaq boot --image cirros``)."""
-    from workflows.api_images import ensure_demo_image
+    from workflows.api.images import ensure_demo_image
 
     _upgrade_database(url)
     if ensure_demo_image(settings) is not None:

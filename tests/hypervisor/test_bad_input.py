@@ -45,7 +45,7 @@ def _instance_files(layout: Layout) -> list[Path]:
 def _allocations(consumer: str) -> list[str]:
     from models import Allocation
     from models.db import session_scope
-    from workflows.api_common import db_url
+    from workflows.api.common import db_url
 
     with session_scope(db_url()) as session:
         rows = session.scalars(select(Allocation).where(Allocation.consumer_uuid == consumer))

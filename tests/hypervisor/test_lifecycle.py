@@ -287,7 +287,7 @@ def test_delete_removes_domain_files_and_allocations_and_keeps_the_base(
 def _allocations(consumers: set[str]) -> list[Any]:
     from models import Allocation
     from models.db import session_scope
-    from workflows.api_common import db_url
+    from workflows.api.common import db_url
 
     with session_scope(db_url()) as session:
         rows = session.scalars(select(Allocation).where(Allocation.consumer_uuid.in_(consumers)))

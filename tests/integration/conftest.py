@@ -93,7 +93,7 @@ def _require_services() -> None:
 def _register_cirros() -> None:
     """The image the tests boot ("cirros"): 1 MiB of raw zeros in the tier's image store."""
     from novaq.settings import get_settings
-    from workflows.api_images import ensure_demo_image
+    from workflows.api.images import ensure_demo_image
 
     ensure_demo_image(get_settings())
 

@@ -157,7 +157,7 @@ def test_gpu_resize_two_to_one(two_hosts: Cluster, cleanup: list[str]) -> None:
 
 def _node_id(host: str) -> int:
     from models import ComputeNode
-    from workflows.api_common import db_url
+    from workflows.api.common import db_url
 
     with session_scope(db_url()) as session:
         return session.query(ComputeNode.id).filter_by(host=host, deleted=0).scalar()

@@ -367,7 +367,7 @@ def test_a_new_cluster_database_gets_the_demo_image_once(tmp_path: Path) -> None
     from models import Image
     from models.db import session_scope
     from novaq.launcher.cluster import _prepare_database
-    from workflows.api_images import image_dict
+    from workflows.api.images import image_dict
 
     settings = Settings(state_dir=tmp_path)
     _prepare_database(settings, settings.sqlalchemy_url)

@@ -20,7 +20,8 @@ from novaq.exceptions import (
 )
 from tasks import app
 from tests.unit.workflows.servers import queued
-from workflows import api, api_common
+from workflows import api
+from workflows.api import common as api_common
 
 
 def _count(db_url: str, model: Any) -> int:

@@ -242,7 +242,7 @@ def test_a_purged_image_is_not_found_by_its_servers(db_url: str) -> None:
 
 
 def test_the_demo_image_is_registered_once(db_url: str, clean_store: None) -> None:
-    from workflows.api_images import ensure_demo_image
+    from workflows.api.images import ensure_demo_image
 
     settings = get_settings()
     assert ensure_demo_image(settings) is None  # "cirros" exists already
@@ -308,8 +308,8 @@ def test_glance_store_path_chooses_the_stores_directory(
     db_url: str, raw_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from novaq.settings import Settings
-    from workflows import api_images_store as store
-    from workflows.api_images import register
+    from workflows.api import images_store as store
+    from workflows.api.images import register
 
     monkeypatch.setenv("NOVAQ_GLANCE__STORE_PATH", str(tmp_path / "elsewhere"))
     settings = Settings()

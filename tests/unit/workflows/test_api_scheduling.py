@@ -52,7 +52,7 @@ def test_unknown_aggregates_and_hosts_are_refused(db_url: str) -> None:
         (("g", "sideways"), "policy must be one of"),
         (("g", "affinity", {"max_server_per_host": 2}), "for anti-affinity only"),
         (("g", "anti-affinity", {"max_server_per_host": 0}), "positive integer"),
-        (("g", "anti-affinity", {"spread": 1}), "unknown server group rules"),
+        (("g", "anti-affinity", {"spread": 1}), "unknown server group rule 'spread'"),
         ((3, "affinity"), "must be a non-empty string"),
     ],
 )

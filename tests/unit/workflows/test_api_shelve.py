@@ -23,7 +23,8 @@ from novaq.settings import get_settings
 from tasks import context
 from tests.factories import make_instance
 from tests.unit.workflows.servers import action_count, clear_queues, placed_server, queued
-from workflows import api, api_common
+from workflows import api
+from workflows.api import common as api_common
 
 QUEUES = ("compute.host1", "scheduler")
 

@@ -203,7 +203,7 @@ def test_a_stuck_reboot_of_a_booted_server_is_finished(db_url: str, worker: None
 def test_a_server_soft_deleted_past_reclaim_instance_interval_is_reclaimed(
     db_url: str, worker: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workflows import api_common
+    from workflows.api import common as api_common
 
     soft = get_settings().model_copy(update={"reclaim_instance_interval": 3600})
     monkeypatch.setattr(api_common, "settings", lambda: soft)

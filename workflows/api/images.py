@@ -10,10 +10,11 @@ working from their hosts' ``_base`` copies, as in Nova.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import tempfile
 import uuid as uuid_module
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
@@ -24,10 +25,16 @@ from models import Image, ImageStatus, utcnow
 from models.db import session_scope
 from novaq.exceptions import ImageNotFound, InvalidImage
 from novaq.settings import Settings
-from workflows import api_common as common
-from workflows import api_images_store as store
+from workflows.api import common
+from workflows.api import images_store as store
+from workflows.api.validation import Name, expect, validated
 
 DEMO_IMAGE_BYTES = 1024 * 1024
+
+#: Where the data is: a local file's path or an ``http(s)://`` URL.
+Source = Annotated[str | os.PathLike[str], expect("the path of a local file or a URL")]
+#: A minimum size (GB of disk, MB of RAM).
+Size = Annotated[int, expect("an integer >= 0")]
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -64,14 +71,15 @@ def _new_id(image_id: Any) -> str:
         raise InvalidImage(reason=f"image id must be a UUID, got {image_id!r}") from None
 
 
+@validated(items={"properties": "property"}, error=InvalidImage)
 def create_image(
-    name: str,
-    path: str | None = None,
+    name: Name,
+    path: Source | None = None,
     disk_format: str | None = None,
     container_format: str = "bare",
-    min_disk: int = 0,
-    min_ram: int = 0,
-    properties: dict[str, str] | None = None,
+    min_disk: Size = 0,
+    min_ram: Size = 0,
+    properties: dict[Name, Annotated[str, expect("a string")]] | None = None,
     image_id: str | None = None,
 ) -> dict[str, Any]:
     """Register the image data at ``path`` (a local file, or an ``http(s)://`` URL to
@@ -152,6 +160,7 @@ def _activate(db_url: str, image_id: str, data: store.StoredData) -> dict[str, A
         return image_dict(image)
 
 
+@validated()
 def list_images(include_deleted: bool = False) -> list[dict[str, Any]]:
     """Images, oldest first; deleted ones only when asked (Glance hides them)."""
     query = select(Image).order_by(Image.created_at, Image.id)
@@ -161,12 +170,14 @@ def list_images(include_deleted: bool = False) -> list[dict[str, Any]]:
         return [image_dict(i) for i in session.scalars(query)]
 
 
+@validated()
 def show_image(ref: str) -> dict[str, Any]:
     """An image by id (deleted ones too) or by name (the one live image of that name)."""
     with session_scope(common.db_url()) as session:
         return image_dict(find_image(session, ref))
 
 
+@validated()
 def delete_image(ref: str) -> dict[str, Any]:
     """Mark the image deleted and remove its data from the store."""
     with session_scope(common.db_url()) as session:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid as uuid_module
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import select
@@ -12,7 +13,7 @@ from models import Aggregate, AggregateHost, AggregateMetadata, ServerGroup, Ser
 from models.server_group import POLICIES
 from novaq.exceptions import InvalidInput, NotFound
 from novaq.settings import Settings
-from workflows.flavors import check_name
+from workflows.api.flavors import check_name
 
 AZ_KEY = "availability_zone"
 
@@ -37,7 +38,9 @@ def aggregate_dict(aggregate: Aggregate) -> dict[str, Any]:
     }
 
 
-def create_aggregate(session: Session, name: Any, availability_zone: Any = None) -> Aggregate:
+def create_aggregate(
+    session: Session, name: str, availability_zone: str | None = None
+) -> Aggregate:
     check_name(name, "aggregate name")
     if session.scalars(select(Aggregate.id).where(Aggregate.name == name)).first() is not None:
         raise InvalidInput(reason=f"an aggregate named {name!r} already exists")
@@ -50,16 +53,14 @@ def create_aggregate(session: Session, name: Any, availability_zone: Any = None)
     return aggregate
 
 
-def get_aggregate(session: Session, aggregate_id: Any) -> Aggregate:
-    if isinstance(aggregate_id, bool) or not isinstance(aggregate_id, int):
-        raise InvalidInput(reason=f"aggregate id must be an integer, got {aggregate_id!r}")
+def get_aggregate(session: Session, aggregate_id: int) -> Aggregate:
     aggregate = session.get(Aggregate, aggregate_id)
     if aggregate is None:
         raise AggregateNotFound(aggregate=aggregate_id)
     return aggregate
 
 
-def add_host(session: Session, aggregate: Aggregate, host: Any, known_hosts: set[str]) -> None:
+def add_host(session: Session, aggregate: Aggregate, host: str, known_hosts: set[str]) -> None:
     check_name(host, "host")
     if host not in known_hosts:
         raise NotFound(f"Compute host {host} could not be found.")
@@ -87,9 +88,11 @@ def _check_single_zone(session: Session, host: str, zone: str, aggregate_id: int
         raise InvalidInput(reason=f"host {host} is already in availability zone {sorted(other)[0]}")
 
 
-def set_metadata(session: Session, aggregate: Aggregate, metadata: Any) -> None:
+def set_metadata(
+    session: Session, aggregate: Aggregate, metadata: Mapping[str, str | int | float | None]
+) -> None:
     """Set keys; a value of None removes its key (Nova's aggregate set-metadata)."""
-    if not isinstance(metadata, dict) or not metadata:
+    if not metadata:
         raise InvalidInput(reason="metadata must be a non-empty mapping")
     items = {m.key: m for m in aggregate.metadata_items}
     for key, value in metadata.items():
@@ -98,8 +101,6 @@ def set_metadata(session: Session, aggregate: Aggregate, metadata: Any) -> None:
             if key in items:
                 aggregate.metadata_items.remove(items[key])
             continue
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise InvalidInput(reason=f"metadata {key} must be a string, got {value!r}")
         if key == AZ_KEY:
             for host in aggregate.hosts:
                 _check_single_zone(session, host.host, str(value), aggregate.id)
@@ -129,35 +130,27 @@ def group_dict(group: ServerGroup) -> dict[str, Any]:
     }
 
 
-def create_server_group(session: Session, name: Any, policy: Any, rules: Any = None) -> ServerGroup:
+def create_server_group(
+    session: Session, name: str, policy: str, max_server_per_host: int | None = None
+) -> ServerGroup:
+    """A group with its one possible rule, ``max_server_per_host`` (anti-affinity)."""
     check_name(name, "server group name")
     if policy not in POLICIES:
         raise InvalidInput(reason=f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    rules = dict(rules or {})
-    if set(rules) - {"max_server_per_host"}:
-        raise InvalidInput(
-            reason=f"unknown server group rules {sorted(set(rules) - {'max_server_per_host'})}"
-        )
-    if "max_server_per_host" in rules:
-        value = rules["max_server_per_host"]
-        if (
-            policy != "anti-affinity"
-            or isinstance(value, bool)
-            or not isinstance(value, int)
-            or value < 1
-        ):
+    rules: dict[str, int] = {}
+    if max_server_per_host is not None:
+        if policy != "anti-affinity" or max_server_per_host < 1:
             raise InvalidInput(
                 reason="max_server_per_host is a positive integer, for anti-affinity only"
             )
+        rules["max_server_per_host"] = max_server_per_host
     group = ServerGroup(uuid=str(uuid_module.uuid4()), name=name, policy=policy, rules=rules)
     session.add(group)
     session.flush()
     return group
 
 
-def get_server_group(session: Session, ref: Any) -> ServerGroup:
-    if not isinstance(ref, str):
-        raise InvalidInput(reason=f"group must be a server group id, got {ref!r}")
+def get_server_group(session: Session, ref: str) -> ServerGroup:
     group = session.scalars(select(ServerGroup).where(ServerGroup.uuid == ref)).first()
     if group is None:
         raise ServerGroupNotFound(group=ref)

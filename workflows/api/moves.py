@@ -6,6 +6,7 @@ import uuid as uuid_module
 from typing import Any
 
 from sqlalchemy import select
+from typing_extensions import TypedDict, Unpack
 
 from compute import instance_actions as actions
 from compute.instance_state import cas_update, get_instance
@@ -15,8 +16,10 @@ from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState, InvalidInput, NotFound, ResizeError
-from workflows import api_common as common
-from workflows import dispatch, flavors
+from workflows import dispatch
+from workflows.api import common, flavors
+from workflows.api.validation import Name, validated
+from workflows.gate import check_instance_state
 from workflows.moves import confirm_workflow, revert_workflow, select_workflow
 
 __all__ = ["confirm_resize", "list_migrations", "migrate", "resize", "revert_resize"]
@@ -33,8 +36,6 @@ def _refuse(instance: Instance, action: str) -> InstanceInvalidState:
 
 def _check_movable(session: Any, instance: Instance, action: str) -> None:
     """Nova's resize/migrate gate: ACTIVE or SHUTOFF, no task, on an up host."""
-    from workflows.gate import check_instance_state
-
     check_instance_state(instance, action)
     if instance.host is None or not common.host_is_up(session, instance.host, common.settings()):
         raise InvalidInput(reason=f"the compute service of {instance.host} is down or unknown")
@@ -47,12 +48,14 @@ def _check_no_shrink(old: dict[str, Any], new: dict[str, Any]) -> None:
             raise ResizeError(reason="Unable to resize disk down.")
 
 
-def resize(uuid: str, flavor: str) -> str:
+@validated()
+def resize(uuid: str, flavor: Name) -> str:
     """Resize a server to another flavor; returns the action's request id. The server goes
     RESIZE, then VERIFY_RESIZE, waiting for confirm or revert."""
     return _move(uuid, flavor_ref=flavor, host=None)
 
 
+@validated()
 def migrate(uuid: str, host: str | None = None) -> str:
     """Cold-migrate a server (same flavor, another host; optionally the one named)."""
     if host is not None:
@@ -117,11 +120,13 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
     return request_id
 
 
+@validated()
 def confirm_resize(uuid: str) -> str:
     """Confirm a resize or migration (VERIFY_RESIZE → ACTIVE, or SHUTOFF)."""
     return _finish_move(uuid, "confirmResize")
 
 
+@validated()
 def revert_resize(uuid: str) -> str:
     """Revert a resize or migration: back to the source host, old flavor and devices."""
     return _finish_move(uuid, "revertResize")
@@ -132,8 +137,6 @@ def _finish_move(uuid: str, action: str) -> str:
     gate = "confirm_resize" if action == "confirmResize" else "revert_resize"
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
-        from workflows.gate import check_instance_state
-
         check_instance_state(instance, gate)
         migration = active_migration(session, uuid)
         if migration is None or migration.status != "finished":
@@ -192,11 +195,16 @@ def migration_dict(migration: Migration) -> dict[str, Any]:
     }
 
 
-def list_migrations(**filters: Any) -> list[dict[str, Any]]:
+class MigrationFilters(TypedDict, total=False):
+    instance_uuid: str
+    status: str
+    migration_type: str
+    host: str | None
+
+
+@validated(extra="filter")
+def list_migrations(**filters: Unpack[MigrationFilters]) -> list[dict[str, Any]]:
     """Migrations, oldest first. Filters: instance_uuid, status, migration_type, host."""
-    unknown = set(filters) - {"instance_uuid", "status", "migration_type", "host"}
-    if unknown:
-        raise InvalidInput(reason=f"unknown filter(s): {', '.join(sorted(unknown))}")
     query = select(Migration).order_by(Migration.id)
     for key in ("instance_uuid", "status", "migration_type"):
         if key in filters:

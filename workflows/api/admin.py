@@ -3,9 +3,10 @@ the accounting audit and its heals."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from sqlalchemy import select
+from typing_extensions import TypedDict
 
 from compute import servicegroup
 from compute.audit import audit_nodes
@@ -15,10 +16,23 @@ from compute.servicegroup import COMPUTE, is_up, service_dict
 from models import Aggregate, ComputeNode, ResourceHeal, ServerGroup, Service
 from models.db import session_scope
 from novaq.exceptions import InvalidInput
-from workflows import aggregates, dispatch, views
-from workflows import api_common as common
+from workflows import dispatch
+from workflows.api import aggregates, common, views
+from workflows.api.validation import Name, expect, validated
+from workflows.canvas import step
+from workflows.periodic import send_now
+
+#: An aggregate metadata value: a string (a number is taken as its string); None removes.
+MetadataValue = Annotated[str | int | float | None, expect("a string")]
 
 
+class ServerGroupRules(TypedDict, total=False):
+    """The rules a server group may have (Nova's, microversion 2.64)."""
+
+    max_server_per_host: int
+
+
+@validated()
 def list_hosts() -> list[dict[str, Any]]:
     s = common.settings()
     with session_scope(common.db_url()) as session:
@@ -34,6 +48,7 @@ def list_hosts() -> list[dict[str, Any]]:
         return [views.host_dict(n, services.get(n.host)) for n in nodes]
 
 
+@validated()
 def list_services() -> list[dict[str, Any]]:
     s = common.settings()
     with session_scope(common.db_url()) as session:
@@ -43,6 +58,7 @@ def list_services() -> list[dict[str, Any]]:
         return [service_dict(sv, s) for sv in rows]
 
 
+@validated()
 def disable_service(host: str, reason: str | None = None, binary: str = COMPUTE) -> dict[str, Any]:
     """Disable a service: the scheduler stops picking a disabled compute host, and beat
     stops sending it periodic tasks. Its servers keep running."""
@@ -51,12 +67,14 @@ def disable_service(host: str, reason: str | None = None, binary: str = COMPUTE)
         return service_dict(service, common.settings())
 
 
+@validated()
 def enable_service(host: str, binary: str = COMPUTE) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         service = servicegroup.set_disabled(session, host, False, None, binary)
         return service_dict(service, common.settings())
 
 
+@validated()
 def force_down_service(host: str, forced_down: bool = True) -> dict[str, Any]:
     """Mark a compute host down now (e.g. fenced) instead of waiting for
     ``service_down_time``; ``forced_down=False`` lets its heartbeats count again."""
@@ -68,6 +86,7 @@ def force_down_service(host: str, forced_down: bool = True) -> dict[str, Any]:
 # -- periodic maintenance --------------------------------------------------------------------
 
 
+@validated()
 def list_periodic_tasks() -> list[dict[str, Any]]:
     """Every periodic task: its spacing and option, whether beat runs it, why it idles, and
     its last run on each host (from the database)."""
@@ -96,6 +115,7 @@ def list_periodic_tasks() -> list[dict[str, Any]]:
     return listed
 
 
+@validated()
 def beat_status() -> dict[str, Any] | None:
     """Who holds the beat lease, if a beat is running."""
     lease = beat_lease.holder_of(common.db_url())
@@ -104,31 +124,32 @@ def beat_status() -> dict[str, Any] | None:
     return {"holder": lease.holder, "since": lease.acquired_at.isoformat()}
 
 
+@validated()
 def run_periodic_task(name: str, host: str | None = None) -> list[str]:
     """Send one periodic task now: to ``host``, or to every up and enabled compute host
     (a cluster task ignores ``host``). Returns the task ids."""
-    from tasks.periodic import send_now
-
     if name not in BY_NAME:
         raise InvalidInput(reason=f"unknown periodic task {name!r}; see periodic-list")
     if host is not None and BY_NAME[name].per_host:
         with session_scope(common.db_url()) as session:
             servicegroup.get_service(session, host)
     dispatch.check_broker()
-    return list(send_now(name, host))
+    return send_now(name, host)
 
 
 # -- aggregates, availability zones and server groups --------------------------------------
 
 
-def create_aggregate(name: str, availability_zone: str | None = None) -> dict[str, Any]:
+@validated(labels={"name": "aggregate name"})
+def create_aggregate(name: Name, availability_zone: str | None = None) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         return aggregates.aggregate_dict(
             aggregates.create_aggregate(session, name, availability_zone)
         )
 
 
-def add_host_to_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
+@validated(labels={"aggregate_id": "aggregate id"})
+def add_host_to_aggregate(aggregate_id: int, host: Name) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
         known = set(session.scalars(select(Service.host).where(Service.binary == COMPUTE)))
@@ -137,6 +158,7 @@ def add_host_to_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
         return aggregates.aggregate_dict(aggregate)
 
 
+@validated(labels={"aggregate_id": "aggregate id"})
 def remove_host_from_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
@@ -148,7 +170,10 @@ def remove_host_from_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
         return aggregates.aggregate_dict(aggregate)
 
 
-def set_aggregate_metadata(aggregate_id: int, metadata: dict[str, Any]) -> dict[str, Any]:
+@validated(labels={"aggregate_id": "aggregate id"}, items={"metadata": "metadata"})
+def set_aggregate_metadata(
+    aggregate_id: int, metadata: dict[Name, MetadataValue]
+) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
         aggregates.set_metadata(session, aggregate, metadata)
@@ -156,6 +181,7 @@ def set_aggregate_metadata(aggregate_id: int, metadata: dict[str, Any]) -> dict[
         return aggregates.aggregate_dict(aggregate)
 
 
+@validated()
 def list_aggregates() -> list[dict[str, Any]]:
     with session_scope(common.db_url()) as session:
         return [
@@ -164,25 +190,30 @@ def list_aggregates() -> list[dict[str, Any]]:
         ]
 
 
+@validated(labels={"name": "server group name"}, items={"rules": "server group rule"})
 def create_server_group(
-    name: str, policy: str, rules: dict[str, Any] | None = None
+    name: Name, policy: str, rules: ServerGroupRules | None = None
 ) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
-        return aggregates.group_dict(aggregates.create_server_group(session, name, policy, rules))
+        return aggregates.group_dict(
+            aggregates.create_server_group(
+                session, name, policy, (rules or {}).get("max_server_per_host")
+            )
+        )
 
 
+@validated()
 def list_server_groups() -> list[dict[str, Any]]:
     with session_scope(common.db_url()) as session:
         rows = session.scalars(select(ServerGroup).order_by(ServerGroup.id))
         return [aggregates.group_dict(g) for g in rows]
 
 
+@validated()
 def audit(timeout: float = 10.0) -> dict[str, Any]:
     """The accounting check: per node, usage by allocations, by instances and moves, and by
     the hypervisor (asked live on every up host), with every discrepancy. ``leaks`` counts
     the discrepancies that are accounting errors (see ``compute.audit``)."""
-    from tasks.compute import hypervisor_view
-
     s = common.settings()
     with session_scope(common.db_url()) as session:
         up_hosts = [
@@ -195,7 +226,7 @@ def audit(timeout: float = 10.0) -> dict[str, Any]:
     hypervisors: dict[str, dict[str, Any] | None] = {}
     if up_hosts:
         dispatch.check_broker()
-        pending = {h: dispatch.send(hypervisor_view.si(host=h)) for h in up_hosts}
+        pending = {h: dispatch.send(step("compute.hypervisor_view", host=h)) for h in up_hosts}
         for host, result in pending.items():
             try:
                 hypervisors[host] = result.get(timeout=timeout)
@@ -207,6 +238,7 @@ def audit(timeout: float = 10.0) -> dict[str, Any]:
         return audit_nodes(session, hypervisors)
 
 
+@validated()
 def list_heals(host: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
     """What ``update_available_resource`` corrected, newest first."""
     query = select(ResourceHeal).order_by(ResourceHeal.id.desc()).limit(limit)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 import uuid as uuid_module
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, cast
 
+from pydantic import BeforeValidator
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
+from typing_extensions import TypedDict, Unpack
 
 from compute import images
 from compute import instance_actions as actions
@@ -26,25 +28,52 @@ from novaq.exceptions import (
     WaitTimeout,
 )
 from scheduler.request_spec import RequestSpec
-from workflows import aggregates, dispatch, flavors, views
-from workflows import api_common as common
+from workflows import dispatch
+from workflows.api import aggregates, common, flavors, views
+from workflows.api.validation import Name, expect, validated
 from workflows.build import build_workflow
+from workflows.canvas import step
 from workflows.delete import delete_workflow, soft_delete_step
 
 MAX_COUNT = 100
+
+#: An extra spec's value: a string (a number is taken as its string).
+SpecValue = Annotated[str | int | float, expect("a string")]
+#: A scheduler hint's value: an instance uuid or a list of them (one is taken as a list).
+Uuids = Annotated[
+    list[str],
+    BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
+    expect("an instance uuid or a list of them"),
+]
+
+
+class Hints(TypedDict, total=False):
+    """The scheduler hints novaq knows."""
+
+    same_host: Uuids
+    different_host: Uuids
+
+
+class InstanceFilters(TypedDict, total=False):
+    host: str | None
+    name: str
+    vm_state: str
+    status: str
+    deleted: bool
 
 
 # -- flavors -------------------------------------------------------------------------------
 
 
+@validated(labels={"name": "flavor name"}, items={"extra_specs": "extra spec"})
 def create_flavor(
-    name: str,
+    name: Name,
     vcpus: int,
     memory_mb: int,
     root_gb: int,
     ephemeral_gb: int = 0,
     swap: int = 0,
-    extra_specs: dict[str, str] | None = None,
+    extra_specs: dict[Name, SpecValue] | None = None,
 ) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         flavor = flavors.create_flavor(
@@ -61,6 +90,7 @@ def create_flavor(
         return flavors.flavor_dict(flavor)
 
 
+@validated()
 def list_flavors() -> list[dict[str, Any]]:
     from models import Flavor
 
@@ -72,25 +102,27 @@ def list_flavors() -> list[dict[str, Any]]:
 # -- build and delete ----------------------------------------------------------------------
 
 
+@validated(labels={"name": "server name"}, items={"hints": "scheduler hint"})
 def boot(
-    name: str,
-    flavor: str,
-    image: str,
+    name: Name,
+    flavor: Name,
+    image: Name,
     count: int = 1,
     availability_zone: str | None = None,
     group: str | None = None,
-    hints: dict[str, Any] | None = None,
+    hints: Hints | None = None,
 ) -> list[str]:
     """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR)."""
     flavors.check_name(name, "server name")
     flavors.check_name(image, "image")
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+    if not 1 <= count <= MAX_COUNT:
         raise InvalidInput(reason=f"count must be an integer from 1 to {MAX_COUNT}, got {count!r}")
-    hints = _check_hints(hints)
+    uuids = cast(dict[str, list[str]], hints or {})  # Uuids made each value a list
+    checked_hints = {key: [common.check_uuid(v) for v in values] for key, values in uuids.items()}
     settings = common.settings()
     availability_zone = availability_zone or settings.default_schedule_zone
     force_hosts: tuple[str, ...] = ()
-    if isinstance(availability_zone, str) and ":" in availability_zone:
+    if availability_zone and ":" in availability_zone:
         # Nova's "zone:host" boot syntax: force the host, bypassing the filters.
         zone, _, forced = availability_zone.partition(":")
         availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
@@ -118,7 +150,7 @@ def boot(
                 image=boot_image.id,
                 image_name=boot_image.name,
                 availability_zone=availability_zone,
-                hints=hints,
+                hints=checked_hints,
                 group=group_uuid,
                 num_instances=count,
                 pci_requests=pci_requests,
@@ -155,27 +187,6 @@ def _boot_image(session: Any, ref: str, flavor: dict[str, Any]) -> _BootImage:
         properties={k: str(v) for k, v in (image.properties or {}).items()},
         system_metadata=images.system_metadata(image, flavor),
     )
-
-
-HINTS = ("same_host", "different_host")
-
-
-def _check_hints(hints: Any) -> dict[str, Any]:
-    """Scheduler hints novaq knows: ``same_host`` / ``different_host`` (instance uuids)."""
-    if hints is None:
-        return {}
-    if not isinstance(hints, dict):
-        raise InvalidInput(reason=f"hints must be a mapping, got {hints!r}")
-    unknown = set(hints) - set(HINTS)
-    if unknown:
-        raise InvalidInput(reason=f"unknown scheduler hint(s): {', '.join(sorted(unknown))}")
-    checked: dict[str, Any] = {}
-    for key, value in hints.items():
-        values = [value] if isinstance(value, str) else value
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise InvalidInput(reason=f"hint {key} must be an instance uuid or a list of them")
-        checked[key] = [common.check_uuid(v) for v in values]
-    return checked
 
 
 def _new_instance(
@@ -216,6 +227,7 @@ def _send_or_undo(workflows: list[Any], specs: list[RequestSpec]) -> None:
         raise
 
 
+@validated()
 def delete(uuid: str) -> str:
     """Delete a server (any state). Returns the action's request id."""
     uuid = common.check_uuid(uuid)
@@ -288,18 +300,16 @@ def _soft_delete(uuid: str, request_id: str, host: str) -> str:
 # -- queries -------------------------------------------------------------------------------
 
 
+@validated()
 def show(uuid: str) -> dict[str, Any]:
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
         return views.instance_dict(session, get_instance(session, uuid))
 
 
-def list_instances(**filters: Any) -> list[dict[str, Any]]:
+@validated(extra="filter")
+def list_instances(**filters: Unpack[InstanceFilters]) -> list[dict[str, Any]]:
     """Servers, newest last. Filters: host, name, vm_state, status, deleted (bool)."""
-    known = {"host", "name", "vm_state", "status", "deleted"}
-    unknown = set(filters) - known
-    if unknown:
-        raise InvalidInput(reason=f"unknown filter(s): {', '.join(sorted(unknown))}")
     query = select(Instance).order_by(Instance.id)
     if not filters.get("deleted"):
         query = query.where(Instance.deleted == 0)
@@ -316,6 +326,7 @@ def list_instances(**filters: Any) -> list[dict[str, Any]]:
     return rows
 
 
+@validated()
 def list_actions(uuid: str) -> list[dict[str, Any]]:
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
@@ -328,6 +339,7 @@ def list_actions(uuid: str) -> list[dict[str, Any]]:
         return [views.action_dict(a) for a in rows]
 
 
+@validated()
 def wait(uuid: str, status: str, timeout: float = 120.0, interval: float = 0.2) -> dict[str, Any]:
     """Poll until the server shows ``status``; raise with the fault if it goes to ERROR."""
     wanted = status.upper()
@@ -344,11 +356,10 @@ def wait(uuid: str, status: str, timeout: float = 120.0, interval: float = 0.2) 
         time.sleep(interval)
 
 
+@validated()
 def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
     """Ask the server's host for its live view of the guest (power state, vcpus, memory,
     PCI addresses, domain XML)."""
-    from tasks.compute import get_diagnostics
-
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
@@ -361,7 +372,7 @@ def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
             )
         host = instance.host
     dispatch.check_broker()
-    return dispatch.call(get_diagnostics.si(instance_uuid=uuid, host=host), timeout)
+    return dispatch.call(step("compute.get_diagnostics", instance_uuid=uuid, host=host), timeout)
 
 
 __all__ = [

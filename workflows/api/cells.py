@@ -5,9 +5,11 @@ what mapping a host means here (bookkeeping: scheduling does not depend on it)."
 from __future__ import annotations
 
 from scheduler import discover_hosts as discovery
-from workflows import api_common as common
+from workflows.api import common
+from workflows.api.validation import validated
 
 
+@validated()
 def discover_hosts() -> list[str]:
     """Map every compute host not yet mapped to ``cell1``; the hosts mapped by this call
     (empty when there was nothing new)."""

@@ -26,9 +26,8 @@ def new_request_id() -> str:
     return f"req-{uuid_module.uuid4()}"
 
 
-def check_uuid(value: Any) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(reason=f"instance uuid must be a string, got {value!r}")
+def check_uuid(value: str) -> str:
+    """``value`` as a canonical uuid; a string that is none names no instance."""
     try:
         return str(uuid_module.UUID(value))
     except ValueError:
@@ -50,10 +49,10 @@ def last_action(session: Any, uuid: str, action: str) -> InstanceAction | None:
     ).first()
 
 
-def resolve_server(session: Any, server: Any) -> str:
+def resolve_server(session: Any, server: str) -> str:
     """A server's uuid from its uuid or its name, as the nova client finds servers: a
     uuid is taken as is; a name must match exactly one live server."""
-    if not isinstance(server, str) or not server:
+    if not server:
         raise InvalidInput(reason=f"server must be a name or a uuid, got {server!r}")
     try:
         return str(uuid_module.UUID(server))

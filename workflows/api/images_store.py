@@ -21,6 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid as uuid_module
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -99,16 +100,17 @@ def store_path(settings: Settings) -> Path:
 
 
 def check_upload(
-    name: Any,
-    path: Any,
-    disk_format: Any,
-    container_format: Any,
-    min_disk: Any,
-    min_ram: Any,
-    properties: Any,
+    name: str,
+    path: str | os.PathLike[str] | None,
+    disk_format: str | None,
+    container_format: str,
+    min_disk: int,
+    min_ram: int,
+    properties: Mapping[str, str] | None,
 ) -> Upload:
-    """The request as an ``Upload``, or ``InvalidImage`` naming what is wrong."""
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+    """The request as an ``Upload``, or ``InvalidImage`` naming what is wrong. Types are
+    the API's to check (``workflows.api.validation``); values are checked here."""
+    if not name.strip() or len(name) > MAX_NAME:
         raise InvalidImage(reason=f"name must be a non-empty string of at most {MAX_NAME}")
     return Upload(
         name=name,
@@ -121,8 +123,8 @@ def check_upload(
     )
 
 
-def _check_source(path: Any) -> Path | str:
-    if not isinstance(path, str | os.PathLike) or not str(path):
+def _check_source(path: str | os.PathLike[str] | None) -> Path | str:
+    if path is None or not str(path):
         raise InvalidImage(reason=f"path must name a local file or a URL, got {path!r}")
     if isinstance(path, str) and path.startswith(("http://", "https://")):
         if not urllib.parse.urlsplit(path).hostname:
@@ -136,32 +138,32 @@ def _check_source(path: Any) -> Path | str:
     return source
 
 
-def _check_choice(field: str, value: Any, choices: type[DiskFormat | ContainerFormat]) -> str:
+def _check_choice(
+    field: str, value: str | None, choices: type[DiskFormat | ContainerFormat]
+) -> str:
     allowed = [c.value for c in choices]
     if value not in allowed:
         raise InvalidImage(reason=f"{field} must be one of {', '.join(allowed)}, not {value!r}")
     return str(value)
 
 
-def _check_size(field: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def _check_size(field: str, value: int) -> int:
+    if value < 0:
         raise InvalidImage(reason=f"{field} must be an integer >= 0, got {value!r}")
     return value
 
 
-def check_properties(properties: Any) -> dict[str, str]:
+def check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
     """Names and values must be strings; the properties Nova reads must hold values Nova
     knows (an architecture, a hypervisor type, a VM mode, a device type, a disk bus, a
     non-negative integer)."""
     if properties is None:
         return {}
-    if not isinstance(properties, dict):
-        raise InvalidImage(reason=f"properties must be a mapping, got {properties!r}")
     checked: dict[str, str] = {}
     for key, value in properties.items():
-        if not isinstance(key, str) or not key or len(key) > MAX_NAME:
+        if not key or len(key) > MAX_NAME:
             raise InvalidImage(reason=f"property name {key!r} must be a non-empty string")
-        if not isinstance(value, str) or len(value) > MAX_VALUE:
+        if len(value) > MAX_VALUE:
             raise InvalidImage(
                 reason=f"property {key} must be a string of at most {MAX_VALUE}, got {value!r}"
             )

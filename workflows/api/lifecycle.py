@@ -34,8 +34,9 @@ from novaq.exceptions import (
     InvalidInput,
     UnexpectedTaskStateError,
 )
-from workflows import api_common as common
-from workflows import dispatch, gate, views
+from workflows import dispatch, gate
+from workflows.api import common, views
+from workflows.api.validation import validated
 from workflows.delete import soft_delete_step
 from workflows.lifecycle import lifecycle_step
 from workflows.shelve import shelve_step, unshelve_workflow
@@ -43,11 +44,13 @@ from workflows.shelve import shelve_step, unshelve_workflow
 MAX_REASON_LENGTH = 255
 
 
+@validated()
 def stop(uuid: str) -> str:
     """Power a server off (ACTIVE or ERROR → SHUTOFF). Returns the request id."""
     return _request(uuid, "stop", "stop", TaskState.POWERING_OFF)
 
 
+@validated()
 def force_stop(uuid: str) -> str:
     """Nova's ``force_stop``: power a server off whatever its vm_state or lock (the
     power-state sync uses it for a STOPPED or PAUSED server whose guest disagrees). Only
@@ -79,38 +82,43 @@ def force_stop(uuid: str) -> str:
     return request_id
 
 
+@validated()
 def start(uuid: str) -> str:
     """Power a stopped server on (SHUTOFF → ACTIVE)."""
     return _request(uuid, "start", "start", TaskState.POWERING_ON)
 
 
+@validated()
 def reboot(uuid: str, hard: bool = False) -> str:
     """Reboot: soft from ACTIVE only; hard also from SHUTOFF, PAUSED, SUSPENDED, ERROR and
     while another reboot, a pause, a suspend or a resume is in flight (Nova's
     ``ALLOW_REBOOT``)."""
-    if not isinstance(hard, bool):
-        raise InvalidInput(reason=f"hard must be a boolean, got {hard!r}")
     if hard:
         return _request(uuid, "reboot", "reboot_hard", TaskState.REBOOTING_HARD, hard=True)
     return _request(uuid, "reboot", "reboot", TaskState.REBOOTING, hard=False)
 
 
+@validated()
 def pause(uuid: str) -> str:
     return _request(uuid, "pause", "pause", TaskState.PAUSING)
 
 
+@validated()
 def unpause(uuid: str) -> str:
     return _request(uuid, "unpause", "unpause", TaskState.UNPAUSING)
 
 
+@validated()
 def suspend(uuid: str) -> str:
     return _request(uuid, "suspend", "suspend", TaskState.SUSPENDING)
 
 
+@validated()
 def resume(uuid: str) -> str:
     return _request(uuid, "resume", "resume", TaskState.RESUMING)
 
 
+@validated()
 def rescue(uuid: str, rescue_image_ref: str | None = None) -> str:
     """Rescue (ACTIVE, SHUTOFF or ERROR → RESCUE): the guest boots ``rescue_image_ref``
     (an image name or id; by default the server's own image) with its root disk attached
@@ -126,16 +134,19 @@ def rescue(uuid: str, rescue_image_ref: str | None = None) -> str:
     return _request(uuid, "rescue", "rescue", TaskState.RESCUING, **extra)
 
 
+@validated()
 def unrescue(uuid: str) -> str:
     return _request(uuid, "unrescue", "unrescue", TaskState.UNRESCUING)
 
 
+@validated()
 def shelve(uuid: str) -> str:
     """Shelve (ACTIVE, SHUTOFF, PAUSED or SUSPENDED → SHELVED; with
     ``shelved_offload_time == 0``, Nova's default, on at once to SHELVED_OFFLOADED)."""
     return _request(uuid, "shelve", "shelve", TaskState.SHELVING, step=_shelve_step("shelve"))
 
 
+@validated()
 def shelve_offload(uuid: str) -> str:
     """Offload a SHELVED server: its guest destroyed, its resources released, no host."""
     return _request(
@@ -147,6 +158,7 @@ def shelve_offload(uuid: str) -> str:
     )
 
 
+@validated()
 def unshelve(uuid: str) -> str:
     """Unshelve: a SHELVED server is started on its host; a SHELVED_OFFLOADED one is
     scheduled again (a host selected and claimed) and spawned there."""
@@ -172,6 +184,7 @@ def unshelve(uuid: str) -> str:
     return request_id
 
 
+@validated()
 def restore(uuid: str) -> str:
     """Restore a SOFT_DELETED server (ACTIVE again). Without a host, Nova sets ACTIVE in
     the API at once."""
@@ -202,16 +215,18 @@ def _shelve_step(action: str) -> Callable[[str, str, str], Signature]:
     return lambda uuid, request_id, host: shelve_step(action, uuid, request_id, host)
 
 
+@validated()
 def lock(uuid: str, reason: str | None = None) -> dict[str, Any]:
     """Lock a server: every other operation of the gate is refused until ``unlock``.
     Locking a locked server changes nothing (Nova, for the owner). Returns the server."""
-    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH):
+    if reason is not None and len(reason) > MAX_REASON_LENGTH:
         raise InvalidInput(
             reason=f"lock reason must be a string of at most {MAX_REASON_LENGTH} characters"
         )
     return _set_lock(uuid, "lock", reason)
 
 
+@validated()
 def unlock(uuid: str) -> dict[str, Any]:
     """Unlock a server (its lock reason dropped). Returns the server."""
     return _set_lock(uuid, "unlock", None)

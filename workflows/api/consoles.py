@@ -34,14 +34,18 @@ from models import Instance
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState
 from virt.console_log import check_length
-from workflows import api_common as common
-from workflows import api_servers, dispatch, gate
+from workflows import dispatch, gate
+from workflows.api import common
+from workflows.api import servers as api_servers
+from workflows.api.validation import validated
+from workflows.canvas import step
 
 CONSOLE_VM_STATES = frozenset({VmState.ACTIVE, VmState.PAUSED, VmState.RESCUED, VmState.RESIZED})
 REFUSED_TASK_STATES = frozenset({TaskState.DELETING, TaskState.MIGRATING})
 ACTION = "get_console"
 
 
+@validated()
 def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, Any]:
     """A console URL for ``server`` (name or uuid): ``{"type", "url", "expires"}``, with
     ``expires`` in epoch seconds. The URL's token is shown here only."""
@@ -68,23 +72,23 @@ def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, A
     }
 
 
+@validated()
 def validate_console_token(token: str) -> dict[str, Any]:
     """What a console proxy connects to for ``token`` (instance, host, port, type,
     expiry); ``InvalidToken`` if it is unknown, expired, or its server is gone."""
     return consoles.validate_token(common.db_url(), token)
 
 
+@validated()
 def console_log(server: str, length: int | None = None, timeout: float = 30.0) -> str:
     """The tail of ``server``'s console log (name or uuid): at most its last 100 KiB, then
     its last ``length`` lines when given; "" when the guest has logged nothing yet."""
-    from tasks.compute import get_console_output
-
     length = check_length(length)
     with session_scope(common.db_url()) as session:
         uuid = common.resolve_server(session, server)
         host = _log_host(session, get_instance(session, uuid, with_deleted=False))
     dispatch.check_broker()
-    query = get_console_output.si(instance_uuid=uuid, host=host, length=length)
+    query = step("compute.get_console_output", instance_uuid=uuid, host=host, length=length)
     return str(dispatch.call(query, timeout))
 
 
