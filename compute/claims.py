@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -27,13 +27,14 @@ from tenacity import (
 )
 
 from compute.pci import PciRequest, claim_devices, held_devices, release_devices
+from compute.sessions import Sessions, as_sessions
 from models import Allocation, ComputeNode
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
-from models.db import session_scope
-from novaq.exceptions import GenerationConflict, ResourcesUnavailable
+from novaq.exceptions import GenerationConflict, NoValidHost, ResourcesUnavailable
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,14 +235,15 @@ def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> i
 _RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
 
 
-def retry_on_conflict(db_url: str, work: Callable[[Session], T], attempts: int = 25) -> T:
+def retry_on_conflict(db: str | Sessions, work: Callable[[Session], T], attempts: int = 25) -> T:
     """Run ``work`` in its own transaction, again after a generation conflict (or a
     deadlock / serialization failure the database reports), with a little random
     exponential backoff (full jitter, at most 0.1 s), as Nova's report client retries
     placement's 409s. The last failure is raised once ``attempts`` are spent."""
+    sessions = as_sessions(db)
 
     def once() -> T:
-        with session_scope(db_url) as session:
+        with sessions() as session:
             return work(session)
 
     retrying = Retrying(
@@ -266,6 +268,49 @@ def release(db_url: str, consumer_uuid: str, node_id: int | None = None) -> int:
     return retry_on_conflict(
         db_url, lambda session: release_in_session(session, consumer_uuid, node_id)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFit(Generic[C]):
+    """What ``claim_first`` got: the candidate claimed and its index in the candidates, or
+    None, and why each candidate before it refused."""
+
+    chosen: C | None
+    index: int
+    lost: tuple[str, ...]
+
+    def no_valid_host(self) -> NoValidHost:
+        return NoValidHost(
+            reason="Every host that passed the filters was taken by other claims meanwhile ("
+            + "; ".join(self.lost)
+            + ")."
+        )
+
+
+def claim_first(
+    db: str | Sessions,
+    candidates: Sequence[C],
+    claim: Callable[[Session, C], None],
+    host_of: Callable[[C], str],
+    refused: Callable[[C, ResourcesUnavailable], None] | None = None,
+) -> FirstFit[C]:
+    """Claim on the first of ``candidates`` that still fits: ``claim`` runs in its own
+    transaction for each in turn (retried on a generation conflict) until one does not
+    raise ``ResourcesUnavailable`` (other claims took the room since the candidates were
+    ranked). Any other error, e.g. the instance left the state the claim expects,
+    propagates. The scheduler's placement and move claims and the reschedules of a build
+    or a move to its alternates all go through here."""
+    lost: list[str] = []
+    for index, candidate in enumerate(candidates):
+        try:
+            retry_on_conflict(db, lambda session, c=candidate: claim(session, c))  # type: ignore[misc]
+        except ResourcesUnavailable as exc:
+            if refused is not None:
+                refused(candidate, exc)
+            lost.append(f"{host_of(candidate)}: {exc}")
+            continue
+        return FirstFit(candidate, index, tuple(lost))
+    return FirstFit(None, -1, tuple(lost))
 
 
 # -- move claims (resize, cold migrate), as Nova keeps them with placement -----------------

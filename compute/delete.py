@@ -18,11 +18,10 @@ from compute import instance_actions as actions
 from compute.claims import release_in_session, retry_on_conflict
 from compute.instance_state import get_instance
 from compute.moves import drop_moves
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
+from compute.steps import DONE, Step, StepContext, StepRun, run_step
 from models import Instance, utcnow
-from models.db import session_scope
-from novaq.exceptions import InstanceNotFound
-from virt.driver import ComputeDriver
 
 LOG = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def mark_deleted(instance: Instance) -> None:
     instance.deleted = instance.id
 
 
-def local_delete(db_url: str, instance_uuid: str, request_id: str) -> None:
+def local_delete(sessions: Sessions, instance_uuid: str, request_id: str) -> None:
     """Delete an instance with no host in one transaction (no guest to destroy)."""
 
     def work(session: Session) -> None:
@@ -54,39 +53,63 @@ def local_delete(db_url: str, instance_uuid: str, request_id: str) -> None:
         mark_deleted(instance)
         actions.finish_action(session, instance_uuid, request_id)
 
-    retry_on_conflict(db_url, work)
+    retry_on_conflict(sessions, work)
     LOG.info("Instance %s deleted locally (no host)", instance_uuid)
 
 
-def terminate_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
-) -> str:
+def _destroy(ctx: StepContext, run: StepRun) -> bool | None:
+    ctx.driver.destroy(run.instance_uuid)
+    return ctx.driver.delete_instance_files(run.instance_uuid)
+
+
+def _deleted(session: Session, instance: Instance, run: StepRun) -> None:
+    release_and_mark(session, run.instance_uuid, run.result)
+    return None  # the row is written: no compare-and-swap
+
+
+def _error_out(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
+    """Nova: a failed terminate leaves the instance in ERROR (task cleared) with a fault;
+    the event closes ``Error``."""
+    with ctx.sessions() as session:
+        instance = get_instance(session, run.instance_uuid)
+        if not instance.deleted:
+            instance.vm_state = VmState.ERROR
+            if instance.task_state == TaskState.DELETING:
+                instance.task_state = None
+            actions.add_fault(session, run.instance_uuid, exc, ctx.host)
+    if run.event_id is not None:
+        result, tb, details = actions.outcome(exc)
+        with ctx.sessions() as session:
+            actions.finish_event(session, run.event_id, result, tb, details, finish_action=True)
+
+
+#: Whatever the task_state (a delete outranks every other operation), wherever the
+#: instance is recorded: only a deleted row makes a terminate ``skipped``.
+TERMINATE = Step(
+    "terminate",
+    TERMINATE_EVENT,
+    TaskState.DELETING,
+    (TaskState.DELETING,),
+    _destroy,
+    _deleted,
+    any_task=True,
+    check_host=False,
+    read_power=False,
+    undo=_error_out,
+)
+
+
+def terminate_instance(ctx: StepContext, instance_uuid: str) -> str:
     """Destroy and undefine the guest, release the allocations, soft-delete the row.
     Idempotent: a redelivered terminate finds the row deleted and returns ``skipped``."""
-    try:
-        with session_scope(db_url) as session:
-            instance = get_instance(session, instance_uuid)
-            if instance.deleted:
-                return "skipped"
-    except InstanceNotFound:
-        return "skipped"
-    with actions.event_reporter(
-        db_url, instance_uuid, request_id, TERMINATE_EVENT, host, finish_action=True
-    ):
-        try:
-            driver.destroy(instance_uuid)
-            files_deleted = driver.delete_instance_files(instance_uuid)
-            retry_on_conflict(
-                db_url, lambda session: _release_and_mark(session, instance_uuid, files_deleted)
-            )
-        except Exception as exc:
-            _error_out(db_url, instance_uuid, exc, host)
-            raise
-    LOG.info("Instance %s deleted on %s", instance_uuid, host)
+    outcome = run_step(ctx, TERMINATE, instance_uuid)
+    if outcome != DONE:
+        return outcome
+    LOG.info("Instance %s deleted on %s", instance_uuid, ctx.host)
     return "deleted"
 
 
-def _release_and_mark(
+def release_and_mark(
     session: Session, instance_uuid: str, files_deleted: bool | None = None
 ) -> None:
     instance = get_instance(session, instance_uuid, lock=True)
@@ -111,15 +134,3 @@ def record_clean_attempt(instance: Instance, files_deleted: bool) -> None:
     instance.system_metadata = sysmeta
     if files_deleted:
         instance.cleaned = 1
-
-
-def _error_out(db_url: str, instance_uuid: str, exc: BaseException, host: str) -> None:
-    """Nova: a failed terminate leaves the instance in ERROR (task cleared) with a fault."""
-    with session_scope(db_url) as session:
-        instance = get_instance(session, instance_uuid)
-        if instance.deleted:
-            return
-        instance.vm_state = VmState.ERROR
-        if instance.task_state == TaskState.DELETING:
-            instance.task_state = None
-        actions.add_fault(session, instance_uuid, exc, host)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from compute.claims import retry_on_conflict, write_usage
 from compute.pci import held_devices, release_devices
+from compute.sessions import Sessions
 from compute.usage import Expected, expected_consumers
 from models import Allocation, ComputeNode, Instance, Migration, PciDevice, ResourceHeal
 from models.allocation import MEMORY_MB, VCPU
@@ -236,8 +237,6 @@ def release_destroyed_orphan(session: Session, host: str, consumer: str) -> list
     return heals
 
 
-def release_orphan(db_url: str, host: str, consumer: str) -> list[ResourceHeal]:
+def release_orphan(db: str | Sessions, host: str, consumer: str) -> list[ResourceHeal]:
     """``release_destroyed_orphan`` in its own transaction (retried on a conflict)."""
-    return retry_on_conflict(
-        db_url, lambda session: release_destroyed_orphan(session, host, consumer)
-    )
+    return retry_on_conflict(db, lambda session: release_destroyed_orphan(session, host, consumer))

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from compute.sessions import Sessions, as_sessions
 from models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
-from models.db import session_scope
 from novaq.exceptions import NovaqError
 
 SUCCESS = "Success"
@@ -113,7 +113,7 @@ def outcome(exc: BaseException | None) -> tuple[str, str | None, str | None]:
 
 @contextlib.contextmanager
 def event_reporter(
-    db_url: str,
+    db: str | Sessions,
     instance_uuid: str,
     request_id: str,
     event: str,
@@ -122,18 +122,19 @@ def event_reporter(
 ) -> Iterator[None]:
     """Wrap one workflow step: an event row opens in its own short transaction, and is
     closed with the step's result (and traceback) whatever happens inside."""
-    with session_scope(db_url) as session:
+    sessions = as_sessions(db)
+    with sessions() as session:
         event_id = start_event(session, instance_uuid, request_id, event, host)
     try:
         yield
     except BaseException as exc:
         if event_id is not None:
             result, tb, details = outcome(exc)
-            with session_scope(db_url) as session:
+            with sessions() as session:
                 finish_event(session, event_id, result, tb, details, finish_action=True)
         raise
     if event_id is not None:
-        with session_scope(db_url) as session:
+        with sessions() as session:
             finish_event(session, event_id, SUCCESS, finish_action=finish_action)
 
 

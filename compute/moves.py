@@ -15,536 +15,351 @@ fault), takes the guest down and has the driver keep the originals aside
 guest; confirm removes the originals, revert removes the destination's copy and
 finish_revert_resize puts the originals back and starts the guest on them.
 
-Every step moves task_state with a compare-and-swap that also accepts its own in-flight
-state, so a step redelivered after its worker died resumes instead of sticking.
+Every step is a ``Step`` run by ``compute.steps.run_step`` (``compute.move_step`` gives
+them their shape) and moves task_state with a compare-and-swap that also accepts its own
+in-flight state, so a step redelivered after its worker died resumes instead of sticking.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
-from compute.claims import (
-    ResourceRequest,
-    claim_in_session,
-    confirm_move_in_session,
-    move_consumer,
-    release_in_session,
-    retry_on_conflict,
-)
+from compute.claims import confirm_move_in_session, retry_on_conflict
 from compute.instance_state import cas_update, get_instance
-from compute.pci import PciRequest, held_devices
-from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S, instance_power_off_timeout
-from compute.resource_tracker import get_node
-from compute.states import TaskState, VmState
-from models import Instance, Migration, utcnow
-from models.alternate import Alternate
-from models.db import session_scope
-from models.states import MigrationStatus
-from novaq.exceptions import (
-    InstanceNotFound,
-    NotFound,
-    ResizeError,
-    ResourcesUnavailable,
-    UnexpectedTaskStateError,
+from compute.migrations import (
+    IN_PROGRESS,
+    UNCONFIRMED,
+    MigrationNotFound,
+    active_migration,
+    drop_moves,
+    get_migration,
+    give_back_source,
+    new_request,
+    node_id,
+    pci_requests,
+    pop_old_vm_state,
+    set_migration,
+    take_flavor,
 )
+from compute.move_failures import abort_move, fail_scheduling, reschedule_move
+from compute.move_step import (
+    MoveContext,
+    drop_files_unless_same_host,
+    guest_spec,
+    migration_of,
+    move_step,
+    run_move,
+    take_down_guest,
+)
+from compute.pci import held_devices
+from compute.power import instance_power_off_timeout
+from compute.states import TaskState, VmState
+from compute.steps import StepContext, StepRun, close_event
+from models import Instance
+from models.states import MigrationStatus
+from novaq.exceptions import ResizeError
 from virt import power_state
-from virt.driver import ComputeDriver, GuestSpec, check_can_resize
+from virt.driver import check_can_resize
+
+#: Re-exported: the move's records and undo were defined here before the split.
+__all__ = [
+    "MoveContext",
+    "guest_spec",
+    "IN_PROGRESS",
+    "UNCONFIRMED",
+    "MigrationNotFound",
+    "abort_move",
+    "active_migration",
+    "drop_moves",
+    "fail_scheduling",
+    "get_migration",
+    "new_request",
+    "pci_requests",
+    "reschedule_move",
+]
 
 LOG = logging.getLogger(__name__)
-
-IN_PROGRESS = (
-    MigrationStatus.PRE_MIGRATING,
-    MigrationStatus.MIGRATING,
-    MigrationStatus.POST_MIGRATING,
-    MigrationStatus.FINISHED,
-    MigrationStatus.CONFIRMING,
-    MigrationStatus.REVERTING,
-)
-
-
-#: A move that reached VERIFY_RESIZE and waits (or is on its way) to be confirmed.
-UNCONFIRMED = (MigrationStatus.FINISHED, MigrationStatus.CONFIRMING)
-
-
-class MigrationNotFound(NotFound):
-    msg_fmt = "Migration %(migration)s could not be found."
-
-
-def get_migration(session: Session, migration_uuid: str) -> Migration:
-    migration = session.scalars(select(Migration).where(Migration.uuid == migration_uuid)).first()
-    if migration is None:
-        raise MigrationNotFound(migration=migration_uuid)
-    return migration
-
-
-def active_migration(session: Session, instance_uuid: str) -> Migration | None:
-    return session.scalars(
-        select(Migration)
-        .where(Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS))
-        .order_by(Migration.id.desc())
-    ).first()
-
-
-def pci_requests(data: Iterable[Mapping[str, Any]] | None) -> list[PciRequest]:
-    return [PciRequest.from_dict(p) for p in data or ()]
-
-
-def new_request(migration: Migration) -> ResourceRequest:
-    return ResourceRequest.from_flavor(
-        migration.new_flavor, pci_requests(migration.context.new_pci_requests)
-    )
-
-
-def node_id(session: Session, host: str | None, node: str | None) -> int:
-    row = get_node(session, host or "", node or "")
-    if row is None:
-        raise ResourcesUnavailable(node=f"{host}/{node}", reason="compute node is gone")
-    return row.id
-
-
-def guest_spec(
-    session: Session, instance: Instance, flavor: dict[str, Any], addresses: list[str]
-) -> GuestSpec:
-    from compute.build import guest_spec as build_guest_spec
-
-    return build_guest_spec(session, instance, tuple(addresses), flavor)
-
-
-@dataclass(frozen=True, slots=True)
-class StepContext:
-    db_url: str
-    driver: ComputeDriver
-    migration_uuid: str
-    request_id: str
-    host: str
-    #: ``[DEFAULT] shutdown_timeout``: how long the source waits for a clean shutdown.
-    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S
-
-
-@contextmanager
-def step(ctx: StepContext, event: str) -> Iterator[str]:
-    """One move step recorded as an action event; yields the instance uuid."""
-    with session_scope(ctx.db_url) as session:
-        instance_uuid = get_migration(session, ctx.migration_uuid).instance_uuid
-    with actions.event_reporter(ctx.db_url, instance_uuid, ctx.request_id, event, ctx.host):
-        yield instance_uuid
-
-
-def _set_migration(
-    session: Session, migration_uuid: str, status: MigrationStatus, **values: Any
-) -> Migration:
-    migration = get_migration(session, migration_uuid)
-    migration.status = status
-    migration.updated_at = utcnow()
-    for key, value in values.items():
-        setattr(migration, key, value)
-    return migration
 
 
 # -- the forward path ------------------------------------------------------------------------
 
 
-def prep_resize(ctx: StepContext) -> None:
-    """On the destination: check the claim the scheduler made is here, and record what the
-    move holds (Nova's MigrationContext: the old and new PCI devices)."""
-    with step(ctx, "compute_prep_resize") as instance_uuid:
-        ctx.driver.get_available_resource()  # the destination's hypervisor answers
-        with session_scope(ctx.db_url) as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            cas_update(session, instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
-            dest = node_id(session, migration.dest_compute, migration.dest_node)
-            source = node_id(session, migration.source_compute, migration.source_node)
-            migration.context = migration.context.model_copy(
-                update={
-                    "new_pci_devices": tuple(
-                        d.address for d in held_devices(session, instance_uuid, dest)
-                    ),
-                    "old_pci_devices": tuple(
-                        d.address for d in held_devices(session, migration.uuid, source)
-                    ),
-                    # NOTE: the source copies the disks here (a local path on one machine).
-                    "dest_instances_path": str(ctx.driver.instances_path),
-                }
-            )
-            instance = get_instance(session, instance_uuid)
-            if instance.old_vm_state is None:
-                instance.old_vm_state = instance.vm_state
+def _prep_recorded(session: Session, instance: Instance, run: StepRun) -> None:
+    """The move's record on the destination (Nova's MigrationContext: the old and new PCI
+    devices, where the destination keeps instance directories)."""
+    migration = get_migration(session, migration_of(run))
+    uuid = instance.uuid
+    cas_update(session, uuid, expected_task_state=[TaskState.RESIZE_PREP])
+    dest = node_id(session, migration.dest_compute, migration.dest_node)
+    source = node_id(session, migration.source_compute, migration.source_node)
+    migration.context = migration.context.model_copy(
+        update={
+            "new_pci_devices": tuple(d.address for d in held_devices(session, uuid, dest)),
+            "old_pci_devices": tuple(
+                d.address for d in held_devices(session, migration.uuid, source)
+            ),
+            # NOTE: the source copies the disks here (a local path on one machine).
+            "dest_instances_path": str(run.ctx.driver.instances_path),
+        }
+    )
+    if instance.old_vm_state is None:
+        instance.old_vm_state = instance.vm_state
+    return None
 
 
-def resize_instance(ctx: StepContext) -> None:
-    """On the source: take the guest down and copy its disks to the destination (the
-    originals kept until confirm or revert), then point the instance at the destination.
-    A shrink is refused before anything moves and rolls the move back."""
-    with step(ctx, "compute_resize_instance") as instance_uuid:
-        with session_scope(ctx.db_url) as session:
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_PREP, TaskState.RESIZE_MIGRATING],
-                task_state=TaskState.RESIZE_MIGRATING,
-            )
-            migration = _set_migration(session, ctx.migration_uuid, MigrationStatus.MIGRATING)
-            instance = get_instance(session, instance_uuid)
-            old = guest_spec(session, instance, migration.old_flavor, [])
-            new = guest_spec(session, instance, migration.new_flavor, [])
-            dest_path = migration.context.dest_instances_path
-        # NOTE: without a recorded destination path the instances path is shared (Nova's
-        # shared storage): the destination's directory is this host's.
-        dest = dest_path or str(ctx.driver.instances_path)
-        try:
-            # Nova refuses a shrink before it touches the guest, so check before the power-off.
-            check_can_resize(old, new)
-            _power_off_cleanly(ctx, instance_uuid)
-            ctx.driver.migrate_disk_and_power_off(old, new, dest)
-        except ResizeError as exc:
-            _roll_back(ctx, instance_uuid, exc)
-            raise
-        with session_scope(ctx.db_url) as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_MIGRATING],
-                task_state=TaskState.RESIZE_MIGRATED,
-                host=migration.dest_compute,
-                node=migration.dest_node,
-            )
-            _set_migration(session, ctx.migration_uuid, MigrationStatus.POST_MIGRATING)
+#: On the destination: check the claim the scheduler made is here (its hypervisor
+#: answers), and record what the move holds.
+PREP_RESIZE = move_step(
+    "prep_resize",
+    TaskState.RESIZE_PREP,
+    lambda ctx, run: ctx.driver.get_available_resource(),
+    _prep_recorded,
+)
+
+
+def _migrate_disks(ctx: StepContext, run: StepRun) -> None:
+    uuid = run.instance_uuid
+    with ctx.sessions() as session:
+        cas_update(
+            session,
+            uuid,
+            expected_task_state=[TaskState.RESIZE_PREP, TaskState.RESIZE_MIGRATING],
+            task_state=TaskState.RESIZE_MIGRATING,
+        )
+        migration = set_migration(session, migration_of(run), MigrationStatus.MIGRATING)
+        instance = get_instance(session, uuid)
+        old = guest_spec(session, instance, migration.old_flavor, [])
+        new = guest_spec(session, instance, migration.new_flavor, [])
+        dest_path = migration.context.dest_instances_path
+    # NOTE: without a recorded destination path the instances path is shared (Nova's
+    # shared storage): the destination's directory is this host's.
+    dest = dest_path or str(ctx.driver.instances_path)
+    # Nova refuses a shrink before it touches the guest, so check before the power-off.
+    check_can_resize(old, new)
+    _power_off_cleanly(ctx, uuid)
+    ctx.driver.migrate_disk_and_power_off(old, new, dest)
+
+
+def _migrated(session: Session, instance: Instance, run: StepRun) -> None:
+    migration = get_migration(session, migration_of(run))
+    cas_update(
+        session,
+        instance.uuid,
+        expected_task_state=[TaskState.RESIZE_MIGRATING],
+        task_state=TaskState.RESIZE_MIGRATED,
+        host=migration.dest_compute,
+        node=migration.dest_node,
+    )
+    set_migration(session, migration.uuid, MigrationStatus.POST_MIGRATING)
+    return None
+
+
+def _roll_back(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
+    """Nova's ``InstanceFaultRollback`` of a refused resize: the accounting back on the
+    source, the server as it was (task cleared) with the fault, the migration in error."""
+    migration_uuid = migration_of(run)
+
+    def work(session: Session) -> None:
+        migration = get_migration(session, migration_uuid)
+        if migration.status not in IN_PROGRESS:
+            return
+        give_back_source(session, migration)
+        instance = get_instance(session, run.instance_uuid)
+        instance.task_state = None
+        pop_old_vm_state(instance)
+        actions.add_fault(session, run.instance_uuid, exc, ctx.host)
+        set_migration(session, migration_uuid, MigrationStatus.ERROR)
+
+    if isinstance(exc, ResizeError):
+        retry_on_conflict(ctx.sessions, work)
+        LOG.warning("Migration %s rolled back on %s: %s", migration_uuid, ctx.host, exc)
+    close_event(ctx, run, exc)
+
+
+#: On the source: take the guest down and copy its disks to the destination (the
+#: originals kept until confirm or revert), then point the instance at the destination.
+#: A shrink is refused before anything moves and rolls the move back.
+RESIZE_INSTANCE = move_step(
+    "resize_instance", TaskState.RESIZE_MIGRATING, _migrate_disks, _migrated, undo=_roll_back
+)
 
 
 def _power_off_cleanly(ctx: StepContext, instance_uuid: str) -> None:
     """Nova's ``migrate_disk_and_power_off`` starts with a clean power-off (the image's
     ``os_shutdown_timeout`` or ``shutdown_timeout``), so the guest's disks are quiet."""
     if ctx.driver.instance_exists(instance_uuid):
-        timeout = instance_power_off_timeout(ctx.db_url, instance_uuid, ctx.shutdown_timeout_s)
+        with ctx.sessions() as session:
+            timeout = instance_power_off_timeout(session, instance_uuid, ctx.shutdown_timeout_s)
         ctx.driver.power_off(instance_uuid, timeout)
 
 
-def finish_resize(ctx: StepContext) -> None:
-    """On the destination: the instance takes the new flavor and its guest starts with
-    exactly the devices the new flavor asks for; a stopped server stays stopped."""
-    with step(ctx, "compute_finish_resize") as instance_uuid:
-        with session_scope(ctx.db_url) as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_MIGRATED, TaskState.RESIZE_FINISH],
-                task_state=TaskState.RESIZE_FINISH,
-            )
-            instance = get_instance(session, instance_uuid)
-            _take_flavor(instance, migration.new_flavor, migration.context.new_pci_requests)
-            dest = node_id(session, migration.dest_compute, migration.dest_node)
-            addresses = [d.address for d in held_devices(session, instance_uuid, dest)]
-            spec = guest_spec(session, instance, migration.new_flavor, addresses)
-            stopped = instance.old_vm_state == VmState.STOPPED
-        info = ctx.driver.finish_migration(spec, power_on=not stopped)
-        with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_FINISH],
-                vm_state=VmState.RESIZED,
-                task_state=None,
-                power_state=info.power_state,
-            )
-            _set_migration(session, ctx.migration_uuid, MigrationStatus.FINISHED)
+def _start_on_destination(ctx: StepContext, run: StepRun) -> int:
+    uuid = run.instance_uuid
+    with ctx.sessions() as session:
+        migration = get_migration(session, migration_of(run))
+        cas_update(
+            session,
+            uuid,
+            expected_task_state=[TaskState.RESIZE_MIGRATED, TaskState.RESIZE_FINISH],
+            task_state=TaskState.RESIZE_FINISH,
+        )
+        instance = get_instance(session, uuid)
+        take_flavor(instance, migration.new_flavor, migration.context.new_pci_requests)
+        dest = node_id(session, migration.dest_compute, migration.dest_node)
+        addresses = [d.address for d in held_devices(session, uuid, dest)]
+        spec = guest_spec(session, instance, migration.new_flavor, addresses)
+        stopped = instance.old_vm_state == VmState.STOPPED
+    return ctx.driver.finish_migration(spec, power_on=not stopped).power_state
 
 
-def _roll_back(ctx: StepContext, instance_uuid: str, exc: BaseException) -> None:
-    """Nova's ``InstanceFaultRollback`` of a refused resize: the accounting back on the
-    source, the server as it was (task cleared) with the fault, the migration in error."""
-
-    def work(session: Session) -> None:
-        migration = get_migration(session, ctx.migration_uuid)
-        if migration.status not in IN_PROGRESS:
-            return
-        give_back_source(session, migration)
-        instance = get_instance(session, instance_uuid)
-        instance.task_state = None
-        _pop_old_vm_state(instance)
-        actions.add_fault(session, instance_uuid, exc, ctx.host)
-        _set_migration(session, ctx.migration_uuid, MigrationStatus.ERROR)
-
-    retry_on_conflict(ctx.db_url, work)
-    LOG.warning("Migration %s rolled back on %s: %s", ctx.migration_uuid, ctx.host, exc)
+def _resized(session: Session, instance: Instance, run: StepRun) -> None:
+    cas_update(
+        session,
+        instance.uuid,
+        expected_task_state=[TaskState.RESIZE_FINISH],
+        vm_state=VmState.RESIZED,
+        task_state=None,
+        power_state=run.result,
+    )
+    set_migration(session, migration_of(run), MigrationStatus.FINISHED)
+    return None
 
 
-@contextmanager
-def _or_take_down(driver: ComputeDriver, instance_uuid: str) -> Iterator[None]:
-    """If the server was deleted while its guest was starting, take the guest down again
-    so nothing runs for a server that no longer exists (as a build does)."""
-    try:
-        yield
-    except (UnexpectedTaskStateError, InstanceNotFound):
-        LOG.info("Instance %s was deleted during a move; destroying its new guest", instance_uuid)
-        driver.destroy(instance_uuid)
-        raise
-
-
-def _take_flavor(
-    instance: Instance, flavor: dict[str, Any], pci: Iterable[Mapping[str, Any]] | None
-) -> None:
-    instance.flavor = dict(flavor)
-    instance.vcpus, instance.memory_mb = flavor["vcpus"], flavor["memory_mb"]
-    instance.root_gb, instance.ephemeral_gb = flavor["root_gb"], flavor.get("ephemeral_gb", 0)
-    spec = dict(instance.request_spec or {})
-    spec["flavor"] = dict(flavor)
-    spec["pci_requests"] = [dict(p) for p in pci or ()]
-    instance.request_spec = spec
+#: On the destination: the instance takes the new flavor and its guest starts with
+#: exactly the devices the new flavor asks for; a stopped server stays stopped.
+FINISH_RESIZE = move_step(
+    "finish_resize",
+    TaskState.RESIZE_FINISH,
+    _start_on_destination,
+    _resized,
+    on_superseded=take_down_guest,
+)
 
 
 # -- confirm and revert ------------------------------------------------------------------------
 
 
-def confirm_resize(ctx: StepContext) -> None:
-    """On the source: drop what the migration holds there; the server settles as ACTIVE,
-    or SHUTOFF if its guest is off (Nova)."""
-    with step(ctx, "compute_confirm_resize") as instance_uuid:
-        # The source guest went down in resize_instance: its kept files and the
-        # accounting are left here. Files first, as Nova's confirm_migration, so the
-        # server is ACTIVE only once they are gone.
-        _drop_originals(ctx, instance_uuid)
-
-        def work(session: Session) -> None:
-            migration = get_migration(session, ctx.migration_uuid)
-            if migration.status == MigrationStatus.CONFIRMED:
-                return
-            source = node_id(session, migration.source_compute, migration.source_node)
-            confirm_move_in_session(session, migration.uuid, source)
-            instance = get_instance(session, instance_uuid)
-            vm_state = (
-                VmState.STOPPED if instance.power_state == power_state.SHUTDOWN else VmState.ACTIVE
-            )
-            cas_update(
-                session,
-                instance_uuid,
-                expected_vm_state=[VmState.RESIZED],
-                expected_task_state=[None],
-                vm_state=vm_state,
-            )
-            _pop_old_vm_state(instance)
-            _set_migration(session, ctx.migration_uuid, MigrationStatus.CONFIRMED)
-
-        retry_on_conflict(ctx.db_url, work)
+def _drop_originals(ctx: StepContext, run: StepRun) -> None:
+    # The source guest went down in resize_instance: its kept files and the accounting
+    # are left here. Files first, as Nova's confirm_migration, so the server is ACTIVE
+    # only once they are gone.
+    ctx.driver.confirm_migration(run.instance_uuid)
+    drop_files_unless_same_host(ctx, run)
 
 
-def revert_resize(ctx: StepContext) -> None:
-    """On the destination: take the new guest down, free the destination and give the
-    source back to the instance, in one transaction (so no audit ever sees a gap)."""
-    with step(ctx, "compute_revert_resize") as instance_uuid:
-        # As Nova's destroy on the destination: guest and (unless shared) files first.
-        ctx.driver.destroy(instance_uuid)
-        _drop_files_unless_same_host(ctx, instance_uuid)
-
-        def work(session: Session) -> None:
-            migration = get_migration(session, ctx.migration_uuid)
-            if migration.status == MigrationStatus.REVERTED:
-                return
-            give_back_source(session, migration)
-            instance = get_instance(session, instance_uuid)
-            instance.host, instance.node = migration.source_compute, migration.source_node
-            _set_migration(session, ctx.migration_uuid, MigrationStatus.REVERTED)
-
-        retry_on_conflict(ctx.db_url, work)
-
-
-def _drop_originals(ctx: StepContext, instance_uuid: str) -> None:
-    ctx.driver.confirm_migration(instance_uuid)
-    _drop_files_unless_same_host(ctx, instance_uuid)
-
-
-def _drop_files_unless_same_host(ctx: StepContext, instance_uuid: str) -> None:
-    """Nova's ``_cleanup_resize`` / revert cleanup: the side the server left keeps no
-    instance directory (a same-host resize shares it, so it stays)."""
-    with session_scope(ctx.db_url) as session:
-        migration = get_migration(session, ctx.migration_uuid)
-        same_host = migration.source_compute == migration.dest_compute
-    if not same_host:
-        ctx.driver.delete_instance_files(instance_uuid)
-
-
-def finish_revert_resize(ctx: StepContext) -> None:
-    """On the source: start the guest again on its original disks, with its old flavor
-    and old devices."""
-    with step(ctx, "compute_finish_revert_resize") as instance_uuid:
-        with session_scope(ctx.db_url) as session:
-            migration = get_migration(session, ctx.migration_uuid)
-            instance = get_instance(session, instance_uuid)
-            source = node_id(session, migration.source_compute, migration.source_node)
-            addresses = [d.address for d in held_devices(session, instance_uuid, source)]
-            spec = guest_spec(session, instance, migration.old_flavor, addresses)
-            stopped = instance.old_vm_state == VmState.STOPPED
-        info = ctx.driver.finish_revert_migration(spec, power_on=not stopped)
-        with _or_take_down(ctx.driver, instance_uuid), session_scope(ctx.db_url) as session:
-            instance = get_instance(session, instance_uuid)
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[TaskState.RESIZE_REVERTING],
-                vm_state=VmState.STOPPED if stopped else VmState.ACTIVE,
-                task_state=None,
-                power_state=info.power_state,
-            )
-            _pop_old_vm_state(instance)
-
-
-def give_back_source(session: Session, migration: Migration) -> None:
-    """Revert the accounting of a move: the instance's destination claim goes, the
-    migration's source allocation (and devices) go back to the instance, and the
-    instance takes its old flavor again."""
-    instance = get_instance(session, migration.instance_uuid)
-    if migration.dest_node is not None:
-        dest = node_id(session, migration.dest_compute, migration.dest_node)
-        release_in_session(session, instance.uuid, dest)
+def _confirmed(session: Session, instance: Instance, run: StepRun) -> None:
+    migration = get_migration(session, migration_of(run))
+    if migration.status == MigrationStatus.CONFIRMED:
+        return None
     source = node_id(session, migration.source_compute, migration.source_node)
-    move_consumer(session, migration.uuid, instance.uuid, source)
-    _take_flavor(instance, migration.old_flavor, migration.context.old_pci_requests)
-
-
-def _pop_old_vm_state(instance: Instance) -> None:
-    instance.old_vm_state = None
-
-
-# -- failure -------------------------------------------------------------------------------------
-
-
-MOVE_TASK_STATES = (
-    TaskState.RESIZE_PREP,
-    TaskState.RESIZE_MIGRATING,
-    TaskState.RESIZE_MIGRATED,
-    TaskState.RESIZE_FINISH,
-    TaskState.RESIZE_REVERTING,
-)
-
-
-def abort_move(db_url: str, migration_uuid: str, exc: BaseException, host: str | None) -> bool:
-    """The one undo of a move that failed: the accounting follows the instance (back to
-    the source if it is still there, kept on the destination if the instance already
-    moved), the migration goes to ``error``, the instance to ERROR with a fault. A move
-    whose accounting already ended (a revert that failed while restarting the guest on
-    the source) only errors the instance out. Idempotent: False once nothing is left."""
-
-    def work(session: Session) -> bool:
-        migration = get_migration(session, migration_uuid)
-        instance = get_instance(session, migration.instance_uuid)
-        in_flight = migration.status in IN_PROGRESS
-        if not in_flight and instance.task_state not in MOVE_TASK_STATES:
-            return False
-        if in_flight:
-            _settle_accounting(session, migration, instance)
-            _set_migration(session, migration_uuid, MigrationStatus.ERROR)
-        instance.vm_state, instance.task_state = VmState.ERROR, None
-        instance.updated_at = utcnow()
-        actions.add_fault(session, instance.uuid, exc, host)
-        actions.finish_action(session, instance.uuid, migration.request_id or "", actions.ERROR)
-        return True
-
-    done = retry_on_conflict(db_url, work)
-    if done:
-        LOG.warning("Migration %s failed, instance now ERROR: %s", migration_uuid, exc)
-    return done
-
-
-def _settle_accounting(session: Session, migration: Migration, instance: Instance) -> None:
-    if instance.host == migration.source_compute and instance.node == migration.source_node:
-        give_back_source(session, migration)
-    else:
-        source = node_id(session, migration.source_compute, migration.source_node)
-        confirm_move_in_session(session, migration.uuid, source)
-        _take_flavor(instance, migration.new_flavor, migration.context.new_pci_requests)
-
-
-def fail_scheduling(db_url: str, migration_uuid: str, exc: BaseException) -> None:
-    """No host for the move: the server stays where it was, in the state it was, with the
-    fault and a failed event (Nova's conductor rollback); the migration goes to error."""
-    with session_scope(db_url) as session:
-        migration = get_migration(session, migration_uuid)
-        if migration.status != MigrationStatus.PRE_MIGRATING:
-            return
-        instance = get_instance(session, migration.instance_uuid)
-        if instance.task_state == TaskState.RESIZE_PREP:
-            instance.task_state = None
-        _pop_old_vm_state(instance)
-        actions.add_fault(session, instance.uuid, exc, None)
-        actions.record_event(
-            session,
-            instance.uuid,
-            migration.request_id or "",
-            "conductor_migrate_server",
-            None,
-            exc,
-        )
-        _set_migration(session, migration_uuid, MigrationStatus.ERROR)
-
-
-def reschedule_move(
-    db_url: str,
-    migration_uuid: str,
-    alternates: tuple[Alternate, ...],
-    exc: BaseException,
-    failed_host: str,
-) -> tuple[Alternate, tuple[Alternate, ...]] | None:
-    """prep_resize failed on the destination: move the destination claim to the first
-    alternate that can take it (Nova's reschedule of a resize), with a fault."""
-    for index, alternate in enumerate(alternates):
-        alt_host, alt_node, alt_id = alternate
-
-        def work(
-            session: Session, host: str = alt_host, node: str = alt_node, nid: int = alt_id
-        ) -> None:
-            migration = get_migration(session, migration_uuid)
-            dest = node_id(session, migration.dest_compute, migration.dest_node)
-            release_in_session(session, migration.instance_uuid, dest)
-            claim_in_session(session, nid, migration.instance_uuid, new_request(migration))
-            migration.dest_compute, migration.dest_node = host, node
-            actions.add_fault(session, migration.instance_uuid, exc, failed_host)
-
-        try:
-            retry_on_conflict(db_url, work)
-        except ResourcesUnavailable as claim_error:
-            LOG.info(
-                "Migration %s: alternate %s cannot take it: %s",
-                migration_uuid,
-                alt_host,
-                claim_error,
-            )
-            continue
-        return alternate, alternates[index + 1 :]
+    confirm_move_in_session(session, migration.uuid, source)
+    vm_state = VmState.STOPPED if instance.power_state == power_state.SHUTDOWN else VmState.ACTIVE
+    cas_update(
+        session,
+        instance.uuid,
+        expected_vm_state=[VmState.RESIZED],
+        expected_task_state=[None],
+        vm_state=vm_state,
+    )
+    pop_old_vm_state(instance)
+    set_migration(session, migration.uuid, MigrationStatus.CONFIRMED)
     return None
 
 
-def drop_moves(session: Session, instance_uuid: str) -> None:
-    """A deleted server ends its moves: what their migrations hold is released.
+#: On the source: drop what the migration holds there; the server settles as ACTIVE, or
+#: SHUTOFF if its guest is off (Nova).
+CONFIRM_RESIZE = move_step("confirm_resize", TaskState.RESIZE_MIGRATED, _drop_originals, _confirmed)
 
-    A move waiting to be confirmed is ``confirmed`` when both ends are this host (the
-    terminate here removes ``<uuid>_resize`` with the rest); otherwise its originals still
-    lie on the source, so it goes to ``error`` like every other unfinished move, and
-    ``_cleanup_incomplete_migrations`` on the host the server left removes them on its
-    next pass (Nova's path for a server deleted mid-move; ``_poll_unconfirmed_resizes``
-    errors the migration of a deleted server, the cleanup then fails it).
 
-    NOTE: Nova's API instead confirms on the source before deleting
-    (``_confirm_resize_on_deleting``). novaq does not put the source in the delete's path:
-    a delete must never wait on another host's worker (a dead source whose message sits
-    unacked until the visibility timeout would leave the server in ``deleting``); the
-    source's periodic pass is the durable cleanup.
-    """
-    for migration in session.scalars(
-        select(Migration).where(
-            Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS)
-        )
-    ):
-        release_in_session(session, migration.uuid)
-        same_host = migration.source_compute == migration.dest_compute
-        confirmed = migration.status in UNCONFIRMED and same_host
-        migration.status = MigrationStatus.CONFIRMED if confirmed else MigrationStatus.ERROR
-        migration.updated_at = utcnow()
+def _take_down_new_guest(ctx: StepContext, run: StepRun) -> None:
+    # As Nova's destroy on the destination: guest and (unless shared) files first.
+    ctx.driver.destroy(run.instance_uuid)
+    drop_files_unless_same_host(ctx, run)
+
+
+def _reverted(session: Session, instance: Instance, run: StepRun) -> None:
+    migration = get_migration(session, migration_of(run))
+    if migration.status == MigrationStatus.REVERTED:
+        return None
+    give_back_source(session, migration)
+    instance.host, instance.node = migration.source_compute, migration.source_node
+    set_migration(session, migration.uuid, MigrationStatus.REVERTED)
+    return None
+
+
+#: On the destination: take the new guest down, free the destination and give the source
+#: back to the instance, in one transaction (so no audit ever sees a gap).
+REVERT_RESIZE = move_step(
+    "revert_resize", TaskState.RESIZE_REVERTING, _take_down_new_guest, _reverted
+)
+
+
+def _start_on_source(ctx: StepContext, run: StepRun) -> tuple[int, bool]:
+    uuid = run.instance_uuid
+    with ctx.sessions() as session:
+        migration = get_migration(session, migration_of(run))
+        instance = get_instance(session, uuid)
+        source = node_id(session, migration.source_compute, migration.source_node)
+        addresses = [d.address for d in held_devices(session, uuid, source)]
+        spec = guest_spec(session, instance, migration.old_flavor, addresses)
+        stopped = instance.old_vm_state == VmState.STOPPED
+    info = ctx.driver.finish_revert_migration(spec, power_on=not stopped)
+    return info.power_state, stopped
+
+
+def _back_on_source(session: Session, instance: Instance, run: StepRun) -> None:
+    power, stopped = run.result
+    cas_update(
+        session,
+        instance.uuid,
+        expected_task_state=[TaskState.RESIZE_REVERTING],
+        vm_state=VmState.STOPPED if stopped else VmState.ACTIVE,
+        task_state=None,
+        power_state=power,
+    )
+    pop_old_vm_state(instance)
+    return None
+
+
+#: On the source: start the guest again on its original disks, with its old flavor and
+#: old devices.
+FINISH_REVERT_RESIZE = move_step(
+    "finish_revert_resize",
+    TaskState.RESIZE_REVERTING,
+    _start_on_source,
+    _back_on_source,
+    on_superseded=take_down_guest,
+)
+
+
+def prep_resize(ctx: MoveContext) -> None:
+    """On the destination: the claim checked, the move recorded (``PREP_RESIZE``)."""
+    run_move(ctx, PREP_RESIZE)
+
+
+def resize_instance(ctx: MoveContext) -> None:
+    """On the source: the guest down, its disks copied (``RESIZE_INSTANCE``)."""
+    run_move(ctx, RESIZE_INSTANCE)
+
+
+def finish_resize(ctx: MoveContext) -> None:
+    """On the destination: the new flavor, the guest started (``FINISH_RESIZE``)."""
+    run_move(ctx, FINISH_RESIZE)
+
+
+def confirm_resize(ctx: MoveContext) -> None:
+    """On the source: the originals and the source claim dropped (``CONFIRM_RESIZE``)."""
+    run_move(ctx, CONFIRM_RESIZE)
+
+
+def revert_resize(ctx: MoveContext) -> None:
+    """On the destination: the new guest down, the source given back (``REVERT_RESIZE``)."""
+    run_move(ctx, REVERT_RESIZE)
+
+
+def finish_revert_resize(ctx: MoveContext) -> None:
+    """On the source: the guest started on its originals (``FINISH_REVERT_RESIZE``)."""
+    run_move(ctx, FINISH_REVERT_RESIZE)

@@ -22,8 +22,8 @@ from kombu import Exchange
 
 from compute.instance_actions import latest_fault
 from compute.instance_state import get_instance
+from compute.sessions import Sessions, as_sessions
 from models import Instance, utcnow
-from models.db import session_scope
 from virt.power_state import NAMES as POWER_STATE_NAMES
 
 LOG = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def instance_payload(session: Any, instance: Instance, request_id: str | None) -
 
 
 def emit(
-    db_url: str,
+    db: str | Sessions,
     event_type: str,
     instance_uuid: str,
     host: str | None,
@@ -122,7 +122,7 @@ def emit(
     if _publisher is None:
         return
     try:
-        with session_scope(db_url) as session:
+        with as_sessions(db)() as session:
             payload = instance_payload(session, get_instance(session, instance_uuid), request_id)
         _publisher(_message(event_type, payload, host, priority), priority)
     except Exception:  # noqa: BLE001 - a notification never fails the operation
@@ -159,17 +159,17 @@ def publish(
 
 @contextlib.contextmanager
 def notified(
-    db_url: str,
+    db: str | Sessions,
     action: str,
     instance_uuid: str,
     host: str | None,
     request_id: str | None = None,
 ) -> Iterator[None]:
     """``instance.<action>.start`` before, ``.end`` after, ``.error`` (ERROR) on failure."""
-    emit(db_url, f"instance.{action}.start", instance_uuid, host, request_id)
+    emit(db, f"instance.{action}.start", instance_uuid, host, request_id)
     try:
         yield
     except Exception:
-        emit(db_url, f"instance.{action}.error", instance_uuid, host, request_id, "ERROR")
+        emit(db, f"instance.{action}.error", instance_uuid, host, request_id, "ERROR")
         raise
-    emit(db_url, f"instance.{action}.end", instance_uuid, host, request_id)
+    emit(db, f"instance.{action}.end", instance_uuid, host, request_id)

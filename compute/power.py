@@ -15,10 +15,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from compute.build import guest_spec
+from sqlalchemy.orm import Session
+
+from compute.guest import guest_spec
 from compute.instance_state import get_instance
 from compute.pci import held_devices
-from models.db import session_scope
 from virt.driver import GuestSpec
 
 LOG = logging.getLogger(__name__)
@@ -48,20 +49,18 @@ def power_off_timeout(
 
 
 def instance_power_off_timeout(
-    db_url: str, instance_uuid: str, default_s: int, clean_shutdown: bool = True
+    session: Session, instance_uuid: str, default_s: int, clean_shutdown: bool = True
 ) -> int:
     """``power_off_timeout`` for the instance's own system_metadata."""
     if not clean_shutdown:
         return 0
-    with session_scope(db_url) as session:
-        instance = get_instance(session, instance_uuid)
-        return power_off_timeout(instance.system_metadata, default_s)
+    instance = get_instance(session, instance_uuid)
+    return power_off_timeout(instance.system_metadata, default_s)
 
 
-def current_guest_spec(db_url: str, instance_uuid: str) -> GuestSpec:
+def current_guest_spec(session: Session, instance_uuid: str) -> GuestSpec:
     """The guest the instance is now (flavor, image, PCI devices it holds): what a hard
     reboot defines again, as Nova's ``_hard_reboot`` regenerates the domain XML."""
-    with session_scope(db_url) as session:
-        instance = get_instance(session, instance_uuid)
-        addresses = tuple(d.address for d in held_devices(session, instance_uuid))
-        return guest_spec(session, instance, addresses)
+    instance = get_instance(session, instance_uuid)
+    addresses = tuple(d.address for d in held_devices(session, instance_uuid))
+    return guest_spec(session, instance, addresses)

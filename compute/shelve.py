@@ -39,215 +39,159 @@ from compute import instance_actions as actions
 from compute.build import destroy_deleted_guest, destroy_quietly, guest_spec
 from compute.claims import release_in_session, retry_on_conflict
 from compute.instance_state import cas_update
-from compute.lifecycle import (
-    DONE,
-    SHELVED_KEYS,
-    SKIPPED,
-    Operation,
-    _begin,
-    _fail,
-    _finish,
-    _keep_vm_state,
-    _locked,
-    _superseded,
-    guest_power_state,
-)
-from compute.lifecycle import abort as lifecycle_abort
+from compute.lifecycle import SHELVED_KEYS, host_step, power_off
 from compute.pci import held_devices
-from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S, instance_power_off_timeout
+from compute.power import instance_power_off_timeout
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
+from compute.steps import (
+    Step,
+    StepContext,
+    StepRun,
+    close_event,
+    guest_power_state,
+    keep_vm_state,
+    locked,
+    run_step,
+)
 from models import Instance, utcnow
-from models.db import session_scope
-from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
-from virt.driver import ComputeDriver
+from novaq.exceptions import InstanceNotFound
 
 LOG = logging.getLogger(__name__)
 
-SHELVE = Operation(
-    "shelve",
-    "compute_shelve_instance",
-    TaskState.SHELVING,
-    (TaskState.SHELVING, TaskState.SHELVING_OFFLOADING),
-    _keep_vm_state,
-)
-SHELVE_OFFLOAD = Operation(
-    "shelve_offload",
-    "compute_shelve_offload_instance",
-    TaskState.SHELVING_OFFLOADING,
-    (TaskState.SHELVING_OFFLOADING,),
-    _keep_vm_state,
-)
-UNSHELVE = Operation(
-    "unshelve",
-    "compute_unshelve_instance",
-    TaskState.UNSHELVING,
-    (TaskState.UNSHELVING, TaskState.SPAWNING),
-    _keep_vm_state,
-)
-#: By task name suffix (``compute.<key>_instance``), for the errback.
-OPERATIONS = {op.name: op for op in (SHELVE, SHELVE_OFFLOAD, UNSHELVE)}
+
+def _snapshot(instance: Instance, host: str) -> dict[str, Any]:
+    """The shelve "snapshot" (no image service): a generated image id and where/when."""
+    meta = dict(instance.system_metadata or {})
+    meta.update(
+        shelved_at=utcnow().isoformat(),
+        shelved_image_id=str(uuid_module.uuid4()),
+        shelved_host=host,
+    )
+    return {"vm_state": VmState.SHELVED, "system_metadata": meta}
 
 
-def shelve_instance(
-    db_url: str,
-    driver: ComputeDriver,
+def _offload_guest(ctx: StepContext, run: StepRun) -> None:
+    """Nova's ``_shelve_offload_instance``: power off, destroy, delete the files."""
+    uuid = run.instance_uuid
+    if ctx.driver.instance_exists(uuid):  # a guest already gone is offloaded
+        with ctx.sessions() as session:
+            timeout = instance_power_off_timeout(session, uuid, ctx.shutdown_timeout_s)
+        ctx.driver.power_off(uuid, timeout)
+        ctx.driver.destroy(uuid)
+    ctx.driver.delete_instance_files(uuid)  # unshelve spawns anew, maybe elsewhere
+
+
+def _offloaded(session: Session, instance: Instance, run: StepRun) -> dict[str, Any]:
+    """In ONE transaction with the final state: every allocation and PCI device of the
+    instance released, host and node None."""
+    release_in_session(session, run.instance_uuid)
+    LOG.info("Instance %s offloaded from %s", run.instance_uuid, run.ctx.host)
+    return {"vm_state": VmState.SHELVED_OFFLOADED, "host": None, "node": None}
+
+
+def _shelve(ctx: StepContext, run: StepRun) -> None:
+    power_off(ctx, run)
+    if run.params.get("offload"):
+        # Nova's shelved_offload_time == 0: SHELVED, then offloaded in the same step.
+        power = guest_power_state(ctx.driver, run.instance_uuid)
+        run.advance(
+            (TaskState.SHELVING,),
+            lambda instance: _snapshot(instance, ctx.host),
+            task_state=TaskState.SHELVING_OFFLOADING,
+            power_state=power,
+        )
+        _offload_guest(ctx, run)
+
+
+def _shelved(session: Session, instance: Instance, run: StepRun) -> dict[str, Any]:
+    if run.params.get("offload"):
+        return _offloaded(session, instance, run)
+    return _snapshot(instance, run.ctx.host)
+
+
+def _spawn(ctx: StepContext, run: StepRun) -> None:
+    uuid = run.instance_uuid
+    with ctx.sessions() as session:
+        instance = locked(session, uuid)
+        devices = held_devices(session, uuid)
+        spec = guest_spec(session, instance, tuple(d.address for d in devices))
+    ctx.driver.spawn(spec)
+
+
+def _unshelved(session: Session, instance: Instance, run: StepRun) -> dict[str, Any]:
+    meta = dict(instance.system_metadata or {})
+    return {
+        "vm_state": VmState.ACTIVE,
+        "system_metadata": {k: v for k, v in meta.items() if k not in SHELVED_KEYS},
+    }
+
+
+def _spawn_failed(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
+    destroy_quietly(ctx.driver, run.instance_uuid)
+    undo_unshelve(ctx.sessions, run.instance_uuid, ctx.host, exc, run.event_id)
+
+
+def _deleted_while_spawning(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
+    close_event(ctx, run, exc)
+    destroy_deleted_guest(ctx, run.instance_uuid)  # take the guest back down
+
+
+def _abort_unshelve(
+    sessions: Sessions,
+    step: Step,
     instance_uuid: str,
     request_id: str,
     host: str,
-    offload: bool = True,
-    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
-) -> str:
+    exc: BaseException,
+) -> bool:
+    """An unshelve is failed as ``fail_unshelve`` fails it (claim released)."""
+    return fail_unshelve(sessions, instance_uuid, request_id, host, exc, step.event)
+
+
+SHELVE = host_step(
+    "shelve", TaskState.SHELVING, _shelve, _shelved, keep_vm_state, TaskState.SHELVING_OFFLOADING
+)
+SHELVE_OFFLOAD = host_step(
+    "shelve_offload",
+    TaskState.SHELVING_OFFLOADING,
+    lambda ctx, run: _offload_guest(ctx, run),
+    _offloaded,
+)
+UNSHELVE = host_step(
+    "unshelve",
+    TaskState.UNSHELVING,
+    _spawn,
+    _unshelved,
+    keep_vm_state,
+    TaskState.SPAWNING,
+    begin_values=lambda ctx, uuid: {"task_state": TaskState.SPAWNING},
+    finish_tasks=(TaskState.SPAWNING,),
+    undo=_spawn_failed,
+    on_superseded=_deleted_while_spawning,
+    abort=_abort_unshelve,
+)
+
+
+def shelve_instance(ctx: StepContext, instance_uuid: str, offload: bool = True) -> str:
     """``shelving`` → SHELVED, or (``offload``: Nova's ``shelved_offload_time == 0``)
     SHELVED/``shelving_offloading`` → SHELVED_OFFLOADED in the same step."""
-    begun = _begin(db_url, instance_uuid, request_id, host, SHELVE, (SHELVE.task,))
-    if begun is None:
-        return SKIPPED
-    try:
-        timeout = instance_power_off_timeout(db_url, instance_uuid, shutdown_timeout_s)
-        driver.power_off(instance_uuid, timeout)
-        power = guest_power_state(driver, instance_uuid)
-    except Exception as exc:
-        LOG.warning("Instance %s on %s: shelve failed: %s", instance_uuid, host, exc)
-        _fail(db_url, instance_uuid, host, SHELVE, begun.event_id, exc, None)
-        raise
-
-    def snapshot(instance: Instance) -> dict[str, Any]:
-        meta = dict(instance.system_metadata or {})
-        meta.update(
-            shelved_at=utcnow().isoformat(),
-            shelved_image_id=str(uuid_module.uuid4()),
-            shelved_host=host,
-        )
-        return {"vm_state": VmState.SHELVED, "system_metadata": meta, "power_state": power}
-
-    if not offload:
-        return _finish(
-            db_url, instance_uuid, host, SHELVE, begun.event_id, (SHELVE.task,), snapshot
-        )
-    try:
-        with session_scope(db_url) as session:
-            values = snapshot(_locked(session, instance_uuid))
-            cas_update(
-                session,
-                instance_uuid,
-                expected_task_state=[SHELVE.task],
-                task_state=TaskState.SHELVING_OFFLOADING,
-                **values,
-            )
-    except (UnexpectedTaskStateError, InstanceNotFound) as exc:
-        return _superseded(db_url, instance_uuid, host, SHELVE, begun.event_id, exc)
-    return _offload(db_url, driver, instance_uuid, host, SHELVE, begun.event_id, timeout)
+    return run_step(ctx, SHELVE, instance_uuid, offload=offload)
 
 
-def shelve_offload_instance(
-    db_url: str,
-    driver: ComputeDriver,
-    instance_uuid: str,
-    request_id: str,
-    host: str,
-    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
-) -> str:
+def shelve_offload_instance(ctx: StepContext, instance_uuid: str) -> str:
     """SHELVED/``shelving_offloading`` → SHELVED_OFFLOADED, nothing left on this host."""
-    begun = _begin(db_url, instance_uuid, request_id, host, SHELVE_OFFLOAD, (SHELVE_OFFLOAD.task,))
-    if begun is None:
-        return SKIPPED
-    timeout = instance_power_off_timeout(db_url, instance_uuid, shutdown_timeout_s)
-    return _offload(db_url, driver, instance_uuid, host, SHELVE_OFFLOAD, begun.event_id, timeout)
+    return run_step(ctx, SHELVE_OFFLOAD, instance_uuid)
 
 
-def _offload(
-    db_url: str,
-    driver: ComputeDriver,
-    instance_uuid: str,
-    host: str,
-    op: Operation,
-    event_id: int | None,
-    timeout_s: int,
-) -> str:
-    """Nova's ``_shelve_offload_instance``: power off, destroy, then the accounting."""
-    try:
-        if driver.instance_exists(instance_uuid):  # a guest already gone is offloaded
-            driver.power_off(instance_uuid, timeout_s)
-            driver.destroy(instance_uuid)
-        driver.delete_instance_files(instance_uuid)  # unshelve spawns anew, maybe elsewhere
-        power = guest_power_state(driver, instance_uuid)
-    except Exception as exc:
-        LOG.warning("Instance %s on %s: offload failed: %s", instance_uuid, host, exc)
-        _fail(db_url, instance_uuid, host, op, event_id, exc, None)
-        raise
-
-    def work(session: Session) -> None:
-        _locked(session, instance_uuid)
-        cas_update(
-            session,
-            instance_uuid,
-            expected_task_state=[TaskState.SHELVING_OFFLOADING],
-            vm_state=VmState.SHELVED_OFFLOADED,
-            task_state=None,
-            power_state=power,
-            host=None,
-            node=None,
-        )
-        release_in_session(session, instance_uuid)
-        if event_id is not None:
-            actions.finish_event(session, event_id, actions.SUCCESS, finish_action=True)
-
-    try:
-        retry_on_conflict(db_url, work)
-    except (UnexpectedTaskStateError, InstanceNotFound) as exc:
-        return _superseded(db_url, instance_uuid, host, op, event_id, exc)
-    LOG.info("Instance %s offloaded from %s", instance_uuid, host)
-    return DONE
-
-
-def unshelve_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
-) -> str:
+def unshelve_instance(ctx: StepContext, instance_uuid: str) -> str:
     """The claimed SHELVED_OFFLOADED instance spawned here: ``unshelving`` →
     ``spawning`` → ACTIVE."""
-    begun = _begin(
-        db_url,
-        instance_uuid,
-        request_id,
-        host,
-        UNSHELVE,
-        (UNSHELVE.task,),
-        task_state=TaskState.SPAWNING,
-    )
-    if begun is None:
-        return SKIPPED
-    try:
-        with session_scope(db_url) as session:
-            instance = _locked(session, instance_uuid)
-            devices = held_devices(session, instance_uuid)
-            spec = guest_spec(session, instance, tuple(d.address for d in devices))
-        driver.spawn(spec)
-        power = guest_power_state(driver, instance_uuid)
-    except Exception as exc:
-        LOG.warning("Instance %s on %s: unshelve failed: %s", instance_uuid, host, exc)
-        destroy_quietly(driver, instance_uuid)
-        undo_unshelve(db_url, instance_uuid, host, exc, begun.event_id)
-        raise
-
-    def final(instance: Instance) -> dict[str, Any]:
-        meta = dict(instance.system_metadata or {})
-        return {
-            "vm_state": VmState.ACTIVE,
-            "power_state": power,
-            "system_metadata": {k: v for k, v in meta.items() if k not in SHELVED_KEYS},
-        }
-
-    outcome = _finish(
-        db_url, instance_uuid, host, UNSHELVE, begun.event_id, (TaskState.SPAWNING,), final
-    )
-    if outcome != DONE:
-        # Deleted (or taken over) while spawning: take the guest back down.
-        destroy_deleted_guest(db_url, driver, host, instance_uuid)
-    return outcome
+    return run_step(ctx, UNSHELVE, instance_uuid)
 
 
 def undo_unshelve(
-    db_url: str,
+    sessions: Sessions,
     instance_uuid: str,
     host: str | None,
     exc: BaseException,
@@ -260,7 +204,7 @@ def undo_unshelve(
 
     def work(session: Session) -> bool:
         try:
-            instance = _locked(session, instance_uuid)
+            instance = locked(session, instance_uuid)
         except InstanceNotFound:
             return False
         if instance.deleted or instance.task_state not in UNSHELVE.tasks:
@@ -287,11 +231,11 @@ def undo_unshelve(
             record_event(session)
         return True
 
-    return retry_on_conflict(db_url, work)
+    return retry_on_conflict(sessions, work)
 
 
 def fail_unshelve(
-    db_url: str,
+    sessions: Sessions,
     instance_uuid: str,
     request_id: str,
     host: str | None,
@@ -301,7 +245,7 @@ def fail_unshelve(
     """The undo of an unshelve that failed outside the host step (no valid host, a
     lost or misrouted message), recording ``event`` as an Error."""
     return undo_unshelve(
-        db_url,
+        sessions,
         instance_uuid,
         host,
         exc,
@@ -309,15 +253,3 @@ def fail_unshelve(
             session, instance_uuid, request_id, event, host, exc
         ),
     )
-
-
-def abort(
-    db_url: str, instance_uuid: str, request_id: str, host: str, op: Operation, exc: BaseException
-) -> bool:
-    """Undo a shelve-family step that failed before its own handling ran (delivery
-    limit, wrong host): an unshelve is failed as ``fail_unshelve`` fails it, the others as
-    every ``Operation`` (``compute.lifecycle.abort``). Idempotent: False when there was
-    nothing left to undo."""
-    if op is UNSHELVE:
-        return fail_unshelve(db_url, instance_uuid, request_id, host, exc, op.event)
-    return lifecycle_abort(db_url, instance_uuid, request_id, host, op, exc)

@@ -21,57 +21,45 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute.claims import retry_on_conflict
-from compute.delete import _release_and_mark
+from compute.delete import release_and_mark
 from compute.instance_state import cas_update
-from compute.lifecycle import Operation, _keep_vm_state, _op, _run
+from compute.lifecycle import host_step
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
+from compute.steps import StepContext, run_step, to
 from models import Instance, utcnow
-from models.db import session_scope
 from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
 from novaq.settings import Settings
 from virt.driver import ComputeDriver
 
 LOG = logging.getLogger(__name__)
 
-SOFT_DELETE = _op("soft_delete", TaskState.SOFT_DELETING, _keep_vm_state)
-RESTORE = _op("restore", TaskState.RESTORING, _keep_vm_state)
-OPERATIONS: dict[str, Operation] = {op.name: op for op in (SOFT_DELETE, RESTORE)}
+SOFT_DELETE = host_step(
+    "soft_delete",
+    TaskState.SOFT_DELETING,
+    lambda ctx, run: ctx.driver.power_off(run.instance_uuid),
+    to(VmState.SOFT_DELETED),
+)
+RESTORE = host_step(
+    "restore",
+    TaskState.RESTORING,
+    lambda ctx, run: ctx.driver.power_on(run.instance_uuid),
+    to(VmState.ACTIVE),
+)
 
 
-def soft_delete_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
-) -> str:
+def soft_delete_instance(ctx: StepContext, instance_uuid: str) -> str:
     """``soft-deleting`` → SOFT_DELETED, the guest powered off (kept, and its claim)."""
-    return _run(
-        db_url,
-        driver,
-        instance_uuid,
-        request_id,
-        host,
-        SOFT_DELETE,
-        lambda: driver.power_off(instance_uuid),
-        lambda instance: {"vm_state": VmState.SOFT_DELETED},
-    )
+    return run_step(ctx, SOFT_DELETE, instance_uuid)
 
 
-def restore_instance(
-    db_url: str, driver: ComputeDriver, instance_uuid: str, request_id: str, host: str
-) -> str:
+def restore_instance(ctx: StepContext, instance_uuid: str) -> str:
     """``restoring`` → ACTIVE, the guest powered back on."""
-    return _run(
-        db_url,
-        driver,
-        instance_uuid,
-        request_id,
-        host,
-        RESTORE,
-        lambda: driver.power_on(instance_uuid),
-        lambda instance: {"vm_state": VmState.ACTIVE},
-    )
+    return run_step(ctx, RESTORE, instance_uuid)
 
 
 def reclaim_queued_deletes(
-    db_url: str, driver: ComputeDriver, host: str, settings: Settings
+    sessions: Sessions, driver: ComputeDriver, host: str, settings: Settings
 ) -> list[str]:
     """Hard-delete this host's instances soft-deleted more than
     ``reclaim_instance_interval`` seconds ago (none when the interval is <= 0). Returns
@@ -80,7 +68,7 @@ def reclaim_queued_deletes(
     if interval <= 0:
         return []
     cutoff = utcnow() - dt.timedelta(seconds=interval)
-    with session_scope(db_url) as session:
+    with sessions() as session:
         due = list(
             session.scalars(
                 select(Instance.uuid)
@@ -98,18 +86,18 @@ def reclaim_queued_deletes(
     reclaimed = []
     for uuid in due:
         try:
-            if _reclaim(db_url, driver, uuid, host):
+            if _reclaim(sessions, driver, uuid, host):
                 reclaimed.append(uuid)
         except Exception:  # noqa: BLE001 - the next run tries again, the others go on
             LOG.exception("Instance %s on %s: reclaim failed", uuid, host)
     return reclaimed
 
 
-def _reclaim(db_url: str, driver: ComputeDriver, instance_uuid: str, host: str) -> bool:
+def _reclaim(sessions: Sessions, driver: ComputeDriver, instance_uuid: str, host: str) -> bool:
     # NOTE: Nova changes no task_state here; ``deleting`` is taken first so a restore
     # racing the reclaim is refused instead of powering on a guest being destroyed.
     try:
-        with session_scope(db_url) as session:
+        with sessions() as session:
             cas_update(
                 session,
                 instance_uuid,
@@ -123,15 +111,15 @@ def _reclaim(db_url: str, driver: ComputeDriver, instance_uuid: str, host: str) 
         driver.destroy(instance_uuid)
         files_deleted = driver.delete_instance_files(instance_uuid)
     except Exception:
-        with session_scope(db_url) as session:
+        with sessions() as session:
             cas_update(
                 session, instance_uuid, expected_task_state=[TaskState.DELETING], task_state=None
             )
         raise
 
     def work(session: Session) -> None:
-        _release_and_mark(session, instance_uuid, files_deleted)
+        release_and_mark(session, instance_uuid, files_deleted)
 
-    retry_on_conflict(db_url, work)
+    retry_on_conflict(sessions, work)
     LOG.info("Instance %s on %s: reclaimed (soft delete expired)", instance_uuid, host)
     return True

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute.claims import claim_in_session, release, retry_on_conflict
+from compute.claims import claim_first, claim_in_session, move_claim_in_session, release
 from compute.instance_state import cas_update, get_instance
+from compute.migrations import get_migration, node_id
 from compute.resource_tracker import get_node
 from compute.states import TaskState, VmState
 from models import Instance
@@ -157,24 +158,22 @@ class Scheduler:
         instance's host and node while it is still in ``placing`` (task_state, vm_state);
         None when it left that state meanwhile (deleted). Raises ``NoValidHost`` when other
         claims took every host."""
-        lost = []
-        for host in ranked:
-            try:
-                retry_on_conflict(db_url, lambda s, h=host: _claim(s, h, spec, placing))
-            except ResourcesUnavailable as exc:
-                LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, host.host, exc)
-                lost.append(f"{host.host}: {exc}")
-                continue
-            except (UnexpectedTaskStateError, InstanceNotFound) as exc:
-                LOG.info("Instance %s left %s: %s", spec.instance_uuid, placing[0], exc)
-                return None
-            LOG.info("Instance %s: selected %s/%s", spec.instance_uuid, host.host, host.nodename)
-            return host
-        raise NoValidHost(
-            reason="Every host that passed the filters was taken by other claims meanwhile ("
-            + "; ".join(lost)
-            + ")."
-        )
+
+        def refused(host: HostState, exc: ResourcesUnavailable) -> None:
+            LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, host.host, exc)
+
+        try:
+            fit = claim_first(
+                db_url, ranked, lambda s, h: _claim(s, h, spec, placing), _host_name, refused
+            )
+        except (UnexpectedTaskStateError, InstanceNotFound) as exc:
+            LOG.info("Instance %s left %s: %s", spec.instance_uuid, placing[0], exc)
+            return None
+        if fit.chosen is None:
+            raise fit.no_valid_host()
+        host = fit.chosen
+        LOG.info("Instance %s: selected %s/%s", spec.instance_uuid, host.host, host.nodename)
+        return host
 
     def _with_alternates(
         self,
@@ -218,8 +217,6 @@ class MoveScheduler:
         self.scheduler = scheduler
 
     def select(self, db_url: str, spec: RequestSpec, migration_uuid: str) -> Selection:
-        from compute.moves import get_migration, node_id
-
         with session_scope(db_url) as session:
             migration = get_migration(session, migration_uuid)
             if migration.dest_compute is not None:  # a redelivered request: already placed
@@ -234,34 +231,29 @@ class MoveScheduler:
             targets = (spec.requested_host,) if spec.requested_host else ()
             candidates = load_candidates(session, self.scheduler.settings, spec.resources, targets)
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
-        lost = []
-        for index, host in enumerate(ranked):
-            try:
-                retry_on_conflict(
-                    db_url,
-                    lambda s, h=host: _claim_move(s, h, spec, migration_uuid, source_id),
-                )
-            except ResourcesUnavailable as exc:
-                lost.append(f"{host.host}: {exc}")
-                continue
-            wanted = self.scheduler.settings.scheduler.max_attempts - 1
-            alternates = tuple(h.as_alternate() for h in ranked[index + 1 :])[:wanted]
-            return Selection(
-                host.host, host.nodename, host.compute_node_id, alternates, spec.instance_uuid
-            )
-        raise NoValidHost(
-            reason="Every host that passed the filters was taken by other claims meanwhile ("
-            + "; ".join(lost)
-            + ")."
+        fit = claim_first(
+            db_url,
+            ranked,
+            lambda s, h: _claim_move(s, h, spec, migration_uuid, source_id),
+            _host_name,
         )
+        if fit.chosen is None:
+            raise fit.no_valid_host()
+        host = fit.chosen
+        wanted = self.scheduler.settings.scheduler.max_attempts - 1
+        alternates = tuple(h.as_alternate() for h in ranked[fit.index + 1 :])[:wanted]
+        return Selection(
+            host.host, host.nodename, host.compute_node_id, alternates, spec.instance_uuid
+        )
+
+
+def _host_name(host: HostState) -> str:
+    return host.host
 
 
 def _claim_move(
     session: Session, host: HostState, spec: RequestSpec, migration_uuid: str, source_id: int
 ) -> None:
-    from compute.claims import move_claim_in_session
-    from compute.moves import get_migration
-
     move_claim_in_session(
         session,
         spec.instance_uuid,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from compute import build, delete, notifications, resource_tracker
+from compute import build, delete, notifications, operations, resource_tracker
+from compute.steps import notified_step
 from models.alternate import load_alternates
 from novaq.exceptions import ConfigError
 from scheduler.request_spec import Selection
@@ -40,28 +41,22 @@ def build_and_run_instance(
         alternates=load_alternates(alternates),
     )
     threshold = context.settings().compute.consecutive_build_service_disable_threshold
-    db_url = context.db_url()
-    notifications.emit(db_url, "instance.create.start", instance_uuid, host, request_id)
+    ctx = context.step_context(request_id, host)
+    notifications.emit(ctx.sessions, "instance.create.start", instance_uuid, host, request_id)
     try:
         result = build.build_and_run_instance(
-            db_url,
-            context.driver(),
-            instance_uuid,
-            request_id,
-            host,
-            tries,
-            track_failures=threshold != 0,
+            ctx, instance_uuid, tries, track_failures=threshold != 0
         )
     except Exception:
         notifications.emit(
-            db_url, "instance.create.error", instance_uuid, host, request_id, "ERROR"
+            ctx.sessions, "instance.create.error", instance_uuid, host, request_id, "ERROR"
         )
         raise
     if result.outcome == "active":
-        notifications.emit(db_url, "instance.create.end", instance_uuid, host, request_id)
+        notifications.emit(ctx.sessions, "instance.create.end", instance_uuid, host, request_id)
     elif result.outcome == "rescheduled":  # Nova: a reschedule is a create.error
         notifications.emit(
-            db_url, "instance.create.error", instance_uuid, host, request_id, "ERROR"
+            ctx.sessions, "instance.create.error", instance_uuid, host, request_id, "ERROR"
         )
     if result.outcome == "rescheduled" and result.next_host is not None:
         next_host, next_node, next_id = result.next_host
@@ -73,10 +68,10 @@ def build_and_run_instance(
 @app.task(name="compute.terminate_instance")
 def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
     check_host(host)
-    with notifications.notified(context.db_url(), "delete", instance_uuid, host, request_id):
-        outcome = delete.terminate_instance(
-            context.db_url(), context.driver(), instance_uuid, request_id, host
-        )
+    ctx = context.step_context(request_id, host)
+    notification = operations.operation("delete").notification or "delete"
+    with notified_step(ctx, notification, instance_uuid):
+        outcome = delete.terminate_instance(ctx, instance_uuid)
     return {"instance_uuid": instance_uuid, "outcome": outcome}
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from compute.sessions import Sessions, sessions_for
+from compute.steps import StepContext
 from novaq.settings import Settings, get_settings
+from scheduler.manager import Scheduler
 from virt import get_driver, get_simulated_driver
 from virt.driver import ComputeDriver
 from virt.host_profile import HostProfile, PciDeviceSpec
@@ -104,7 +107,16 @@ def disk_options(s: Settings) -> DiskOptions:
 
 
 @functools.cache
-def scheduler():  # type: ignore[no-untyped-def]
-    from scheduler.manager import Scheduler
-
+def scheduler() -> Scheduler:
     return Scheduler(get_settings())
+
+
+def sessions() -> Sessions:
+    """This process's transactions (``models.db.session_scope`` on the configured URL)."""
+    return sessions_for(get_settings().sqlalchemy_url)
+
+
+def step_context(request_id: str, host: str) -> StepContext:
+    """What a host step of this worker runs with: its transactions, its hypervisor, its
+    host, the request and ``[DEFAULT] shutdown_timeout``."""
+    return StepContext(sessions(), driver(), host, request_id, get_settings().shutdown_timeout)

@@ -11,6 +11,7 @@ from typing import Any
 
 from celery.utils.log import get_task_logger
 
+from compute import operations, steps
 from compute.build import fail_build
 from tasks import context
 from tasks.celery import app
@@ -25,9 +26,30 @@ def on_build_error(request: Any, exc: BaseException, traceback: Any) -> None:
     for instance_uuid in filter(None, uuids):
         LOG.warning("Build of %s failed in %s: %r", instance_uuid, request.task, exc)
         fail_build(
-            context.db_url(),
+            context.sessions(),
             instance_uuid,
             kwargs.get("request_id", ""),
             exc,
             host=kwargs.get("host"),
         )
+
+
+def abort_operation(errback: str, request: Any, exc: BaseException) -> bool:
+    """The errbacks' common end: undo the failed step ``request`` as the operation table
+    says its task runs (``compute.steps.abort``); nothing for a task that is no known
+    operation, not one of ``errback``'s (an errback undoes its own family only) or names
+    no instance."""
+    kwargs = request.kwargs or {}
+    op = operations.of_task(str(request.task), kwargs)
+    if op is None or op.step is None or op.errback != errback:
+        return False
+    if not kwargs.get("instance_uuid"):
+        return False
+    return steps.abort(
+        context.sessions(),
+        op.step,
+        kwargs["instance_uuid"],
+        kwargs.get("request_id", ""),
+        kwargs.get("host", ""),
+        exc,
+    )

@@ -10,7 +10,6 @@ from celery.utils.log import get_task_logger
 
 from compute import moves, notifications
 from models.alternate import dump_alternates, load_alternates
-from models.db import session_scope
 from novaq.exceptions import NoValidHost
 from scheduler.groups import load_instance_group
 from scheduler.manager import MoveScheduler
@@ -23,22 +22,22 @@ from workflows.moves import move_chain
 LOG = get_task_logger(__name__)
 
 
-def _ctx(migration_uuid: str, request_id: str, host: str) -> moves.StepContext:
+def _ctx(migration_uuid: str, request_id: str, host: str) -> moves.MoveContext:
     check_host(host)
-    return moves.StepContext(
-        context.db_url(),
+    return moves.MoveContext(
+        context.sessions(),
         context.driver(),
-        migration_uuid,
-        request_id,
         host,
-        shutdown_timeout_s=context.settings().shutdown_timeout,
+        request_id,
+        context.settings().shutdown_timeout,
+        migration_uuid=migration_uuid,
     )
 
 
 def move_spec(migration_uuid: str) -> tuple[RequestSpec, str]:
     """The request of a move, built from the migration and the instance's boot request."""
     s = context.settings()
-    with session_scope(context.db_url()) as session:
+    with context.sessions()() as session:
         migration = moves.get_migration(session, migration_uuid)
         base = RequestSpec.from_dict(dict(migration.context.request_spec))
         resize = migration.migration_type == "resize"
@@ -63,7 +62,7 @@ def select_for_move(self: Any, migration_uuid: str, instance_uuid: str, request_
             context.db_url(), spec, migration_uuid
         )
     except NoValidHost as exc:
-        moves.fail_scheduling(context.db_url(), migration_uuid, exc)
+        moves.fail_scheduling(context.sessions(), migration_uuid, exc)
         raise
     alternates = dump_alternates(selection.alternates)
     return self.replace(
@@ -82,11 +81,11 @@ def prep_resize(
 ) -> Any:
     ctx = _ctx(migration_uuid, request_id, host)
     try:
-        with notifications.notified(ctx.db_url, "resize_prep", instance_uuid, host, request_id):
+        with notifications.notified(ctx.sessions, "resize_prep", instance_uuid, host, request_id):
             moves.prep_resize(ctx)
     except Exception as exc:
         tries = load_alternates(alternates)
-        moved = moves.reschedule_move(context.db_url(), migration_uuid, tries, exc, host)
+        moved = moves.reschedule_move(context.sessions(), migration_uuid, tries, exc, host)
         if moved is None:
             raise
         (next_host, _, _), remaining = moved
@@ -94,7 +93,7 @@ def prep_resize(
             "prep_resize of %s failed on %s, rescheduled to %s", instance_uuid, host, next_host
         )
         self.request.chain = None  # the rest of this chain was bound to the old destination
-        with session_scope(context.db_url()) as session:
+        with context.sessions()() as session:
             source = moves.get_migration(session, migration_uuid).source_compute or ""
         return self.replace(
             move_chain(
@@ -113,7 +112,7 @@ def _step(name: str, run: Any, event: str) -> Any:
     @app.task(name=f"compute.{name}")
     def task(migration_uuid: str, instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
         ctx = _ctx(migration_uuid, request_id, host)
-        with notifications.notified(ctx.db_url, event, instance_uuid, host, request_id):
+        with notifications.notified(ctx.sessions, event, instance_uuid, host, request_id):
             run(ctx)
         return {"instance_uuid": instance_uuid, "step": name, "host": host}
 
@@ -135,4 +134,4 @@ def on_move_error(request: Any, exc: BaseException, traceback: Any) -> None:
     migration_uuid = kwargs.get("migration_uuid")
     if migration_uuid:
         LOG.warning("Move %s failed in %s: %r", migration_uuid, request.task, exc)
-        moves.abort_move(context.db_url(), migration_uuid, exc, kwargs.get("host"))
+        moves.abort_move(context.sessions(), migration_uuid, exc, kwargs.get("host"))

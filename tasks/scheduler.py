@@ -27,7 +27,7 @@ def select_destinations(
         selections = context.scheduler().schedule(context.db_url(), specs)
     except NoValidHost as exc:
         for uuid in instance_uuids:
-            fail_build(context.db_url(), uuid, request_id, exc, host=None, event=SCHEDULE_EVENT)
+            fail_build(context.sessions(), uuid, request_id, exc, host=None, event=SCHEDULE_EVENT)
         raise
     builds = [
         build_step(request_id, s, context.settings().scheduler.max_attempts) for s in selections

@@ -11,13 +11,16 @@ from celery.utils.log import get_task_logger
 from compute import instance_actions as actions
 from compute import shelve
 from compute.instance_state import cas_update, get_instance
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
-from models.db import session_scope
 from novaq.exceptions import InstanceNotFound, NoValidHost, UnexpectedTaskStateError
 from scheduler.unshelve import select_for_unshelve as select_host
 from tasks import context
 from tasks.celery import app
-from tasks.lifecycle import _run, abort_step, step_name
+from tasks.errbacks import abort_operation
+from tasks.lifecycle import host_task
+from workflows.lifecycle import lifecycle_step
+from workflows.shelve import unshelve_step
 
 LOG = get_task_logger(__name__)
 
@@ -25,42 +28,18 @@ LOG = get_task_logger(__name__)
 SCHEDULE_EVENT = "schedule_instances"
 
 
-@app.task(name="compute.shelve_instance")
-def shelve_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    s = context.settings()
-    return _run(
-        shelve.shelve_instance,
-        instance_uuid,
-        request_id,
-        host,
-        offload=s.shelved_offload_time == 0,
-        shutdown_timeout_s=s.shutdown_timeout,
-    )
-
-
-@app.task(name="compute.shelve_offload_instance")
-def offload(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    timeout = context.settings().shutdown_timeout
-    return _run(
-        shelve.shelve_offload_instance, instance_uuid, request_id, host, shutdown_timeout_s=timeout
-    )
-
-
-@app.task(name="compute.unshelve_instance")
-def unshelve_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    return _run(shelve.unshelve_instance, instance_uuid, request_id, host)
+shelve_instance = host_task("shelve", lambda s: {"offload": s.shelved_offload_time == 0})
+offload = host_task("shelve_offload")
+unshelve_instance = host_task("unshelve")
 
 
 @app.task(bind=True, name="scheduler.select_for_unshelve")
 def select_for_unshelve(self: Any, instance_uuid: str, request_id: str) -> Any:
     """SHELVED: task ``powering-on`` and ``start_instance`` on its host. SHELVED_OFFLOADED:
     select and claim a host (no alternates), then ``unshelve_instance`` there."""
-    from workflows.lifecycle import lifecycle_step
-    from workflows.shelve import unshelve_step
-
-    db_url = context.db_url()
+    sessions = context.sessions()
     try:
-        with session_scope(db_url) as session:
+        with sessions() as session:
             instance = get_instance(session, instance_uuid, with_deleted=False)
             vm_state, host = instance.vm_state, instance.host
             if vm_state == VmState.SHELVED and host is not None:
@@ -76,27 +55,27 @@ def select_for_unshelve(self: Any, instance_uuid: str, request_id: str) -> Any:
         return {"instance_uuid": instance_uuid, "outcome": "skipped"}
     if vm_state == VmState.SHELVED and host is not None:
         return self.replace(lifecycle_step("start", instance_uuid, request_id, host))
-    with session_scope(db_url) as session:
+    with sessions() as session:
         event_id = actions.start_event(session, instance_uuid, request_id, SCHEDULE_EVENT, None)
     try:
-        selection = select_host(db_url, context.scheduler(), instance_uuid)
+        selection = select_host(context.db_url(), context.scheduler(), instance_uuid)
     except NoValidHost as exc:
         # Nova: task None, the instance stays offloaded; novaq also records a fault.
         LOG.warning("Unshelve of %s: %s", instance_uuid, exc)
-        if not shelve.undo_unshelve(db_url, instance_uuid, None, exc, event_id):
-            _close(db_url, event_id, exc)
+        if not shelve.undo_unshelve(sessions, instance_uuid, None, exc, event_id):
+            _close(sessions, event_id, exc)
         raise
-    _close(db_url, event_id, None)
+    _close(sessions, event_id, None)
     if selection is None:
         return {"instance_uuid": instance_uuid, "outcome": "skipped"}
     return self.replace(unshelve_step(instance_uuid, request_id, selection.host))
 
 
-def _close(db_url: str, event_id: int | None, exc: BaseException | None) -> None:
+def _close(sessions: Sessions, event_id: int | None, exc: BaseException | None) -> None:
     if event_id is None:
         return
     result, tb, details = actions.outcome(exc)
-    with session_scope(db_url) as session:
+    with sessions() as session:
         actions.finish_event(session, event_id, result, tb, details, finish_action=exc is not None)
 
 
@@ -104,6 +83,4 @@ def _close(db_url: str, event_id: int | None, exc: BaseException | None) -> None
 def on_shelve_error(request: Any, exc: BaseException, traceback: Any) -> None:
     """Undo a shelve-family step that failed before its own handling ran (delivery
     limit, wrong host, a lost scheduler step); a no-op when it already compensated."""
-    task = str(request.task)
-    name = "unshelve" if task == "scheduler.select_for_unshelve" else step_name(request)
-    abort_step(request, exc, shelve.OPERATIONS.get(name), abort=shelve.abort)
+    abort_operation("scheduler.on_shelve_error", request, exc)

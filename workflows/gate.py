@@ -1,8 +1,9 @@
-"""Nova's API entry gate as data: which vm_states and task_states allow each server
-action, and the one function that checks an instance against it.
+"""Nova's API entry gate: which vm_states and task_states allow each server action (the
+``gate`` column of the operation table, ``compute.operations``), and the one function
+that checks an instance against it.
 
-The table is Nova's ``check_instance_state`` decorators of ``nova/compute/api.py`` read as
-rows (NOVA_BEHAVIOUR.md §1.1, §1.7, §2.2-§2.5): ``vm_states`` None means any vm_state,
+The rules are Nova's ``check_instance_state`` decorators of ``nova/compute/api.py``
+(NOVA_BEHAVIOUR.md §1.1, §1.7, §2.2-§2.5): ``vm_states`` None means any vm_state,
 ``task_states`` None means any task_state, and the default task_state is None (no other
 operation in flight). ``must_have_launched`` refuses an instance that never ran (e.g. a
 build that failed into ERROR). ``check_lock`` is Nova's ``check_instance_lock``: a locked
@@ -22,13 +23,13 @@ services table and lives with the API calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from compute.states import TaskState as T
-from compute.states import VmState as V
+from compute.operations import ALLOW_HARD_REBOOT, ALLOW_REBOOT, ALLOW_SOFT_REBOOT, OPERATIONS, Rule
 from models import Instance
 from novaq.exceptions import InstanceInvalidState, ServiceUnavailable
+
+__all__ = ["ALLOW_HARD_REBOOT", "ALLOW_REBOOT", "ALLOW_SOFT_REBOOT", "GATE", "Rule"]
 
 
 class InstanceIsLocked(InstanceInvalidState):
@@ -45,67 +46,8 @@ class InstanceHostDown(ServiceUnavailable):
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """Where an action is allowed. None for ``vm_states``/``task_states`` means any."""
-
-    vm_states: frozenset[str] | None
-    task_states: frozenset[str | None] | None = frozenset({None})
-    must_have_launched: bool = True
-    check_lock: bool = True
-
-
-def _states(*names: str) -> frozenset[str]:
-    return frozenset(str(n) for n in names)
-
-
-def _tasks(*names: str | None) -> frozenset[str | None]:
-    return frozenset(None if n is None else str(n) for n in names)
-
-
-# vm_states.ALLOW_SOFT_REBOOT / ALLOW_HARD_REBOOT and task_states.ALLOW_REBOOT (§1.1, §1.2).
-ALLOW_SOFT_REBOOT = _states(V.ACTIVE)
-ALLOW_HARD_REBOOT = _states(V.ACTIVE, V.STOPPED, V.PAUSED, V.SUSPENDED, V.ERROR)
-ALLOW_REBOOT = _tasks(
-    None,
-    T.REBOOTING,
-    T.REBOOT_PENDING,
-    T.REBOOT_STARTED,
-    T.RESUMING,
-    T.REBOOTING_HARD,
-    T.UNPAUSING,
-    T.PAUSING,
-    T.SUSPENDING,
-)
-
-GATE: dict[str, Rule] = {
-    # §2.3 power and lifecycle
-    "stop": Rule(_states(V.ACTIVE, V.ERROR)),
-    "start": Rule(_states(V.STOPPED)),
-    "reboot": Rule(ALLOW_SOFT_REBOOT),
-    "reboot_hard": Rule(ALLOW_HARD_REBOOT, ALLOW_REBOOT),
-    "pause": Rule(_states(V.ACTIVE)),
-    "unpause": Rule(_states(V.PAUSED)),
-    "suspend": Rule(_states(V.ACTIVE)),
-    "resume": Rule(_states(V.SUSPENDED)),
-    "rescue": Rule(_states(V.ACTIVE, V.STOPPED, V.ERROR)),
-    "unrescue": Rule(_states(V.RESCUED)),
-    # §2.5 moves (migrate is Nova's resize without a flavor: the same decorator)
-    "resize": Rule(_states(V.ACTIVE, V.STOPPED)),
-    "migrate": Rule(_states(V.ACTIVE, V.STOPPED)),
-    "confirm_resize": Rule(_states(V.RESIZED)),
-    "revert_resize": Rule(_states(V.RESIZED)),
-    # §2.4 shelve
-    "shelve": Rule(_states(V.ACTIVE, V.STOPPED, V.PAUSED, V.SUSPENDED)),
-    "shelve_offload": Rule(_states(V.SHELVED)),
-    "unshelve": Rule(_states(V.SHELVED, V.SHELVED_OFFLOADED)),
-    # §2.2 delete family: delete is allowed in any state, even never launched
-    "delete": Rule(None, None, must_have_launched=False),
-    "restore": Rule(_states(V.SOFT_DELETED)),
-    # lock/unlock have no state check in Nova, and are the two a lock does not refuse
-    "lock": Rule(None, None, must_have_launched=False, check_lock=False),
-    "unlock": Rule(None, None, must_have_launched=False, check_lock=False),
-}
+#: The action name -> its rule, read from the operation table (``compute.operations``).
+GATE: dict[str, Rule] = {op.action: op.gate for op in OPERATIONS.values() if op.gate is not None}
 
 
 def rule_for(action: str) -> Rule:

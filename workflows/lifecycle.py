@@ -7,31 +7,35 @@ from typing import Any
 
 from celery.canvas import Signature
 
+from compute.operations import operation
 from workflows.canvas import errback, step
 
-#: API action name -> task name (without the ``compute.`` prefix).
+#: The power and lifecycle actions -> their task name (without the ``compute.`` prefix),
+#: from the operation table.
 TASKS = {
-    "stop": "stop_instance",
-    "start": "start_instance",
-    "reboot": "reboot_instance",
-    "pause": "pause_instance",
-    "unpause": "unpause_instance",
-    "suspend": "suspend_instance",
-    "resume": "resume_instance",
-    "rescue": "rescue_instance",
-    "unrescue": "unrescue_instance",
+    action: str(operation(action).task).removeprefix("compute.")
+    for action in (
+        "stop",
+        "start",
+        "reboot",
+        "pause",
+        "unpause",
+        "suspend",
+        "resume",
+        "rescue",
+        "unrescue",
+    )
 }
 
 
 def lifecycle_step(
     action: str, instance_uuid: str, request_id: str, host: str, **extra: Any
 ) -> Signature:
+    """The host step of ``action`` (a row of ``compute.operations``) with its errback."""
+    op = operation(action)
+    assert op.task is not None and op.errback is not None
     signature = step(
-        f"compute.{TASKS[action]}",
-        instance_uuid=instance_uuid,
-        request_id=request_id,
-        host=host,
-        **extra,
+        op.task, instance_uuid=instance_uuid, request_id=request_id, host=host, **extra
     )
-    signature.on_error(errback("scheduler.on_lifecycle_error"))
+    signature.on_error(errback(op.errback))
     return signature

@@ -22,7 +22,9 @@ from compute.periodic.passes import (
     latest_request_id,
     locked_here,
 )
+from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
+from compute.steps import StepContext
 from models import Instance
 from models.db import session_scope
 from novaq.exceptions import UnexpectedTaskStateError
@@ -101,7 +103,8 @@ def _offload(ctx: PeriodicContext, uuid: str, cutoff: dt.datetime) -> str | None
     except UnexpectedTaskStateError:
         return None
     LOG.info("Instance %s on %s: shelved past shelved_offload_time, offloading", uuid, ctx.host)
-    outcome = shelve.shelve_offload_instance(ctx.db_url, ctx.hypervisor, uuid, request_id, ctx.host)
+    step = StepContext.for_url(ctx.db_url, ctx.hypervisor, ctx.host, request_id)
+    outcome = shelve.shelve_offload_instance(step, uuid)
     return OFFLOADED if outcome == lifecycle.DONE else None
 
 
@@ -110,6 +113,6 @@ def reclaim_queued_deletes(ctx: PeriodicContext) -> dict[str, Any]:
     longer than ``reclaim_instance_interval`` are deleted for good
     (``compute.soft_delete.reclaim_queued_deletes`` does the work)."""
     reclaimed = soft_delete.reclaim_queued_deletes(
-        ctx.db_url, ctx.hypervisor, ctx.host, ctx.settings
+        sessions_for(ctx.db_url), ctx.hypervisor, ctx.host, ctx.settings
     )
     return {"reclaimed": reclaimed}

@@ -35,7 +35,9 @@ from compute.periodic.passes import (
     latest_request_id,
     locked_here,
 )
+from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
+from compute.steps import StepContext
 from models import Instance
 from models.db import session_scope
 from novaq.exceptions import BuildAbortError
@@ -82,7 +84,7 @@ def _time_out_build(ctx: PeriodicContext, uuid: str, timeout: int) -> str | None
     # NOTE: fail_build re-checks BUILDING under the row lock: a build that finished since
     # the query is left alone (False), and its guest with it.
     if not fail_build(
-        ctx.db_url, uuid, request_id, error, host=ctx.host, event=BUILD_TIMEOUT_EVENT
+        sessions_for(ctx.db_url), uuid, request_id, error, host=ctx.host, event=BUILD_TIMEOUT_EVENT
     ):
         return None
     LOG.warning("Instance %s on %s: build timed out. Set to error state.", uuid, ctx.host)
@@ -129,9 +131,8 @@ def _end_reboot(ctx: PeriodicContext, uuid: str, cutoff: dt.datetime) -> str | N
     LOG.warning(
         "Instance %s on %s: stuck reboot, guest not running: rebooting hard", uuid, ctx.host
     )
-    outcome = lifecycle.reboot_instance(
-        ctx.db_url, ctx.hypervisor, uuid, request_id, ctx.host, hard=True
-    )
+    step = StepContext.for_url(ctx.db_url, ctx.hypervisor, ctx.host, request_id)
+    outcome = lifecycle.reboot_instance(step, uuid, hard=True)
     return REBOOTED_HARD if outcome == lifecycle.DONE else None
 
 

@@ -84,11 +84,14 @@ from compute.instance_state import cas_update, get_instance
 from compute.lifecycle import guest_power_state
 from compute.periodic import PeriodicContext
 from compute.periodic.running_deleted import cleanup_running_deleted_instances
+from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.recovery.common import Found, Host
 from compute.recovery.moves import recover_resize_migrating, recover_resize_prep
 from compute.recovery.resume import NO_RESUME as NO_RESUME  # re-exported: it was defined here
 from compute.recovery.resume import resume_safely
+from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
+from compute.steps import StepContext
 from models import Instance, utcnow
 from models.db import session_scope
 from novaq.exceptions import BuildAbortError, NovaqError
@@ -111,7 +114,7 @@ ALLOW_HARD_REBOOT = (
 )
 
 #: A host step: ``(db_url, driver, instance_uuid, request_id, host) -> outcome``.
-Step = Callable[..., str]  # (db_url, driver, uuid, request_id, host, **options) -> outcome
+Step = Callable[..., str]  # (StepContext, uuid, **options) -> outcome
 
 
 class InterruptedByRestart(NovaqError):
@@ -176,7 +179,12 @@ def _interrupted_build(rc: Host, found: Found) -> str | None:
     destroy_quietly(rc.driver, found.uuid)
     error = BuildAbortError(uuid=found.uuid, reason=f"interrupted by a restart of {rc.host}")
     if fail_build(
-        rc.db_url, found.uuid, RECOVERY_REQUEST, error, host=rc.host, event=INIT_HOST_EVENT
+        sessions_for(rc.db_url),
+        found.uuid,
+        RECOVERY_REQUEST,
+        error,
+        host=rc.host,
+        event=INIT_HOST_EVENT,
     ):
         return f"{found.uuid}: interrupted build -> ERROR"
     return None
@@ -212,9 +220,8 @@ def _complete_delete(rc: Host, found: Found) -> str:
         "finish. Restarting the deletion now.",
         found.uuid,
     )
-    terminate_instance(
-        rc.db_url, rc.driver, found.uuid, _last_request(rc.db_url, found.uuid), rc.host
-    )
+    request_id = _last_request(rc.db_url, found.uuid)
+    terminate_instance(StepContext.for_url(rc.db_url, rc.driver, rc.host, request_id), found.uuid)
     return f"{found.uuid}: interrupted delete completed"
 
 
@@ -233,9 +240,9 @@ def _recover_reboot(rc: Host, found: Found) -> str | None:
         hard = not running or task not in lifecycle.REBOOT.tasks
         if task in lifecycle.REBOOT.tasks and hard:
             _set_task(rc, found, TaskState.REBOOT_PENDING_HARD)
-        outcome = lifecycle.reboot_instance(
-            rc.db_url, rc.driver, found.uuid, _last_request(rc.db_url, found.uuid), rc.host, hard
-        )
+        request_id = _last_request(rc.db_url, found.uuid)
+        step = StepContext.for_url(rc.db_url, rc.driver, rc.host, request_id)
+        outcome = lifecycle.reboot_instance(step, found.uuid, hard)
         return f"{found.uuid}: reboot re-issued ({'hard' if hard else 'soft'}, {outcome})"
     if running and task in REBOOT_STARTED_TASKS:
         return _clear(rc, found, vm_state=VmState.ACTIVE)
@@ -327,11 +334,13 @@ def _rerun(rc: Host, found: Found, step: Step, clean_shutdown: bool = False) -> 
         found.uuid,
         found.task_state,
     )
-    options: dict[str, Any] = {}
+    timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
     if clean_shutdown and rc.settings is not None:
-        options["shutdown_timeout_s"] = rc.settings.shutdown_timeout
+        timeout = rc.settings.shutdown_timeout
     request_id = _last_request(rc.db_url, found.uuid)
-    outcome = step(rc.db_url, rc.driver, found.uuid, request_id, rc.host, **options)
+    outcome = step(
+        StepContext.for_url(rc.db_url, rc.driver, rc.host, request_id, timeout), found.uuid
+    )
     return f"{found.uuid}: interrupted {found.task_state} re-run ({outcome})"
 
 

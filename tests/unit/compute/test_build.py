@@ -11,6 +11,8 @@ from compute.delete import local_delete, terminate_instance
 from compute.instance_actions import latest_fault
 from compute.instance_state import get_instance
 from compute.resource_tracker import update_available_resource
+from compute.sessions import sessions_for
+from compute.steps import StepContext
 from models import Image, InstanceAction
 from models.db import session_scope
 from novaq.exceptions import HypervisorError, ImageNotFound, ImageUnacceptable, NoValidHost
@@ -47,7 +49,7 @@ def _events(db_url: str, uuid: str) -> list[tuple[str, str | None]]:
 def test_build_spawns_the_guest_and_makes_the_instance_active(db_url: str) -> None:
     uuid, _ = _placed_instance(db_url)
     driver = FakeDriver(host_resources("host1"))
-    result = build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    result = build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
     assert result.outcome == "active"
     assert driver.get_info(uuid).power_state == 1
     with session_scope(db_url) as session:
@@ -62,8 +64,8 @@ def test_build_spawns_the_guest_and_makes_the_instance_active(db_url: str) -> No
 def test_redelivered_build_does_nothing_the_second_time(db_url: str) -> None:
     uuid, _ = _placed_instance(db_url)
     driver = FakeDriver(host_resources("host1"))
-    build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
-    again = build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
+    again = build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
     assert again.outcome == "skipped"
     assert driver.spawn_count == 1
 
@@ -72,7 +74,7 @@ def test_spawn_failure_errors_the_instance_with_a_fault_and_releases_the_claim(d
     uuid, node_id = _placed_instance(db_url)
     driver = SpawnFailingDriver(host_resources("host1"))
     with pytest.raises(HypervisorError):
-        build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+        build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
@@ -93,7 +95,7 @@ def test_a_build_whose_image_was_purged_is_aborted_with_a_fault_and_no_claim(
         session.execute(delete(Image).where(Image.id == CIRROS_ID))
     driver = FakeDriver(host_resources("host1"))
     with pytest.raises(ImageNotFound):
-        build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+        build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
@@ -106,8 +108,10 @@ def test_a_build_whose_image_was_purged_is_aborted_with_a_fault_and_no_claim(
 
 def test_fail_build_is_idempotent(db_url: str) -> None:
     uuid, _ = _placed_instance(db_url)
-    assert fail_build(db_url, uuid, "req-test", NoValidHost(reason="x"), host=None)
-    assert not fail_build(db_url, uuid, "req-test", NoValidHost(reason="x"), host=None)
+    assert fail_build(sessions_for(db_url), uuid, "req-test", NoValidHost(reason="x"), host=None)
+    assert not fail_build(
+        sessions_for(db_url), uuid, "req-test", NoValidHost(reason="x"), host=None
+    )
     with session_scope(db_url) as session:
         fault = latest_fault(session, uuid)
         assert fault is not None and fault.code == 500
@@ -120,11 +124,11 @@ def test_instance_deleted_while_spawning_loses_its_guest(db_url: str) -> None:
     class DeletingDriver(FakeDriver):
         def spawn(self, spec):  # type: ignore[no-untyped-def]
             info = super().spawn(spec)
-            local_delete(db_url, uuid, "req-delete")  # the user deletes mid-spawn
+            local_delete(sessions_for(db_url), uuid, "req-delete")  # the user deletes mid-spawn
             return info
 
     driver = DeletingDriver(host_resources("host1"))
-    result = build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    result = build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
     assert result.outcome == "skipped"
     assert driver.list_instance_uuids() == []
     with session_scope(db_url) as session:
@@ -141,13 +145,18 @@ def test_a_heal_during_a_deleted_spawn_leaves_no_orphan_count_behind(db_url: str
     class DeletingDriver(FakeDriver):
         def spawn(self, spec):  # type: ignore[no-untyped-def]
             info = super().spawn(spec)
-            local_delete(db_url, uuid, "req-delete")
+            local_delete(sessions_for(db_url), uuid, "req-delete")
             heals = update_available_resource(db_url, self, "host1", make_settings())
             assert [h["action"] for h in heals] == ["orphan_counted"]
             return info
 
     driver = DeletingDriver(host_resources("host1"))
-    assert build_and_run_instance(db_url, driver, uuid, "req-test", "host1").outcome == "skipped"
+    assert (
+        build_and_run_instance(
+            StepContext.for_url(db_url, driver, "host1", "req-test"), uuid
+        ).outcome
+        == "skipped"
+    )
     assert driver.list_instance_uuids() == []
     with session_scope(db_url) as session:
         assert consumer_allocations(session, uuid) == {}
@@ -157,13 +166,19 @@ def test_a_heal_during_a_deleted_spawn_leaves_no_orphan_count_behind(db_url: str
 def test_terminate_destroys_the_guest_releases_and_soft_deletes(db_url: str) -> None:
     uuid, node_id = _placed_instance(db_url)
     driver = FakeDriver(host_resources("host1"))
-    build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
     with session_scope(db_url) as session:
         from compute.instance_actions import start_action
 
         start_action(session, uuid, "delete", "req-delete")
-    assert terminate_instance(db_url, driver, uuid, "req-delete", "host1") == "deleted"
-    assert terminate_instance(db_url, driver, uuid, "req-delete", "host1") == "skipped"
+    assert (
+        terminate_instance(StepContext.for_url(db_url, driver, "host1", "req-delete"), uuid)
+        == "deleted"
+    )
+    assert (
+        terminate_instance(StepContext.for_url(db_url, driver, "host1", "req-delete"), uuid)
+        == "skipped"
+    )
     assert driver.list_instance_uuids() == []
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
@@ -175,7 +190,7 @@ def test_terminate_destroys_the_guest_releases_and_soft_deletes(db_url: str) -> 
 
 def test_local_delete_of_an_instance_that_never_reached_a_host(db_url: str) -> None:
     uuid = make_instance(db_url, vm_state="error", task_state=None)
-    local_delete(db_url, uuid, "req-test")
+    local_delete(sessions_for(db_url), uuid, "req-test")
     with session_scope(db_url) as session:
         assert get_instance(session, uuid).vm_state == "deleted"
 
@@ -196,7 +211,9 @@ def test_a_build_whose_image_fails_its_checksum_is_aborted_not_rescheduled(
     )
     try:
         with pytest.raises(ImageUnacceptable, match="failed its checksum"):
-            build_and_run_instance(db_url, driver, uuid, "req-test", "host1", attempt)
+            build_and_run_instance(
+                StepContext.for_url(db_url, driver, "host1", "req-test"), uuid, attempt
+            )
         assert not driver.instance_exists(uuid)
         assert not (tmp_path / "host1" / uuid).exists()
     finally:

@@ -9,15 +9,17 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from compute import lifecycle
+from compute import lifecycle, steps
 from compute.instance_actions import latest_fault
 from compute.instance_state import cas_update, get_instance
+from compute.sessions import sessions_for
+from compute.steps import StepContext
 from models import InstanceAction, utcnow
 from models.db import session_scope
 from novaq.exceptions import HypervisorError
 from tests.factories import host_resources, make_instance
 from virt import power_state
-from virt.driver import GuestInfo, GuestSpec, ImageSpec
+from virt.driver import ComputeDriver, GuestInfo, GuestSpec, ImageSpec
 from virt.fake import FakeDriver
 
 REQUEST = "req-life"
@@ -84,6 +86,10 @@ class HookedDriver(FakeDriver):
     def reboot(self, spec: GuestSpec, hard: bool) -> None:
         self.hook(spec.uuid)
         super().reboot(spec, hard)
+
+
+def _ctx(db_url: str, driver: ComputeDriver, host: str = "host1") -> StepContext:
+    return StepContext.for_url(db_url, driver, host, REQUEST)
 
 
 def _server(db_url: str, driver: FakeDriver, vm_state: str, task_state: str | None) -> str:
@@ -161,7 +167,7 @@ def test_each_step_moves_the_instance_to_its_final_state_with_a_success_event(
 ) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, before, task)
-    assert step(db_url, driver, uuid, REQUEST, "host1") == lifecycle.DONE
+    assert step(_ctx(db_url, driver), uuid) == lifecycle.DONE
     assert _state(db_url, uuid) == (after, None, power)
     assert driver.get_info(uuid).power_state == power
     event = f"compute_{step.__name__}"
@@ -175,8 +181,8 @@ def test_a_redelivered_step_finds_the_state_moved_and_does_nothing(
 ) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, before, task)
-    step(db_url, driver, uuid, REQUEST, "host1")
-    assert step(db_url, driver, uuid, REQUEST, "host1") == lifecycle.SKIPPED
+    step(_ctx(db_url, driver), uuid)
+    assert step(_ctx(db_url, driver), uuid) == lifecycle.SKIPPED
     assert _state(db_url, uuid) == (after, None, power)
     assert len(_events(db_url, uuid)) == 1
 
@@ -184,7 +190,7 @@ def test_a_redelivered_step_finds_the_state_moved_and_does_nothing(
 def test_a_step_for_another_host_is_skipped(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "powering-off")
-    assert lifecycle.stop_instance(db_url, driver, uuid, REQUEST, "host2") == lifecycle.SKIPPED
+    assert lifecycle.stop_instance(_ctx(db_url, driver, "host2"), uuid) == lifecycle.SKIPPED
     assert _state(db_url, uuid) == ("active", "powering-off", power_state.RUNNING)
     assert driver.get_info(uuid).power_state == power_state.RUNNING
 
@@ -192,11 +198,11 @@ def test_a_step_for_another_host_is_skipped(db_url: str) -> None:
 def test_suspend_stashes_the_old_vm_state_and_resume_pops_it(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "suspending")
-    lifecycle.suspend_instance(db_url, driver, uuid, REQUEST, "host1")
+    lifecycle.suspend_instance(_ctx(db_url, driver), uuid)
     assert _sysmeta(db_url, uuid)["old_vm_state"] == "active"
     with session_scope(db_url) as session:
         cas_update(session, uuid, task_state="resuming")
-    lifecycle.resume_instance(db_url, driver, uuid, REQUEST, "host1")
+    lifecycle.resume_instance(_ctx(db_url, driver), uuid)
     assert "old_vm_state" not in _sysmeta(db_url, uuid)
     assert _state(db_url, uuid) == ("active", None, power_state.RUNNING)
 
@@ -207,7 +213,7 @@ def test_start_drops_the_shelve_keys_and_keeps_the_lock(db_url: str) -> None:
     meta = {"shelved_at": "x", "shelved_image_id": "i", "shelved_host": "h", "locked": True}
     with session_scope(db_url) as session:
         get_instance(session, uuid).system_metadata = meta
-    lifecycle.start_instance(db_url, driver, uuid, REQUEST, "host1")
+    lifecycle.start_instance(_ctx(db_url, driver), uuid)
     assert _sysmeta(db_url, uuid) == {"locked": True}
 
 
@@ -216,7 +222,7 @@ def test_rescue_resets_launched_at(db_url: str) -> None:
     uuid = _server(db_url, driver, "active", "rescuing")
     with session_scope(db_url) as session:
         before = get_instance(session, uuid).launched_at
-    lifecycle.rescue_instance(db_url, driver, uuid, REQUEST, "host1")
+    lifecycle.rescue_instance(_ctx(db_url, driver), uuid)
     with session_scope(db_url) as session:
         after = get_instance(session, uuid).launched_at
     assert before is not None and after is not None and after >= before
@@ -239,26 +245,24 @@ def test_reboot_goes_through_pending_and_started_to_active(
     driver = HookedDriver(lambda uuid: None)
     uuid = _server(db_url, driver, before, tasks[0])
     driver.hook = lambda uuid: seen.append(_state(db_url, uuid)[1])
-    assert lifecycle.reboot_instance(db_url, driver, uuid, REQUEST, "host1", hard=hard) == "done"
+    assert lifecycle.reboot_instance(_ctx(db_url, driver), uuid, hard=hard) == "done"
     assert seen == [tasks[2]]
     assert _state(db_url, uuid) == ("active", None, power_state.RUNNING)
     assert _events(db_url, uuid) == [("compute_reboot_instance", "Success")]
-    assert lifecycle.reboot_instance(db_url, driver, uuid, REQUEST, "host1", hard=hard) == (
-        "skipped"
-    )
+    assert lifecycle.reboot_instance(_ctx(db_url, driver), uuid, hard=hard) == ("skipped")
 
 
 def test_a_reboot_of_a_rescued_instance_leaves_it_rescued(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "rescued", "rebooting_hard")
-    lifecycle.reboot_instance(db_url, driver, uuid, REQUEST, "host1", hard=True)
+    lifecycle.reboot_instance(_ctx(db_url, driver), uuid, hard=True)
     assert _state(db_url, uuid)[:2] == ("rescued", None)
 
 
 def test_a_soft_reboot_does_not_run_a_hard_reboots_message(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "rebooting_hard")
-    assert lifecycle.reboot_instance(db_url, driver, uuid, REQUEST, "host1") == "skipped"
+    assert lifecycle.reboot_instance(_ctx(db_url, driver), uuid) == "skipped"
     assert _state(db_url, uuid)[1] == "rebooting_hard"
 
 
@@ -304,7 +308,7 @@ def test_a_driver_failure_ends_as_nova_ends_it_with_a_fault_and_an_error_event(
     driver = FailingDriver(call, error=error)
     uuid = _server(db_url, driver, before, task)
     with pytest.raises(Exception) as raised:
-        step(db_url, driver, uuid, REQUEST, "host1")
+        step(_ctx(db_url, driver), uuid)
     vm_state, task_state, _ = _state(db_url, uuid)
     assert (vm_state, task_state) == (after, None)
     fault = _fault(db_url, uuid)
@@ -321,7 +325,7 @@ def test_a_failed_rescue_is_instance_not_rescuable(db_url: str) -> None:
     driver = FailingDriver("rescue")
     uuid = _server(db_url, driver, "active", "rescuing")
     with pytest.raises(lifecycle.InstanceNotRescuable, match="Driver Error: Hypervisor error"):
-        lifecycle.rescue_instance(db_url, driver, uuid, REQUEST, "host1")
+        lifecycle.rescue_instance(_ctx(db_url, driver), uuid)
     assert _fault(db_url, uuid) == (
         400,
         f"Instance {uuid} cannot be rescued: Driver Error: "
@@ -336,13 +340,13 @@ def test_rescue_boots_the_instances_own_image_and_unrescue_restores_the_guest(
     uuid = _server(db_url, driver, "active", "rescuing")
     with session_scope(db_url) as session:
         image_ref = get_instance(session, uuid).image_ref
-    lifecycle.rescue_instance(db_url, driver, uuid, REQUEST, "host1")
+    lifecycle.rescue_instance(_ctx(db_url, driver), uuid)
     assert driver.is_rescued(uuid)
     rescue_image = driver._guests[uuid].rescue_image
     assert rescue_image is not None and rescue_image.id == image_ref
     with session_scope(db_url) as session:
         cas_update(session, uuid, task_state="unrescuing")
-    lifecycle.unrescue_instance(db_url, driver, uuid, REQUEST, "host1")
+    lifecycle.unrescue_instance(_ctx(db_url, driver), uuid)
     assert not driver.is_rescued(uuid)
     assert _state(db_url, uuid) == ("active", None, power_state.RUNNING)
 
@@ -352,7 +356,7 @@ def test_a_failed_reboot_of_a_running_guest_keeps_the_instance_with_a_fault(
 ) -> None:
     driver = FailingDriver("reboot")
     uuid = _server(db_url, driver, "active", "rebooting")
-    assert lifecycle.reboot_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert lifecycle.reboot_instance(_ctx(db_url, driver), uuid) == "done"
     assert _state(db_url, uuid) == ("active", None, power_state.RUNNING)
     assert _fault(db_url, uuid) is not None
     # As Nova: the error was handled, so the event reads Success.
@@ -365,7 +369,7 @@ def test_a_failed_reboot_of_a_guest_that_is_not_running_errors_the_instance(
     driver = FailingDriver("reboot")
     uuid = _server(db_url, driver, "stopped", "rebooting_hard")
     with pytest.raises(HypervisorError):
-        lifecycle.reboot_instance(db_url, driver, uuid, REQUEST, "host1", hard=True)
+        lifecycle.reboot_instance(_ctx(db_url, driver), uuid, hard=True)
     assert _state(db_url, uuid)[:2] == ("error", None)
     assert _events(db_url, uuid) == [("compute_reboot_instance", "Error")]
 
@@ -377,7 +381,7 @@ def test_a_delete_arriving_mid_step_supersedes_it(db_url: str) -> None:
 
     driver = HookedDriver(delete_requested)
     uuid = _server(db_url, driver, "active", "powering-off")
-    assert lifecycle.stop_instance(db_url, driver, uuid, REQUEST, "host1") == "superseded"
+    assert lifecycle.stop_instance(_ctx(db_url, driver), uuid) == "superseded"
     assert _state(db_url, uuid)[:2] == ("active", "deleting")
     assert _events(db_url, uuid) == [("compute_stop_instance", "Error")]
 
@@ -389,7 +393,7 @@ def test_stop_accepts_a_cleared_task_state_once_the_guest_is_off(db_url: str) ->
 
     driver = HookedDriver(cleared)
     uuid = _server(db_url, driver, "active", "powering-off")
-    assert lifecycle.stop_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert lifecycle.stop_instance(_ctx(db_url, driver), uuid) == "done"
     assert _state(db_url, uuid) == ("stopped", None, power_state.SHUTDOWN)
 
 
@@ -397,8 +401,8 @@ def test_abort_undoes_a_step_that_never_ran_once(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "powering-off")
     error = HypervisorError(reason="delivered too often")
-    assert lifecycle.abort(db_url, uuid, REQUEST, "host1", lifecycle.STOP, error)
-    assert not lifecycle.abort(db_url, uuid, REQUEST, "host1", lifecycle.STOP, error)
+    assert steps.abort(sessions_for(db_url), lifecycle.STOP, uuid, REQUEST, "host1", error)
+    assert not steps.abort(sessions_for(db_url), lifecycle.STOP, uuid, REQUEST, "host1", error)
     assert _state(db_url, uuid)[:2] == ("active", None)
     assert _fault(db_url, uuid) == (500, "Hypervisor error: delivered too often")
     assert _events(db_url, uuid) == [("compute_stop_instance", "Error")]

@@ -9,6 +9,7 @@ import pytest
 from compute import moves
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_state import get_instance
+from compute.sessions import sessions_for
 from models.db import session_scope
 from novaq.exceptions import HypervisorError
 from tests.factories import (
@@ -45,8 +46,10 @@ def _setup(db_url: str, vm_state: str = "active") -> tuple[str, str, dict[str, F
 
 def _ctx(
     db_url: str, migration: str, drivers: dict[str, FakeDriver], host: str
-) -> moves.StepContext:
-    return moves.StepContext(db_url, drivers[host], migration, "req-test", host)
+) -> moves.MoveContext:
+    return moves.MoveContext(
+        sessions_for(db_url), drivers[host], host, "req-test", migration_uuid=migration
+    )
 
 
 def _held(db_url: str, consumer: str) -> dict[str, int]:
@@ -120,8 +123,10 @@ def test_abort_puts_the_accounting_where_the_instance_is(db_url: str, failed_aft
     moves.prep_resize(_ctx(db_url, migration, drivers, "dst"))
     if failed_after == "resize":
         moves.resize_instance(_ctx(db_url, migration, drivers, "src"))
-    assert moves.abort_move(db_url, migration, HypervisorError(reason="boom"), "dst")
-    assert not moves.abort_move(db_url, migration, HypervisorError(reason="boom"), "dst")
+    assert moves.abort_move(sessions_for(db_url), migration, HypervisorError(reason="boom"), "dst")
+    assert not moves.abort_move(
+        sessions_for(db_url), migration, HypervisorError(reason="boom"), "dst"
+    )
     vm_state, task_state, host, vcpus = _state(db_url, uuid)
     assert (vm_state, task_state) == ("error", None)
     assert _held(db_url, migration) == {}
@@ -135,7 +140,11 @@ def test_prep_failure_moves_the_destination_claim_to_an_alternate(db_url: str) -
     uuid, migration, drivers = _setup(db_url)
     third = make_compute_node(db_url, "alt")
     moved = moves.reschedule_move(
-        db_url, migration, (("alt", "alt", third),), HypervisorError(reason="prep failed"), "dst"
+        sessions_for(db_url),
+        migration,
+        (("alt", "alt", third),),
+        HypervisorError(reason="prep failed"),
+        "dst",
     )
     assert moved is not None and moved[0][0] == "alt"
     with session_scope(db_url) as session:
@@ -157,7 +166,11 @@ def test_a_revert_that_fails_restarting_the_guest_errors_the_server_out(db_url: 
         set_migration_status(session, migration, "reverting")
         get_instance(session, uuid).task_state = "resize_reverting"
     moves.revert_resize(_ctx(db_url, migration, drivers, "dst"))  # accounting back on src
-    assert moves.abort_move(db_url, migration, HypervisorError(reason="no start"), "src")
+    assert moves.abort_move(
+        sessions_for(db_url), migration, HypervisorError(reason="no start"), "src"
+    )
     assert _state(db_url, uuid)[:2] == ("error", None)
     assert _held(db_url, uuid) == {"VCPU": 1, "MEMORY_MB": 1024, "DISK_GB": 1}
-    assert not moves.abort_move(db_url, migration, HypervisorError(reason="again"), "src")
+    assert not moves.abort_move(
+        sessions_for(db_url), migration, HypervisorError(reason="again"), "src"
+    )

@@ -19,6 +19,8 @@ from compute.instance_actions import start_action
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_deletes
+from compute.sessions import sessions_for
+from compute.steps import StepContext
 from models import Service
 from models.db import session_scope
 from models.states import MigrationStatus
@@ -41,7 +43,7 @@ def _verify_resize(db_url: str, hosts: Hosts, tmp_path: Path) -> tuple[str, str]
 def _terminate(db_url: str, hosts: Hosts, uuid: str, host: str) -> str:
     with session_scope(db_url) as session:
         start_action(session, uuid, "delete", "req-delete")
-    return terminate_instance(db_url, hosts[host], uuid, "req-delete", host)
+    return terminate_instance(StepContext.for_url(db_url, hosts[host], host, "req-delete"), uuid)
 
 
 def _periodic(db_url: str, hosts: Hosts, host: str) -> dict[str, list[str]]:
@@ -77,7 +79,7 @@ def test_a_server_deleted_in_verify_resize_has_its_originals_removed_by_the_sour
         assert _terminate(db_url, hosts, uuid, "dst") == "deleted"
         assert _terminate(db_url, hosts, uuid, "dst") == "skipped"  # redelivered
     else:  # the destination was down too: Nova's local delete
-        local_delete(db_url, uuid, "req-delete")
+        local_delete(sessions_for(db_url), uuid, "req-delete")
         run_pending_deletes(PeriodicContext(db_url, make_settings(), "dst", hosts["dst"]))
     assert (hosts["src"].instances_path / f"{uuid}_resize").is_dir()
     assert _status(db_url, migration) == "error"

@@ -16,6 +16,7 @@ from compute.build import guest_spec
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import start_action
 from compute.instance_state import cas_update, get_instance
+from compute.sessions import sessions_for
 from models.db import session_scope
 from novaq.exceptions import ResizeError
 from scheduler.manager import MoveScheduler, Scheduler
@@ -78,7 +79,9 @@ def _request(db_url: str, uuid: str, new: dict[str, Any], same_host: bool = Fals
 
 
 def _ctx(db_url: str, migration: str, driver: SimulatedHostDriver, host: str) -> Any:
-    return moves.StepContext(db_url, driver, migration, "req-test", host)
+    return moves.MoveContext(
+        sessions_for(db_url), driver, host, "req-test", migration_uuid=migration
+    )
 
 
 def _forward(db_url: str, migration: str, hosts: Hosts, dest: str = "dst") -> None:
@@ -177,7 +180,7 @@ def test_a_shrink_is_refused_before_anything_moves_and_the_move_rolls_back(
         assert moves.get_migration(session, migration).status == "error"
         assert consumer_allocations(session, migration) == {}
         assert consumer_allocations(session, uuid)["VCPU"] == 1
-    assert not moves.abort_move(db_url, migration, ResizeError(reason="x"), "src")
+    assert not moves.abort_move(sessions_for(db_url), migration, ResizeError(reason="x"), "src")
 
 
 def test_redelivered_resize_and_finish_steps_are_harmless(

@@ -11,14 +11,19 @@ import pytest
 from compute import lifecycle, shelve
 from compute.instance_state import get_instance
 from compute.power import power_off_timeout
+from compute.steps import StepContext
 from models import utcnow
 from models.db import session_scope
 from tests.factories import host_resources, make_instance
 from virt import power_state
-from virt.driver import GuestSpec
+from virt.driver import ComputeDriver, GuestSpec
 from virt.fake import FakeDriver
 
 REQUEST = "req-power"
+
+
+def _ctx(db_url: str, driver: ComputeDriver, host: str = "host1") -> StepContext:
+    return StepContext.for_url(db_url, driver, host, REQUEST)
 
 
 def _server(
@@ -58,7 +63,9 @@ def test_stop_waits_shutdown_timeout_for_a_clean_shutdown(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "powering-off")
 
-    lifecycle.stop_instance(db_url, driver, uuid, REQUEST, "host1", shutdown_timeout_s=42)
+    lifecycle.stop_instance(
+        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=42), uuid
+    )
 
     assert driver.power_off_timeouts == [(uuid, 42)]
 
@@ -67,7 +74,9 @@ def test_the_images_os_shutdown_timeout_overrides_it(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "powering-off", {"image_os_shutdown_timeout": "7"})
 
-    lifecycle.stop_instance(db_url, driver, uuid, REQUEST, "host1", shutdown_timeout_s=42)
+    lifecycle.stop_instance(
+        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=42), uuid
+    )
 
     assert driver.power_off_timeouts == [(uuid, 7)]
 
@@ -76,7 +85,7 @@ def test_force_stop_destroys_at_once(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "powering-off", {"image_os_shutdown_timeout": "7"})
 
-    lifecycle.stop_instance(db_url, driver, uuid, REQUEST, "host1", clean_shutdown=False)
+    lifecycle.stop_instance(_ctx(db_url, driver), uuid, clean_shutdown=False)
 
     assert driver.power_off_timeouts == [(uuid, 0)]
 
@@ -86,8 +95,12 @@ def test_shelve_and_rescue_power_off_cleanly(db_url: str) -> None:
     shelved = _server(db_url, driver, "shelving")
     rescued = _server(db_url, driver, "rescuing", {"image_os_shutdown_timeout": "3"})
 
-    shelve.shelve_instance(db_url, driver, shelved, REQUEST, "host1", shutdown_timeout_s=9)
-    lifecycle.rescue_instance(db_url, driver, rescued, REQUEST, "host1", shutdown_timeout_s=9)
+    shelve.shelve_instance(
+        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=9), shelved
+    )
+    lifecycle.rescue_instance(
+        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=9), rescued
+    )
 
     assert (shelved, 9) in driver.power_off_timeouts
     assert (rescued, 3) in driver.power_off_timeouts
@@ -98,7 +111,7 @@ def test_reboot_hands_the_driver_the_instances_guest(db_url: str, hard: bool) ->
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "rebooting_hard" if hard else "rebooting")
 
-    lifecycle.reboot_instance(db_url, driver, uuid, REQUEST, "host1", hard=hard)
+    lifecycle.reboot_instance(_ctx(db_url, driver), uuid, hard=hard)
 
     assert driver.reboots == [(uuid, hard)]
     with session_scope(db_url) as session:

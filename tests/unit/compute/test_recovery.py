@@ -18,6 +18,8 @@ from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
 from compute.recovery.init_host import INIT_HOST_EVENT, recover_host
+from compute.sessions import sessions_for
+from compute.steps import StepContext
 from models import InstanceAction, utcnow
 from models.db import session_scope
 from tests.factories import (
@@ -209,7 +211,10 @@ def test_a_redelivered_step_after_recovery_is_skipped_and_changes_nothing(
     recover_host(db_url, hypervisor, "host1")
     hypervisor.power_on(uuid)  # so a stop that ran again would show
     # The late-acked message of the interrupted stop comes back after the restart.
-    assert lifecycle.stop_instance(db_url, hypervisor, uuid, REQUEST, "host1") == "skipped"
+    assert (
+        lifecycle.stop_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        == "skipped"
+    )
     assert _state(db_url, uuid) == ("stopped", None)
     assert _power(hypervisor, uuid) == RUNNING
 
@@ -221,7 +226,10 @@ def test_a_soft_reboot_whose_guest_runs_is_left_to_its_message_as_nova_does(
     _guest(hypervisor, uuid)
     assert recover_host(db_url, hypervisor, "host1") == []
     assert _state(db_url, uuid) == ("active", "rebooting")
-    assert lifecycle.reboot_instance(db_url, hypervisor, uuid, REQUEST, "host1") == "done"
+    assert (
+        lifecycle.reboot_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        == "done"
+    )
     assert _state(db_url, uuid) == ("active", None)
 
 
@@ -233,7 +241,10 @@ def test_a_soft_reboot_caught_with_its_guest_down_becomes_a_hard_one(
     [line] = recover_host(db_url, hypervisor, "host1")
     assert "reboot re-issued (hard, done)" in line
     # The soft reboot's own message, redelivered, no longer owns the instance.
-    assert lifecycle.reboot_instance(db_url, hypervisor, uuid, REQUEST, "host1") == "skipped"
+    assert (
+        lifecycle.reboot_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        == "skipped"
+    )
 
 
 @pytest.mark.parametrize(("offload_time", "final"), [(0, "shelved_offloaded"), (-1, "shelved")])
@@ -346,7 +357,9 @@ def _move(db_url: str, task_state: str, status: str | None) -> tuple[str, str, d
 
 
 def _step_ctx(db_url: str, migration: str, drivers: dict[str, Any], host: str) -> Any:
-    return moves.StepContext(db_url, drivers[host], migration, "req-resize", host)
+    return moves.MoveContext(
+        sessions_for(db_url), drivers[host], host, "req-resize", migration_uuid=migration
+    )
 
 
 def test_a_resize_caught_in_resize_instance_is_left_to_its_redelivery_which_resumes(

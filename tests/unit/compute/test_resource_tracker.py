@@ -11,6 +11,8 @@ from compute.build import build_and_run_instance
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.delete import local_delete
 from compute.resource_tracker import update_available_resource
+from compute.sessions import sessions_for
+from compute.steps import StepContext
 from models import ComputeNode, ResourceHeal
 from models.db import session_scope
 from tests.factories import gpu_settings, gpus, host_resources, make_instance, make_settings
@@ -79,7 +81,7 @@ def test_a_guest_deleted_after_the_hypervisor_read_is_not_counted_as_an_orphan(
         def get_info(self, instance_uuid: str) -> GuestInfo:
             info = super().get_info(instance_uuid)
             self.destroy(instance_uuid)  # the delete: guest first, then the database
-            local_delete(db_url, instance_uuid, "req-delete")
+            local_delete(sessions_for(db_url), instance_uuid, "req-delete")
             return info
 
     driver = DeletedMeanwhile(host_resources("host1"))
@@ -121,7 +123,7 @@ def test_a_clean_node_needs_no_heal(db_url: str) -> None:
     node_id = _node(db_url).id
     uuid = make_instance(db_url, host="host1", node="host1")
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
-    build_and_run_instance(db_url, driver, uuid, "req-test", "host1")
+    build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
     assert update_available_resource(db_url, driver, "host1", settings) == []
 
 

@@ -14,6 +14,8 @@ from compute import shelve, soft_delete
 from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_actions import latest_fault
 from compute.instance_state import cas_update, get_instance
+from compute.sessions import sessions_for
+from compute.steps import StepContext
 from compute.usage import expected_consumers
 from models import ComputeNode, InstanceAction, utcnow
 from models.db import session_scope
@@ -28,11 +30,15 @@ from tests.factories import (
     make_settings,
 )
 from virt import power_state
-from virt.driver import GuestSpec
+from virt.driver import ComputeDriver, GuestSpec
 from virt.fake import FakeDriver, SpawnFailingDriver
 
 REQUEST = "req-shelve"
 FLAVOR = flavor_dict(2, 2048, 10)
+
+
+def _ctx(db_url: str, driver: ComputeDriver, host: str = "host1") -> StepContext:
+    return StepContext.for_url(db_url, driver, host, REQUEST)
 
 
 def _server(db_url: str, driver: FakeDriver, vm_state: str, task_state: str | None) -> str:
@@ -113,7 +119,7 @@ def test_shelve_without_offload_keeps_the_guest_off_and_the_claim(db_url: str, b
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, before, "shelving")
     held = _allocations(db_url, uuid)
-    assert shelve.shelve_instance(db_url, driver, uuid, REQUEST, "host1", offload=False) == "done"
+    assert shelve.shelve_instance(_ctx(db_url, driver), uuid, offload=False) == "done"
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["host"]) == ("shelved", None, "host1")
     meta = view["system_metadata"]
@@ -128,7 +134,7 @@ def test_shelve_with_offload_destroys_the_guest_and_releases_everything(db_url: 
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "shelving")
     idle = _node_used(db_url) - FLAVOR["memory_mb"]
-    assert shelve.shelve_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert shelve.shelve_instance(_ctx(db_url, driver), uuid) == "done"
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["host"], view["node"]) == (
         "shelved_offloaded",
@@ -147,20 +153,20 @@ def test_shelve_with_offload_destroys_the_guest_and_releases_everything(db_url: 
 def test_shelve_offload_of_a_shelved_server(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "shelved", "shelving_offloading")
-    assert shelve.shelve_offload_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert shelve.shelve_offload_instance(_ctx(db_url, driver), uuid) == "done"
     assert _instance(db_url, uuid)["vm_state"] == "shelved_offloaded"
     assert _allocations(db_url, uuid) == {} and not driver.instance_exists(uuid)
     assert not driver.instance_files_exist(uuid)  # unshelve spawns anew, maybe elsewhere
     assert _events(db_url, uuid) == [("compute_shelve_offload_instance", "Success")]
     # redelivered: the state moved on, nothing happens
-    assert shelve.shelve_offload_instance(db_url, driver, uuid, REQUEST, "host1") == "skipped"
+    assert shelve.shelve_offload_instance(_ctx(db_url, driver), uuid) == "skipped"
 
 
 def test_an_offload_whose_guest_is_already_gone_completes(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "shelved", "shelving_offloading")
     driver.destroy(uuid)  # gone behind novaq's back: Nova's power-off tolerates it too
-    assert shelve.shelve_offload_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert shelve.shelve_offload_instance(_ctx(db_url, driver), uuid) == "done"
     assert _instance(db_url, uuid)["vm_state"] == "shelved_offloaded"
     assert _allocations(db_url, uuid) == {}
 
@@ -173,7 +179,7 @@ def test_a_failed_shelve_reverts_the_task_with_a_fault(db_url: str) -> None:
     driver = Failing(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "shelving")
     with pytest.raises(HypervisorError):
-        shelve.shelve_instance(db_url, driver, uuid, REQUEST, "host1")
+        shelve.shelve_instance(_ctx(db_url, driver), uuid)
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"]) == ("active", None)
     assert "simulated power off failure" in (_fault(db_url, uuid) or "")
@@ -186,7 +192,7 @@ def test_a_failed_shelve_reverts_the_task_with_a_fault(db_url: str) -> None:
 
 def _offloaded(db_url: str, driver: FakeDriver) -> str:
     uuid = _server(db_url, driver, "active", "shelving")
-    shelve.shelve_instance(db_url, driver, uuid, REQUEST, "host1")
+    shelve.shelve_instance(_ctx(db_url, driver), uuid)
     _set(db_url, uuid, task_state="unshelving")
     return uuid
 
@@ -208,7 +214,7 @@ def test_unshelve_claims_a_host_and_spawns_the_guest_there(db_url: str) -> None:
         assert uuid in expected_consumers(session, node)
     # redelivered scheduling: the same host, nothing claimed twice
     assert select_for_unshelve(db_url, Scheduler(make_settings()), uuid) == selection
-    assert shelve.unshelve_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert shelve.unshelve_instance(_ctx(db_url, driver), uuid) == "done"
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["power_state"]) == (
         "active",
@@ -235,7 +241,7 @@ def test_a_failed_unshelve_spawn_releases_the_claim_and_the_host(db_url: str) ->
     select_for_unshelve(db_url, Scheduler(make_settings()), uuid)
     driver = SpawnFailingDriver(host_resources("host1"))
     with pytest.raises(HypervisorError, match="refuses to start guests"):
-        shelve.unshelve_instance(db_url, driver, uuid, REQUEST, "host1")
+        shelve.unshelve_instance(_ctx(db_url, driver), uuid)
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["host"], view["node"]) == (
         "shelved_offloaded",
@@ -254,7 +260,7 @@ def test_soft_delete_powers_off_and_keeps_the_claim_then_restore(db_url: str) ->
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, driver, "active", "soft-deleting")
     held = _allocations(db_url, uuid)
-    assert soft_delete.soft_delete_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert soft_delete.soft_delete_instance(_ctx(db_url, driver), uuid) == "done"
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["power_state"]) == (
         "soft-delete",
@@ -263,7 +269,7 @@ def test_soft_delete_powers_off_and_keeps_the_claim_then_restore(db_url: str) ->
     )
     assert not view["deleted"] and _allocations(db_url, uuid) == held
     _set(db_url, uuid, task_state="restoring", deleted_at=None)
-    assert soft_delete.restore_instance(db_url, driver, uuid, REQUEST, "host1") == "done"
+    assert soft_delete.restore_instance(_ctx(db_url, driver), uuid) == "done"
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["power_state"]) == (
         "active",
@@ -302,12 +308,17 @@ def test_reclaim_hard_deletes_what_was_soft_deleted_longer_than_the_interval(
         launched_at=utcnow(),
         deleted_at=utcnow() - dt.timedelta(seconds=10),
     )
-    assert soft_delete.reclaim_queued_deletes(db_url, driver, "host1", make_settings()) == []
+    assert (
+        soft_delete.reclaim_queued_deletes(sessions_for(db_url), driver, "host1", make_settings())
+        == []
+    )
     settings = make_settings(reclaim_instance_interval=5)
-    assert soft_delete.reclaim_queued_deletes(db_url, driver, "host1", settings) == [old]
+    assert soft_delete.reclaim_queued_deletes(sessions_for(db_url), driver, "host1", settings) == [
+        old
+    ]
     view = _instance(db_url, old)
     assert (view["vm_state"], view["deleted"]) == ("deleted", True)
     assert not driver.instance_exists(old) and _allocations(db_url, old) == {}
     assert _instance(db_url, recent)["vm_state"] == "soft-delete"
     assert _instance(db_url, busy)["task_state"] == "restoring"
-    assert soft_delete.reclaim_queued_deletes(db_url, driver, "host1", settings) == []
+    assert soft_delete.reclaim_queued_deletes(sessions_for(db_url), driver, "host1", settings) == []

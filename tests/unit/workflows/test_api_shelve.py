@@ -14,6 +14,7 @@ import pytest
 
 from compute.claims import consumer_allocations
 from compute.instance_state import cas_update
+from compute.sessions import sessions_for
 from compute.soft_delete import reclaim_queued_deletes
 from models import utcnow
 from models.db import session_scope
@@ -250,7 +251,7 @@ def test_soft_delete_keeps_the_claim_restore_brings_it_back_and_reclaim_deletes(
     with session_scope(db_url) as session:
         cas_update(session, uuid, deleted_at=utcnow() - dt.timedelta(seconds=60))
     tiny = get_settings().model_copy(update={"reclaim_instance_interval": 1})
-    assert reclaim_queued_deletes(db_url, context.driver(), "host1", tiny) == [uuid]
+    assert reclaim_queued_deletes(sessions_for(db_url), context.driver(), "host1", tiny) == [uuid]
     assert api.show(uuid)["status"] == "DELETED"
     assert not context.driver().instance_exists(uuid)
     assert _memory_used() == busy - 512

@@ -16,7 +16,9 @@ from compute.instance_actions import start_action
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_deletes
+from compute.sessions import sessions_for
 from compute.soft_delete import soft_delete_instance
+from compute.steps import StepContext
 from models import Migration
 from models.db import session_scope
 from tests.factories import make_compute_node, make_instance, make_migration, make_settings
@@ -52,7 +54,10 @@ def _server(db_url: str, driver: SimulatedHostDriver, host: str = "host1") -> st
     node_id = make_compute_node(db_url, host)
     uuid = make_instance(db_url, host=host, node=host)
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
-    assert build_and_run_instance(db_url, driver, uuid, "req-test", host).outcome == "active"
+    assert (
+        build_and_run_instance(StepContext.for_url(db_url, driver, host, "req-test"), uuid).outcome
+        == "active"
+    )
     assert driver.instance_files_exist(uuid)
     return uuid
 
@@ -60,7 +65,10 @@ def _server(db_url: str, driver: SimulatedHostDriver, host: str = "host1") -> st
 def _terminate(db_url: str, driver: SimulatedHostDriver, uuid: str, host: str = "host1") -> None:
     with session_scope(db_url) as session:
         start_action(session, uuid, "delete", "req-delete")
-    assert terminate_instance(db_url, driver, uuid, "req-delete", host) == "deleted"
+    assert (
+        terminate_instance(StepContext.for_url(db_url, driver, host, "req-delete"), uuid)
+        == "deleted"
+    )
 
 
 def _cleaning(db_url: str, uuid: str) -> tuple[int, str | None]:
@@ -140,7 +148,9 @@ def test_a_server_deleted_by_the_api_while_its_host_was_down_is_cleaned_by_its_h
 ) -> None:
     driver = hosts["host1"]
     uuid = _server(db_url, driver)
-    local_delete(db_url, uuid, "req-delete")  # Nova's local delete: the host never heard
+    local_delete(
+        sessions_for(db_url), uuid, "req-delete"
+    )  # Nova's local delete: the host never heard
     assert driver.instance_files_exist(uuid) and _cleaning(db_url, uuid) == (0, None)
 
     result = run_pending_deletes(_ctx(db_url, driver))
@@ -157,9 +167,12 @@ def test_soft_deleted_servers_and_other_hosts_deleted_servers_are_left_alone(
     with session_scope(db_url) as session:
         start_action(session, soft, "delete", "req-soft")
         get_instance(session, soft).task_state = "soft-deleting"
-    assert soft_delete_instance(db_url, hosts["host1"], soft, "req-soft", "host1") == "done"
+    assert (
+        soft_delete_instance(StepContext.for_url(db_url, hosts["host1"], "host1", "req-soft"), soft)
+        == "done"
+    )
     elsewhere = _server(db_url, hosts["host2"], host="host2")
-    local_delete(db_url, elsewhere, "req-delete")
+    local_delete(sessions_for(db_url), elsewhere, "req-delete")
 
     result = run_pending_deletes(_ctx(db_url, hosts["host1"]))
 
@@ -191,7 +204,7 @@ def _leftover_on(db_url: str, hosts: dict[str, SimulatedHostDriver], here: str) 
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         instance.host = instance.node = other
-    local_delete(db_url, uuid, "req-delete")
+    local_delete(sessions_for(db_url), uuid, "req-delete")
     return uuid
 
 

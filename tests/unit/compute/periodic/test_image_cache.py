@@ -17,6 +17,7 @@ from compute.delete import local_delete
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.image_cache import images_in_use, run_image_cache_manager_pass
+from compute.sessions import sessions_for
 from models.db import session_scope
 from tests.disk_images import make_raw_image
 from tests.factories import make_compute_node, make_image_ref, make_instance, make_settings
@@ -68,7 +69,7 @@ def _delete(db_url: str, driver: SimulatedHostDriver, uuid: str) -> None:
     """A delete: guest and files gone from the host, the row deleted."""
     driver.destroy(uuid)
     assert driver.delete_instance_files(uuid)
-    local_delete(db_url, uuid, "req-delete")
+    local_delete(sessions_for(db_url), uuid, "req-delete")
 
 
 def _base_file(driver: SimulatedHostDriver, image: str) -> Path:
@@ -125,7 +126,7 @@ def test_images_in_use_are_those_of_this_hosts_non_deleted_servers_soft_deleted_
     soft = _server(db_url, host, "soft-image")
     with session_scope(db_url) as session:
         get_instance(session, soft).vm_state = "soft-delete"
-    local_delete(db_url, _server(db_url, host, "gone-image"), "req-delete")
+    local_delete(sessions_for(db_url), _server(db_url, host, "gone-image"), "req-delete")
     make_compute_node(db_url, "host2")
     make_instance(db_url, host="host2", node="host2", image_ref="host2-image")
     make_instance(db_url, image_ref="unscheduled-image")  # no host yet

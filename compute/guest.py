@@ -1,0 +1,42 @@
+"""The guest an instance is, as the driver is handed it (``GuestSpec``): its name, its
+flavor, the registry's record of its image and the PCI devices it holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from compute.images import image_spec
+from models import Instance
+from virt.driver import GuestSpec
+
+
+def instance_name(instance: Instance) -> str:
+    """Nova's default ``instance_name_template``: ``instance-%08x``."""
+    return f"instance-{instance.id:08x}"
+
+
+def guest_spec(
+    session: Session,
+    instance: Instance,
+    pci_addresses: tuple[str, ...] = (),
+    flavor: dict[str, Any] | None = None,
+) -> GuestSpec:
+    """The guest of ``instance`` with ``flavor`` (default: the instance's own), booting
+    from the registry's record of its image (``ImageNotFound`` if it was purged)."""
+    flavor = flavor if flavor is not None else instance.flavor
+    return GuestSpec(
+        uuid=instance.uuid,
+        name=instance_name(instance),
+        vcpus=flavor["vcpus"],
+        memory_mb=flavor["memory_mb"],
+        root_gb=flavor["root_gb"],
+        ephemeral_gb=flavor.get("ephemeral_gb", 0),
+        swap_mb=flavor.get("swap", 0),
+        image=image_spec(session, instance.image_ref) if instance.image_ref else None,
+        pci_addresses=pci_addresses,
+        # The domain's <metadata> names the server and its flavor, as Nova's does.
+        display_name=instance.display_name or "",
+        flavor_name=str(flavor.get("name", "")),
+    )

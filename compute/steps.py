@@ -1,0 +1,396 @@
+"""The one runner of host steps: a step is declared once (``Step``: the task_state it
+expects, its driver call, its final values, its undo) and ``run_step`` does the rest.
+
+A run is three short transactions around the driver call, so nothing holds a row lock
+while the hypervisor works:
+
+1. begin: under the instance's row lock, the instance must be on this host (not deleted)
+   in one of the expected task_states, else the message is a redelivery or was
+   superseded and the step returns ``skipped``; a compare-and-swap (with the step's begin
+   values), the instance-action event (``compute_<method>``) opens;
+2. ``act``, the driver call (it may move the task_state on with ``StepRun.advance``),
+   then the guest's power state read back from the driver;
+3. finish: the final values computed from the row locked again, a compare-and-swap from
+   the step's task_states to them with task None; the event closes ``Success``.
+
+A conflict at 2 or 3 (a delete or hard reboot took the instance over) is ``superseded``:
+the instance's state is left to that request, our event closes with the conflict. A
+failure of ``act`` ends as Nova ends it (NOVA_BEHAVIOUR.md §2.3): the step's
+``on_failure`` policy gives the vm_state (``reverts_task_state``: unchanged;
+``_error_out_instance_on_exception``: ERROR...), task None, a fault, the event closed
+``Error`` (traceback kept), and the exception re-raised; a step with its own ``undo``
+(build, unshelve, delete) does that instead. ``abort`` is the same undo for a step that
+never ran (the errback after a delivery limit or a wrong host).
+
+The versioned notifications (``instance.<event>.start|end|error``) are sent around the
+run by ``notified_step`` (the task wrappers use it), as before the runner existed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from compute import instance_actions as actions
+from compute import notifications
+from compute.claims import retry_on_conflict
+from compute.instance_state import cas_update
+from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
+from compute.sessions import Sessions, sessions_for
+from compute.states import VmState
+from models import Instance
+from novaq.exceptions import DomainNotFound, InstanceNotFound, UnexpectedTaskStateError
+from virt import power_state
+from virt.driver import ComputeDriver
+
+LOG = logging.getLogger(__name__)
+
+DONE, SKIPPED, SUPERSEDED = "done", "skipped", "superseded"
+
+#: What a failure does to vm_state: given the error and the vm_state at the start, the
+#: vm_state to set, or None to leave it.
+FailurePolicy = Callable[[BaseException, str], str | None]
+
+
+def keep_vm_state(exc: BaseException, vm_state: str) -> str | None:
+    """Nova's ``reverts_task_state``: task None, vm_state as it was."""
+    return None
+
+
+def error(exc: BaseException, vm_state: str) -> str | None:
+    return VmState.ERROR
+
+
+def error_unless_not_implemented(fallback: str | None) -> FailurePolicy:
+    """Nova's ``_error_out_instance_on_exception``: ERROR, but a ``NotImplementedError``
+    leaves the instance in ``fallback`` (the vm_state it had when None)."""
+
+    def decide(exc: BaseException, vm_state: str) -> str | None:
+        if isinstance(exc, NotImplementedError):
+            return fallback or vm_state
+        return VmState.ERROR
+
+    return decide
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """What a host step works with, built by its entry point (task wrapper, recovery,
+    periodic task): the transactions, the hypervisor, this host, the request whose
+    action records the step's event, and ``[DEFAULT] shutdown_timeout``."""
+
+    sessions: Sessions
+    driver: ComputeDriver
+    host: str
+    request_id: str = ""
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S
+
+    @classmethod
+    def for_url(
+        cls,
+        db_url: str,
+        driver: ComputeDriver,
+        host: str,
+        request_id: str = "",
+        shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
+    ) -> StepContext:
+        return cls(sessions_for(db_url), driver, host, request_id, shutdown_timeout_s)
+
+
+class Superseded(Exception):
+    """Another request took the instance over mid-step (raised by ``StepRun.advance`` and
+    the finish; ``run_step`` turns it into ``superseded``)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@dataclass(slots=True)
+class StepRun:
+    """One run of a step: what begin found and opened, what ``act`` returned and the
+    power state read after it, and the caller's keyword parameters."""
+
+    ctx: StepContext
+    instance_uuid: str
+    event_id: int | None
+    vm_state: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    result: Any = None
+    power: int = power_state.NOSTATE
+
+    def advance(
+        self,
+        expected: tuple[str, ...],
+        values_of: Callable[[Instance], dict[str, Any]] | None = None,
+        **values: Any,
+    ) -> None:
+        """A compare-and-swap mid-step (reboot's ``reboot_started``, shelve's
+        ``shelving_offloading``), with ``values`` and those ``values_of`` the locked row."""
+        try:
+            with self.ctx.sessions() as session:
+                instance = locked(session, self.instance_uuid)
+                values.update(values_of(instance) if values_of is not None else {})
+                cas_update(session, self.instance_uuid, expected_task_state=expected, **values)
+        except (UnexpectedTaskStateError, InstanceNotFound) as exc:
+            raise Superseded(exc) from exc
+
+
+Act = Callable[[StepContext, StepRun], Any]
+#: The final column values from the row locked in the finishing transaction, or None
+#: when the step wrote the row itself (delete).
+Final = Callable[[Session, Instance, StepRun], dict[str, Any] | None]
+Undo = Callable[[StepContext, StepRun, BaseException], None]
+#: (sessions, step, instance_uuid, request_id, host, exc) -> whether it undid anything.
+Abort = Callable[[Sessions, "Step", str, str, str, BaseException], bool]
+
+
+def to(vm_state: str) -> Final:
+    """The final values of a step that only sets ``vm_state``."""
+    return lambda session, instance, run: {"vm_state": vm_state}
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A host step, declared once."""
+
+    name: str
+    #: The instance-action event (Nova's ``compute_<method>``).
+    event: str
+    #: The task_state the API (or the scheduler) set: what begin expects.
+    task: str
+    #: Every task_state the step owns: what the finish expects and an undo reverts from.
+    tasks: tuple[str, ...]
+    act: Act
+    final: Final
+    on_failure: FailurePolicy = keep_vm_state
+    #: task_states begin accepts instead of ``(task,)``; ``any_task``: no check, no CAS.
+    begin_tasks: tuple[str | None, ...] = ()
+    any_task: bool = False
+    begin_vm_states: tuple[str, ...] = ()
+    #: Values of the begin compare-and-swap (computed before its transaction).
+    begin_values: Callable[[StepContext, str], dict[str, Any]] | None = None
+    finish_tasks: tuple[str, ...] = ()
+    #: Nova's stop: the finish also accepts task None once the guest is off.
+    none_if_off: bool = False
+    read_power: bool = True
+    quiet_power: bool = False
+    check_host: bool = True
+    #: A deleted instance makes the run ``skipped`` (a move step instead fails on it).
+    skip_deleted: bool = True
+    #: Whether the finish also closes the instance action (a move's steps leave it open).
+    finish_action: bool = True
+    #: The step's own failure handling (instead of ``on_failure`` + fault + event).
+    undo: Undo | None = None
+    #: Called after a superseded run (a guest spawned for a deleted server goes away).
+    on_superseded: Callable[[StepContext, StepRun, BaseException], None] | None = None
+    #: The errback's undo, when not ``revert_unran``.
+    abort: Abort | None = None
+
+
+def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) -> str:
+    """Run ``step`` on ``instance_uuid``: ``done``, ``skipped`` or ``superseded``; a
+    failure of its act is undone and re-raised."""
+    run = _begin(ctx, step, instance_uuid, params)
+    if run is None:
+        return SKIPPED
+    try:
+        _act(ctx, step, run)
+        return _finish(ctx, step, run)
+    except Superseded as conflict:
+        return _superseded(ctx, step, run, conflict.cause)
+
+
+def locked(session: Session, instance_uuid: str) -> Instance:
+    """The instance row, locked until the transaction ends (SQLite: BEGIN IMMEDIATE)."""
+    instance = session.scalars(
+        select(Instance)
+        .where(Instance.uuid == instance_uuid)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).first()
+    if instance is None:
+        raise InstanceNotFound(uuid=instance_uuid)
+    return instance
+
+
+def _begin(
+    ctx: StepContext, step: Step, instance_uuid: str, params: Mapping[str, Any]
+) -> StepRun | None:
+    values = step.begin_values(ctx, instance_uuid) if step.begin_values else {}
+    expected = step.begin_tasks or (step.task,)
+    try:
+        with ctx.sessions() as session:
+            instance = locked(session, instance_uuid)
+            if (
+                (instance.deleted and step.skip_deleted)
+                or (step.check_host and instance.host != ctx.host)
+                or (not step.any_task and instance.task_state not in expected)
+                or (step.begin_vm_states and instance.vm_state not in step.begin_vm_states)
+            ):
+                LOG.info(
+                    "Instance %s on %s: %s skipped, instance is %s/%s on %s",
+                    instance_uuid,
+                    ctx.host,
+                    step.name,
+                    instance.vm_state,
+                    instance.task_state,
+                    instance.host,
+                )
+                return None
+            vm_state = instance.vm_state
+            if not step.any_task:
+                cas_update(session, instance_uuid, expected_task_state=expected, **values)
+            event_id = actions.start_event(
+                session, instance_uuid, ctx.request_id, step.event, ctx.host
+            )
+            return StepRun(ctx, instance_uuid, event_id, vm_state, params)
+    except (InstanceNotFound, UnexpectedTaskStateError):
+        return None
+
+
+def _act(ctx: StepContext, step: Step, run: StepRun) -> None:
+    try:
+        run.result = step.act(ctx, run)
+        if step.read_power:
+            run.power = guest_power_state(ctx.driver, run.instance_uuid, step.quiet_power)
+    except Superseded:
+        raise
+    except Exception as exc:
+        LOG.warning("Instance %s on %s: %s failed: %s", run.instance_uuid, ctx.host, step.name, exc)
+        if step.undo is not None:
+            step.undo(ctx, run, exc)
+        else:
+            vm_state = step.on_failure(exc, run.vm_state)
+            fail(ctx, step, run.instance_uuid, run.event_id, exc, vm_state)
+        raise
+
+
+def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
+    expected: tuple[str | None, ...] = step.finish_tasks or step.tasks
+    if step.none_if_off and run.power in power_state.NOT_RUNNING:
+        expected = (*expected, None)
+    uuid = run.instance_uuid
+
+    def work(session: Session) -> dict[str, Any] | None:
+        values = step.final(session, locked(session, uuid), run)
+        if values is not None:
+            if step.read_power:
+                values.setdefault("power_state", run.power)
+            cas_update(session, uuid, expected_task_state=expected, task_state=None, **values)
+        if run.event_id is not None:
+            actions.finish_event(
+                session, run.event_id, actions.SUCCESS, finish_action=step.finish_action
+            )
+        return values
+
+    try:
+        values = retry_on_conflict(ctx.sessions, work)
+    except (UnexpectedTaskStateError, InstanceNotFound) as exc:
+        raise Superseded(exc) from exc
+    LOG.info("Instance %s on %s: %s done, now %s", uuid, ctx.host, step.name, values)
+    return DONE
+
+
+def _superseded(ctx: StepContext, step: Step, run: StepRun, exc: BaseException) -> str:
+    """Another request (a delete, a hard reboot) took the instance over mid-step: leave
+    its state to that request, close our event with the conflict."""
+    LOG.info("Instance %s on %s: %s superseded: %s", run.instance_uuid, ctx.host, step.name, exc)
+    if step.on_superseded is not None:
+        step.on_superseded(ctx, run, exc)
+    else:
+        close_event(ctx, run, exc)
+    return SUPERSEDED
+
+
+def close_event(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
+    """Close the run's event (and its action) with ``exc`` as the outcome."""
+    if run.event_id is not None:
+        result, tb, details = actions.outcome(exc)
+        with ctx.sessions() as session:
+            actions.finish_event(session, run.event_id, result, tb, details, finish_action=True)
+
+
+def fail(
+    ctx: StepContext,
+    step: Step,
+    instance_uuid: str,
+    event_id: int | None,
+    exc: BaseException,
+    vm_state: str | None,
+) -> None:
+    """Nova's ``reverts_task_state`` + ``wrap_instance_fault`` + the event's Error, in
+    one transaction."""
+    with ctx.sessions() as session:
+        try:
+            instance = locked(session, instance_uuid)
+        except InstanceNotFound:
+            return
+        if not instance.deleted and instance.task_state in step.tasks:
+            revert(session, instance_uuid, step, vm_state)
+        actions.add_fault(session, instance_uuid, exc, ctx.host)
+        if event_id is not None:
+            result, tb, details = actions.outcome(exc)
+            actions.finish_event(session, event_id, result, tb, details, finish_action=True)
+
+
+def revert(session: Session, instance_uuid: str, step: Step, vm_state: str | None) -> None:
+    values: dict[str, Any] = {"task_state": None}
+    if vm_state is not None:
+        values["vm_state"] = vm_state
+    cas_update(session, instance_uuid, expected_task_state=step.tasks, **values)
+
+
+def abort(
+    sessions: Sessions,
+    step: Step,
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    exc: BaseException,
+) -> bool:
+    """Undo a run of ``step`` that failed outside its own handling (delivery limit, wrong
+    host): the step's ``abort`` if it has one, else as its own failure path but only
+    while the instance is still in one of its task_states. Idempotent: False when there
+    was nothing left to undo. (No driver: the errback may run where there is none.)"""
+    if step.abort is not None:
+        return step.abort(sessions, step, instance_uuid, request_id, host, exc)
+    with sessions() as session:
+        try:
+            instance = locked(session, instance_uuid)
+        except InstanceNotFound:
+            return False
+        if instance.deleted or instance.task_state not in step.tasks:
+            return False
+        revert(session, instance_uuid, step, step.on_failure(exc, instance.vm_state))
+        actions.add_fault(session, instance_uuid, exc, host)
+        actions.record_event(session, instance_uuid, request_id, step.event, host, exc)
+    LOG.warning("Instance %s on %s: %s aborted: %s", instance_uuid, host, step.name, exc)
+    return True
+
+
+@contextlib.contextmanager
+def notified_step(ctx: StepContext, action: str, instance_uuid: str) -> Iterator[None]:
+    """``instance.<action>.start|end|error`` around a step (``compute.notifications``)."""
+    with notifications.notified(ctx.sessions, action, instance_uuid, ctx.host, ctx.request_id):
+        yield
+
+
+def guest_power_state(driver: ComputeDriver, instance_uuid: str, quiet: bool = False) -> int:
+    """Nova's ``_get_power_state``: the driver's view, NOSTATE for a missing guest (and,
+    when ``quiet``, for a hypervisor that cannot answer)."""
+    try:
+        return driver.get_info(instance_uuid).power_state
+    except DomainNotFound:
+        return power_state.NOSTATE
+    except Exception:
+        if not quiet:
+            raise
+        LOG.warning("Instance %s: power state unknown", instance_uuid, exc_info=True)
+        return power_state.NOSTATE
