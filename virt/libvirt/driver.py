@@ -417,6 +417,9 @@ class LibvirtDriver(DiskOperations):
         elif state != power_state.RUNNING:
             raise _refuse("unpause", uuid, state)
 
+    def trigger_crash_dump(self, uuid: str) -> None:
+        self._get(uuid).inject_nmi()
+
     def suspend(self, uuid: str) -> None:
         """Managed save: memory to disk, guest off (power state SHUTDOWN, as in Nova)."""
         guest = self._get(uuid)

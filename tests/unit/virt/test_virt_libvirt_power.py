@@ -8,9 +8,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import libvirt
 import pytest
 
-from novaq.exceptions import DomainNotFound, InvalidInput
+from novaq.exceptions import (
+    DomainNotFound,
+    HypervisorError,
+    InstanceNotRunning,
+    InvalidInput,
+    TriggerCrashDumpNotSupported,
+)
 from virt import power_state
 from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
@@ -216,3 +223,33 @@ def test_a_test_uri_ignores_virt_type(tmp_path: Path, gpu_profile: HostProfile) 
 
 def _spec() -> GuestSpec:
     return GuestSpec(uuid=OTHER_UUID, name="g", vcpus=1, memory_mb=512, root_gb=1)
+
+
+class _RefusingDomain:
+    """A ``virDomain`` stand-in whose NMI injection fails with libvirt's ``code``: the
+    test driver supports NMIs, so a hypervisor without them is played here."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def UUIDString(self) -> str:  # noqa: N802 - libvirt's name
+        return "3f1c0f51-5a6e-4bcb-9b0f-2a4d0f7e2c11"
+
+    def injectNMI(self) -> None:  # noqa: N802 - libvirt's name
+        error = libvirt.libvirtError("refused")
+        error.err = (self.code, 0, "refused", 0, "", None, None, 0, 0)
+        raise error
+
+
+@pytest.mark.parametrize(
+    ("code", "raised"),
+    [
+        (libvirt.VIR_ERR_NO_SUPPORT, TriggerCrashDumpNotSupported),
+        (libvirt.VIR_ERR_OPERATION_INVALID, InstanceNotRunning),
+        (libvirt.VIR_ERR_NO_DOMAIN, DomainNotFound),
+        (libvirt.VIR_ERR_INTERNAL_ERROR, HypervisorError),
+    ],
+)
+def test_a_refused_nmi_is_nova_s_error(code: int, raised: type[Exception]) -> None:
+    with pytest.raises(raised):
+        Guest(_RefusingDomain(code)).inject_nmi()
