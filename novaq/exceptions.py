@@ -180,6 +180,20 @@ class HypervisorError(NovaqError):
     msg_fmt = "Hypervisor error: %(reason)s"
 
 
+class TriggerCrashDumpNotSupported(NovaqError):
+    """Nova's: the hypervisor cannot inject an NMI (libvirt's ``VIR_ERR_NO_SUPPORT``)."""
+
+    msg_fmt = "Triggering crash dump is not supported"
+    code = 400
+
+
+class InstanceNotRunning(NovaqError):
+    """Nova's: the guest is not running (libvirt's ``VIR_ERR_OPERATION_INVALID``)."""
+
+    msg_fmt = "Instance %(instance_id)s is not running."
+    code = 400
+
+
 class ImageUnacceptable(HypervisorError):
     """The image itself cannot become this guest's disk (it fails its checksum, is not
     what it claims, cannot be fetched, or is larger than the flavor's disk): as Nova's

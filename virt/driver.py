@@ -286,6 +286,13 @@ class ComputeDriver(Protocol):
 
     def resume(self, uuid: str) -> None: ...
 
+    def trigger_crash_dump(self, uuid: str) -> None:
+        """Inject a non-maskable interrupt into the running or paused guest (what the
+        guest does with it, a kernel crash dump or a log line, is its own configuration).
+        ``InstanceNotRunning`` when it is off, ``TriggerCrashDumpNotSupported`` when the
+        hypervisor cannot."""
+        ...
+
     # -- instance files and the image cache (Nova's libvirt instances_path) --------
 
     def instance_files_exist(self, uuid: str) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 from lxml import etree
 
-from novaq.exceptions import DomainNotFound, HypervisorError
+from novaq.exceptions import DomainNotFound, HypervisorError, InstanceNotRunning
 from virt import power_state
 from virt.console_log import check_length, tail_lines
 from virt.driver import (
@@ -91,6 +91,8 @@ class FakeDriver:
         self.console_logs: dict[str, str] = {}
         self.power_off_timeouts: list[tuple[str, float]] = []
         self.reboots: list[tuple[str, bool]] = []
+        #: Guests sent an NMI (``trigger_crash_dump``), in order.
+        self.nmis: list[str] = []
         self.event_listener: Callable[[LifecycleEvent], None] | None = None
 
     def init_host(self, host: str) -> None:
@@ -186,6 +188,13 @@ class FakeDriver:
 
     def unpause(self, uuid: str) -> None:
         self._set(uuid, power_state.RUNNING, allowed=(power_state.PAUSED,))
+
+    def trigger_crash_dump(self, uuid: str) -> None:
+        with self._lock:
+            guest = self._get(uuid)
+            if guest.power_state not in (power_state.RUNNING, power_state.PAUSED):
+                raise InstanceNotRunning(instance_id=uuid)
+            self.nmis.append(uuid)
 
     def suspend(self, uuid: str) -> None:
         with self._lock:

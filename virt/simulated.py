@@ -251,6 +251,9 @@ class SimulatedHostDriver:
     def unpause(self, uuid: str) -> None:
         self._mutate(uuid, self._driver.unpause)
 
+    def trigger_crash_dump(self, uuid: str) -> None:
+        self._driver.trigger_crash_dump(uuid)  # nothing to persist: the guest's state stays
+
     def suspend(self, uuid: str) -> None:
         self._mutate(uuid, self._driver.suspend)
 

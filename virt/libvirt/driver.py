@@ -40,6 +40,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import libvirt
+
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.console_log import check_length, read_tail, tail_lines
@@ -55,7 +57,7 @@ from virt.libvirt.designer import (
 from virt.libvirt.driver_disks import DiskOperations
 from virt.libvirt.events import LIFECYCLE_DELAY_S, DomainEventSource, Listener
 from virt.libvirt.guest import Guest, guest_devices, guest_info
-from virt.libvirt.host import Host
+from virt.libvirt.host import Host, error_code
 from virt.libvirt.host_facts import cpu_info, filesystem_bytes, pci_device
 from virt.libvirt.imagebackend import (
     EPHEMERAL,
@@ -342,7 +344,7 @@ class LibvirtDriver(DiskOperations):
         if timeout_s > 0 and guest.get_power_state() == power_state.RUNNING:
             clean_shutdown(guest, timeout_s, self.options.shutdown_retry_interval_s)
         if guest.is_active():
-            guest.poweroff()
+            _destroy(guest)
 
     def power_on(self, uuid: str) -> None:
         guest = self._get(uuid)
@@ -417,6 +419,9 @@ class LibvirtDriver(DiskOperations):
         elif state != power_state.RUNNING:
             raise _refuse("unpause", uuid, state)
 
+    def trigger_crash_dump(self, uuid: str) -> None:
+        self._get(uuid).inject_nmi()
+
     def suspend(self, uuid: str) -> None:
         """Managed save: memory to disk, guest off (power state SHUTDOWN, as in Nova)."""
         guest = self._get(uuid)
@@ -446,6 +451,17 @@ class LibvirtDriver(DiskOperations):
 
     def _get(self, uuid: str) -> Guest:
         return Guest(self._host.lookup_domain(uuid))
+
+
+def _destroy(guest: Guest) -> None:
+    """Nova's ``_destroy``: a guest that went down by itself between the check and the
+    destroy (its clean shutdown finishing just then) is off, as wanted, not an error."""
+    try:
+        guest.poweroff()
+    except HypervisorError as exc:
+        if error_code(exc) != libvirt.VIR_ERR_OPERATION_INVALID or guest.is_active():
+            raise
+        LOG.info("Guest %s went down by itself before it was destroyed", guest.uuid)
 
 
 def _is_suspended(guest: Guest) -> bool:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from novaq.exceptions import HypervisorError
+import libvirt
+
+from novaq.exceptions import HypervisorError, InstanceNotRunning, TriggerCrashDumpNotSupported
 from virt import power_state
 from virt.driver import GuestInfo
 from virt.libvirt.config import LibvirtConfigGuest, LibvirtConfigGuestConsole
@@ -64,6 +66,19 @@ class Guest:
     def resume(self) -> None:
         """Unfreeze the vCPUs of a paused guest."""
         self._call("resume", "resume")
+
+    def inject_nmi(self) -> None:
+        """A non-maskable interrupt (``virDomainInjectNMI``), as Nova's crash dump sends."""
+        with translate_errors(f"NMI injection into guest {self.uuid}", self.uuid):
+            try:
+                self._domain.injectNMI()
+            except libvirt.libvirtError as exc:
+                code = exc.get_error_code()
+                if code == libvirt.VIR_ERR_NO_SUPPORT:
+                    raise TriggerCrashDumpNotSupported() from exc
+                if code == libvirt.VIR_ERR_OPERATION_INVALID:
+                    raise InstanceNotRunning(instance_id=self.uuid) from exc
+                raise
 
     def save_memory_state(self) -> None:
         """Save memory to disk and stop (managed save); ``launch`` restores it."""

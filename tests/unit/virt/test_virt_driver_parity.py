@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from novaq.exceptions import DomainNotFound, HypervisorError
+from novaq.exceptions import DomainNotFound, HypervisorError, InstanceNotRunning
 from virt import power_state
 from virt.driver import ComputeDriver, GuestSpec, HostResources
 from virt.fake import DestroyFailingDriver, FakeDriver, SpawnFailingDriver
@@ -165,3 +165,22 @@ def test_fake_driver_counts_only_real_spawns_and_destroys(
     driver.destroy(plain_spec.uuid)
 
     assert (driver.spawn_count, driver.destroy_count) == (1, 1)
+
+
+def test_a_crash_dump_is_an_nmi_into_a_running_or_paused_guest_only(
+    any_driver: ComputeDriver, plain_spec: GuestSpec
+) -> None:
+    any_driver.spawn(plain_spec)
+    any_driver.trigger_crash_dump(plain_spec.uuid)
+    any_driver.pause(plain_spec.uuid)
+    any_driver.trigger_crash_dump(plain_spec.uuid)
+    assert _state(any_driver, plain_spec.uuid) == PAUSED  # an NMI changes no state
+
+    any_driver.power_off(plain_spec.uuid)
+    with pytest.raises(InstanceNotRunning, match=f"Instance {plain_spec.uuid} is not running"):
+        any_driver.trigger_crash_dump(plain_spec.uuid)
+    any_driver.destroy(plain_spec.uuid)
+    with pytest.raises(DomainNotFound):
+        any_driver.trigger_crash_dump(plain_spec.uuid)
+    if isinstance(any_driver, FakeDriver):
+        assert any_driver.nmis == [plain_spec.uuid, plain_spec.uuid]

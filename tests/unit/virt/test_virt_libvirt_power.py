@@ -8,15 +8,22 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import libvirt
 import pytest
 
-from novaq.exceptions import DomainNotFound, InvalidInput
+from novaq.exceptions import (
+    DomainNotFound,
+    HypervisorError,
+    InstanceNotRunning,
+    InvalidInput,
+    TriggerCrashDumpNotSupported,
+)
 from virt import power_state
 from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
 from virt.libvirt.config import LibvirtConfigGuest
 from virt.libvirt.designer import GuestPlatform, design_guest
-from virt.libvirt.driver import LibvirtDriver
+from virt.libvirt.driver import LibvirtDriver, _destroy
 from virt.libvirt.guest import Guest
 from virt.libvirt.options import GuestOptions
 from virt.node_xml import test_uri, write_node_xml
@@ -216,3 +223,58 @@ def test_a_test_uri_ignores_virt_type(tmp_path: Path, gpu_profile: HostProfile) 
 
 def _spec() -> GuestSpec:
     return GuestSpec(uuid=OTHER_UUID, name="g", vcpus=1, memory_mb=512, root_gb=1)
+
+
+class _RefusingDomain:
+    """A ``virDomain`` stand-in whose NMI injection fails with libvirt's ``code``: the
+    test driver supports NMIs, so a hypervisor without them is played here."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def UUIDString(self) -> str:  # noqa: N802 - libvirt's name
+        return "3f1c0f51-5a6e-4bcb-9b0f-2a4d0f7e2c11"
+
+    def injectNMI(self) -> None:  # noqa: N802 - libvirt's name
+        error = libvirt.libvirtError("refused")
+        error.err = (self.code, 0, "refused", 0, "", None, None, 0, 0)
+        raise error
+
+
+@pytest.mark.parametrize(
+    ("code", "raised"),
+    [
+        (libvirt.VIR_ERR_NO_SUPPORT, TriggerCrashDumpNotSupported),
+        (libvirt.VIR_ERR_OPERATION_INVALID, InstanceNotRunning),
+        (libvirt.VIR_ERR_NO_DOMAIN, DomainNotFound),
+        (libvirt.VIR_ERR_INTERNAL_ERROR, HypervisorError),
+    ],
+)
+def test_a_refused_nmi_is_nova_s_error(code: int, raised: type[Exception]) -> None:
+    with pytest.raises(raised):
+        Guest(_RefusingDomain(code)).inject_nmi()
+
+
+class _ShutDownMeanwhile:
+    """A ``virDomain`` whose guest finished its clean shutdown just before the destroy:
+    libvirt refuses the destroy of a domain that is not running."""
+
+    def __init__(self, still_running: bool) -> None:
+        self.still_running = still_running
+
+    def UUIDString(self) -> str:  # noqa: N802 - libvirt's name
+        return "5b0f7b9e-2f0e-4c55-8d36-0a8e3f8e1d21"
+
+    def isActive(self) -> int:  # noqa: N802 - libvirt's name
+        return int(self.still_running)
+
+    def destroy(self) -> None:
+        error = libvirt.libvirtError("domain is not running")
+        error.err = (libvirt.VIR_ERR_OPERATION_INVALID, 0, "not running", 0, "", None, None, 0, 0)
+        raise error
+
+
+def test_a_guest_that_went_down_by_itself_before_the_destroy_is_off_not_an_error() -> None:
+    _destroy(Guest(_ShutDownMeanwhile(still_running=False)))
+    with pytest.raises(HypervisorError, match="not running"):
+        _destroy(Guest(_ShutDownMeanwhile(still_running=True)))
