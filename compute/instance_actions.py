@@ -33,6 +33,13 @@ def _action(session: Session, instance_uuid: str, request_id: str) -> InstanceAc
     ).first()
 
 
+def action_open(session: Session, instance_uuid: str, request_id: str) -> bool:
+    """Whether the request's action exists and has not finished: a step that sets no
+    task_state knows a redelivery by its finished action."""
+    action = _action(session, instance_uuid, request_id)
+    return action is not None and action.finish_time is None
+
+
 def latest_request_id(session: Session, instance_uuid: str) -> str | None:
     """The request of the instance's latest action: where work that has no request of its
     own (a periodic task, start-up recovery) records its events, as Nova's

@@ -197,6 +197,19 @@ RESUME = host_step(
     "resume", TaskState.RESUMING, _call("resume"), _resumed, error_unless_not_implemented(None)
 )
 RESCUE = host_step("rescue", TaskState.RESCUING, _rescue, _rescued, error)
+#: Nova's ``trigger_crash_dump``: an NMI into the guest, no state of the instance changed
+#: (what the NMI does is the guest's own configuration); a refusal leaves a fault.
+TRIGGER_CRASH_DUMP = Step(
+    "trigger_crash_dump",
+    "compute_trigger_crash_dump",
+    None,
+    (),
+    _call("trigger_crash_dump"),
+    lambda session, instance, run: None,
+    any_task=True,
+    read_power=False,
+    once_per_request=True,
+)
 UNRESCUE = host_step(
     "unrescue",
     TaskState.UNRESCUING,
@@ -252,6 +265,12 @@ def rescue_instance(
 def unrescue_instance(ctx: StepContext, instance_uuid: str) -> str:
     """``unrescuing`` → ACTIVE: the guest's own domain back, started."""
     return run_step(ctx, UNRESCUE, instance_uuid)
+
+
+def trigger_crash_dump(ctx: StepContext, instance_uuid: str) -> str:
+    """Inject an NMI; ``TriggerCrashDumpNotSupported`` or ``InstanceNotRunning`` from the
+    driver are recorded as the instance's fault and the event's Error."""
+    return run_step(ctx, TRIGGER_CRASH_DUMP, instance_uuid)
 
 
 def reboot_instance(ctx: StepContext, instance_uuid: str, hard: bool = False) -> str:

@@ -43,6 +43,8 @@ def _tasks(*names: str | None) -> frozenset[str | None]:
     return frozenset(None if n is None else str(n) for n in names)
 
 
+# vm_states.ALLOW_TRIGGER_CRASH_DUMP (§1.1).
+ALLOW_TRIGGER_CRASH_DUMP = _states(V.ACTIVE, V.PAUSED, V.RESCUED, V.RESIZED, V.ERROR)
 # vm_states.ALLOW_SOFT_REBOOT / ALLOW_HARD_REBOOT and task_states.ALLOW_REBOOT (§1.1, §1.2).
 ALLOW_SOFT_REBOOT = _states(V.ACTIVE)
 ALLOW_HARD_REBOOT = _states(V.ACTIVE, V.STOPPED, V.PAUSED, V.SUSPENDED, V.ERROR)
@@ -119,6 +121,13 @@ _ROWS = (
     _host("resume", Rule(_states(V.SUSPENDED)), lifecycle.RESUME, "resume"),
     _host("rescue", Rule(_states(V.ACTIVE, V.STOPPED, V.ERROR)), lifecycle.RESCUE, "rescue"),
     _host("unrescue", Rule(_states(V.RESCUED)), lifecycle.UNRESCUE, "unrescue"),
+    _host(
+        "trigger_crash_dump",
+        Rule(ALLOW_TRIGGER_CRASH_DUMP),
+        lifecycle.TRIGGER_CRASH_DUMP,
+        "trigger_crash_dump",
+        "compute.trigger_crash_dump",
+    ),
     # §2.5 moves (migrate is Nova's resize without a flavor: the same decorator)
     Operation("resize", Rule(_states(V.ACTIVE, V.STOPPED)), T.RESIZE_PREP),
     Operation("migrate", Rule(_states(V.ACTIVE, V.STOPPED)), T.RESIZE_PREP),

@@ -163,8 +163,9 @@ class Step:
     name: str
     #: The instance-action event (Nova's ``compute_<method>``).
     event: str
-    #: The task_state the API (or the scheduler) set: what begin expects.
-    task: str
+    #: The task_state the API (or the scheduler) set: what begin expects (None: the
+    #: operation sets none, as Nova's trigger_crash_dump).
+    task: str | None
     #: Every task_state the step owns: what the finish expects and an undo reverts from.
     tasks: tuple[str, ...]
     act: Act
@@ -192,6 +193,9 @@ class Step:
     on_superseded: Callable[[StepContext, StepRun, BaseException], None] | None = None
     #: The errback's undo, when not ``revert_unran``.
     abort: Abort | None = None
+    #: A step that sets no task_state: begin knows a redelivery by the request's action
+    #: being finished (no state can tell), and the errback undoes only an open action.
+    once_per_request: bool = False
 
 
 def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) -> str:
@@ -233,6 +237,10 @@ def _begin(
                 or (step.check_host and instance.host != ctx.host)
                 or (not step.any_task and instance.task_state not in expected)
                 or (step.begin_vm_states and instance.vm_state not in step.begin_vm_states)
+                or (
+                    step.once_per_request
+                    and not actions.action_open(session, instance_uuid, ctx.request_id)
+                )
             ):
                 LOG.info(
                     "Instance %s on %s: %s skipped, instance is %s/%s on %s",
@@ -366,9 +374,10 @@ def abort(
             instance = locked(session, instance_uuid)
         except InstanceNotFound:
             return False
-        if instance.deleted or instance.task_state not in step.tasks:
+        if instance.deleted or not _in_flight(session, step, instance, request_id):
             return False
-        revert(session, instance_uuid, step, step.on_failure(exc, instance.vm_state))
+        if step.tasks:
+            revert(session, instance_uuid, step, step.on_failure(exc, instance.vm_state))
         actions.add_fault(session, instance_uuid, exc, host)
         actions.record_event(session, instance_uuid, request_id, step.event, host, exc)
     LOG.warning("Instance %s on %s: %s aborted: %s", instance_uuid, host, step.name, exc)
@@ -394,3 +403,11 @@ def guest_power_state(driver: ComputeDriver, instance_uuid: str, quiet: bool = F
             raise
         LOG.warning("Instance %s: power state unknown", instance_uuid, exc_info=True)
         return power_state.NOSTATE
+
+
+def _in_flight(session: Session, step: Step, instance: Instance, request_id: str) -> bool:
+    """Whether ``step`` of ``request_id`` is still in flight on the instance: in one of its
+    task_states, or for a step that sets none, with the request's action still open."""
+    if step.once_per_request:
+        return actions.action_open(session, instance.uuid, request_id)
+    return instance.task_state in step.tasks

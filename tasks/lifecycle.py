@@ -58,19 +58,22 @@ def host_task(action: str, options: Options | None = None) -> Any:
     return task
 
 
-stop_instance = host_task("stop")
-start_instance = host_task("start")
-reboot_instance = host_task("reboot")
-pause_instance = host_task("pause")
-unpause_instance = host_task("unpause")
-suspend_instance = host_task("suspend")
-resume_instance = host_task("resume")
-rescue_instance = host_task("rescue")
-unrescue_instance = host_task("unrescue")
+def _lifecycle_tasks() -> dict[str, Any]:
+    """One task per row of the table whose errback is ``on_lifecycle_error`` (the hard
+    reboot's row shares the soft one's task), by task name."""
+    tasks: dict[str, Any] = {}
+    for op in operations.OPERATIONS.values():
+        if op.errback == LIFECYCLE_ERRBACK and op.task is not None and op.task not in tasks:
+            tasks[op.task] = host_task(op.action)
+    return tasks
 
 
-@app.task(name="scheduler.on_lifecycle_error", count_deliveries=False)
+LIFECYCLE_ERRBACK = "scheduler.on_lifecycle_error"
+TASKS = _lifecycle_tasks()
+
+
+@app.task(name=LIFECYCLE_ERRBACK, count_deliveries=False)
 def on_lifecycle_error(request: Any, exc: BaseException, traceback: Any) -> None:
     """Undo a lifecycle step that failed before its own handling ran (delivery limit,
     wrong host); a no-op when the step already compensated."""
-    abort_operation("scheduler.on_lifecycle_error", request, exc)
+    abort_operation(LIFECYCLE_ERRBACK, request, exc)

@@ -14,7 +14,7 @@ import click
 
 from novaq.cli.base import api, handle_errors, main
 
-#: command -> (API call name, status to wait for)
+#: command -> (API call name, status to wait for; None: the operation changes no status)
 OPERATIONS = {
     "stop": ("stop", "SHUTOFF"),
     "start": ("start", "ACTIVE"),
@@ -23,6 +23,7 @@ OPERATIONS = {
     "suspend": ("suspend", "SUSPENDED"),
     "resume": ("resume", "ACTIVE"),
     "unrescue": ("unrescue", "ACTIVE"),
+    "trigger-crash-dump": ("trigger_crash_dump", None),
     "shelve-offload": ("shelve_offload", "SHELVED_OFFLOADED"),
     "unshelve": ("unshelve", "ACTIVE"),
     "restore": ("restore", "ACTIVE"),
@@ -49,7 +50,18 @@ def _wait(uuids: tuple[str, ...], status: str, wait_s: float | None) -> None:
             api().wait(uuid, status, timeout=wait_s)
 
 
-def _register(verb: str, call_name: str, status: str) -> None:
+def _register(verb: str, call_name: str, status: str | None) -> None:
+    title = verb.replace("-", " ").capitalize()
+    if status is None:
+
+        @main.command(verb, help=f"{title} of servers (no status changes).")
+        @uuids_argument
+        @handle_errors
+        def once(uuids: tuple[str, ...]) -> None:
+            _accept(verb.replace("-", " "), uuids, getattr(api(), call_name))
+
+        return
+
     @main.command(verb, help=f"{verb.capitalize()} servers (then {status}).")
     @uuids_argument
     @wait_option(status)

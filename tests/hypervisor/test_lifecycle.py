@@ -35,6 +35,8 @@ from tests.hypervisor.guest import (
 pytestmark = pytest.mark.hypervisor
 
 WAIT_S = 180  # one operation, TCG guests included
+#: What Linux prints for an NMI no handler claims (arch/x86/kernel/nmi.c).
+NMI = "NMI received for unknown reason"
 
 
 @dataclass
@@ -177,6 +179,27 @@ def test_pause_and_suspend_keep_the_running_guest_and_match_libvirt(
     wait_tick_after(server.console, before.boot_id, running_s)
     found = boots(server.console())
     assert all(b.boot_id == before.boot_id and not b.shut_down for b in found), found
+
+
+def test_trigger_crash_dump_is_an_nmi_the_running_guest_reports_and_survives(
+    server: Server, libvirt_ro: libvirt.virConnect, layout: Layout
+) -> None:
+    from workflows import api
+
+    before = server.last
+    assert before is not None
+    running_s = wait_tick_after(server.console, before.boot_id, 0)
+    request_id = api.trigger_crash_dump(server.uuid)
+    # The guest's kernel reports the NMI on its serial console (nothing claims it: the
+    # test guest configures no crash kernel), then goes on running.
+    wait_until("the guest reporting the NMI", lambda: NMI in server.console() or None, WAIT_S)
+    view = _wait(server.uuid, "ACTIVE")
+    [action] = [a for a in api.list_actions(server.uuid) if a["request_id"] == request_id]
+    assert [(e["event"], e["result"]) for e in action["events"]] == [
+        ("compute_trigger_crash_dump", "Success")
+    ]
+    wait_tick_after(server.console, before.boot_id, running_s)
+    agree(libvirt_ro, layout, view)
 
 
 def test_rescue_boots_the_image_with_the_root_disk_second_and_unrescue_restores_it(

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute.images import find_image
 from compute.instance_state import cas_update, get_instance
+from compute.operations import operation
 from compute.states import TaskState, VmState
 from models import ImageStatus, Instance, InstanceAction
 from models.db import session_scope
@@ -47,7 +48,7 @@ MAX_REASON_LENGTH = 255
 @validated()
 def stop(uuid: str) -> str:
     """Power a server off (ACTIVE or ERROR → SHUTOFF). Returns the request id."""
-    return _request(uuid, "stop", "stop", TaskState.POWERING_OFF)
+    return _request(uuid, "stop")
 
 
 @validated()
@@ -85,7 +86,7 @@ def force_stop(uuid: str) -> str:
 @validated()
 def start(uuid: str) -> str:
     """Power a stopped server on (SHUTOFF → ACTIVE)."""
-    return _request(uuid, "start", "start", TaskState.POWERING_ON)
+    return _request(uuid, "start")
 
 
 @validated()
@@ -94,28 +95,28 @@ def reboot(uuid: str, hard: bool = False) -> str:
     while another reboot, a pause, a suspend or a resume is in flight (Nova's
     ``ALLOW_REBOOT``)."""
     if hard:
-        return _request(uuid, "reboot", "reboot_hard", TaskState.REBOOTING_HARD, hard=True)
-    return _request(uuid, "reboot", "reboot", TaskState.REBOOTING, hard=False)
+        return _request(uuid, "reboot_hard", action="reboot", hard=True)
+    return _request(uuid, "reboot", hard=False)
 
 
 @validated()
 def pause(uuid: str) -> str:
-    return _request(uuid, "pause", "pause", TaskState.PAUSING)
+    return _request(uuid, "pause")
 
 
 @validated()
 def unpause(uuid: str) -> str:
-    return _request(uuid, "unpause", "unpause", TaskState.UNPAUSING)
+    return _request(uuid, "unpause")
 
 
 @validated()
 def suspend(uuid: str) -> str:
-    return _request(uuid, "suspend", "suspend", TaskState.SUSPENDING)
+    return _request(uuid, "suspend")
 
 
 @validated()
 def resume(uuid: str) -> str:
-    return _request(uuid, "resume", "resume", TaskState.RESUMING)
+    return _request(uuid, "resume")
 
 
 @validated()
@@ -131,19 +132,27 @@ def rescue(uuid: str, rescue_image_ref: str | None = None) -> str:
             if image.status != ImageStatus.ACTIVE:
                 raise ImageNotActive(image_id=image.id)
             extra["rescue_image_ref"] = image.id
-    return _request(uuid, "rescue", "rescue", TaskState.RESCUING, **extra)
+    return _request(uuid, "rescue", **extra)
+
+
+@validated()
+def trigger_crash_dump(uuid: str) -> str:
+    """Nova's ``trigger_crash_dump`` (API 2.17): an NMI injected into the guest of an
+    ACTIVE, PAUSED, RESCUE, VERIFY_RESIZE or ERROR server; no state changes. Returns the
+    request id; a hypervisor that refuses it leaves a fault."""
+    return _request(uuid, "trigger_crash_dump")
 
 
 @validated()
 def unrescue(uuid: str) -> str:
-    return _request(uuid, "unrescue", "unrescue", TaskState.UNRESCUING)
+    return _request(uuid, "unrescue")
 
 
 @validated()
 def shelve(uuid: str) -> str:
     """Shelve (ACTIVE, SHUTOFF, PAUSED or SUSPENDED → SHELVED; with
     ``shelved_offload_time == 0``, Nova's default, on at once to SHELVED_OFFLOADED)."""
-    return _request(uuid, "shelve", "shelve", TaskState.SHELVING, step=_shelve_step("shelve"))
+    return _request(uuid, "shelve", step=_shelve_step("shelve"))
 
 
 @validated()
@@ -151,9 +160,8 @@ def shelve_offload(uuid: str) -> str:
     """Offload a SHELVED server: its guest destroyed, its resources released, no host."""
     return _request(
         uuid,
-        "shelveOffload",
         "shelve_offload",
-        TaskState.SHELVING_OFFLOADING,
+        action="shelveOffload",
         step=_shelve_step("shelve_offload"),
     )
 
@@ -203,8 +211,6 @@ def restore(uuid: str) -> str:
     return _request(
         uuid,
         "restore",
-        "restore",
-        TaskState.RESTORING,
         step=lambda u, r, h: soft_delete_step("restore", u, r, h),
         values={"deleted_at": None},
         undo_values={"deleted_at": deleted_at},
@@ -237,17 +243,19 @@ def unlock(uuid: str) -> dict[str, Any]:
 
 def _request(
     uuid: str,
-    action: str,
     gate_action: str,
-    task_state: str,
+    action: str | None = None,
     step: Callable[[str, str, str], Signature] | None = None,
     values: dict[str, Any] | None = None,
     undo_values: dict[str, Any] | None = None,
     **extra: Any,
 ) -> str:
-    """Gate, host, broker; then the task_state (and ``values``) by compare-and-swap with
-    the action started; then the host step: ``step(uuid, request_id, host)``, by default
-    the lifecycle step of ``action``."""
+    """The request of the operation table's row ``gate_action``: gate, host, broker; then
+    the row's task_state (and ``values``) by compare-and-swap with the instance action
+    (``action``, by default the row's name) started; then the host step:
+    ``step(uuid, request_id, host)``, by default the row's lifecycle step."""
+    task_state = operation(gate_action).task_state
+    action = action or gate_action
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
         host = _checked_host(session, get_instance(session, uuid, with_deleted=False), gate_action)
@@ -261,7 +269,7 @@ def _request(
         _set_task_state(session, instance, gate_action, task_state, **(values or {}))
         actions.start_action(session, uuid, action, request_id)
     if step is None:
-        signature = lifecycle_step(action, uuid, request_id, host, **extra)
+        signature = lifecycle_step(gate_action, uuid, request_id, host, **extra)
     else:
         signature = step(uuid, request_id, host)
     try:
@@ -293,7 +301,7 @@ def _up_host(session: Session, instance: Instance, gate_action: str) -> str:
 
 
 def _set_task_state(
-    session: Session, instance: Instance, gate_action: str, task: str, **values: Any
+    session: Session, instance: Instance, gate_action: str, task: str | None, **values: Any
 ) -> None:
     rule = gate.rule_for(gate_action)
     expected: dict[str, Any] = {}
@@ -314,7 +322,7 @@ def _set_task_state(
 
 
 def _undo_request(
-    uuid: str, request_id: str, task_state: str, previous: str | None, **values: Any
+    uuid: str, request_id: str, task_state: str | None, previous: str | None, **values: Any
 ) -> None:
     """The broker failed after the commit: put the task_state (and ``values``) back and
     drop the action, so a failed request leaves nothing behind."""
@@ -378,6 +386,7 @@ __all__ = [
     "start",
     "stop",
     "suspend",
+    "trigger_crash_dump",
     "unlock",
     "unpause",
     "unrescue",

@@ -56,6 +56,7 @@ ALL_ACTIONS = {
     "resume",
     "rescue",
     "unrescue",
+    "trigger_crash_dump",
     "resize",
     "confirm_resize",
     "revert_resize",
