@@ -7,24 +7,15 @@ from typing import Any
 
 from celery.canvas import Signature
 
-from compute.operations import operation
+from compute.operations import OPERATIONS, operation
 from workflows.canvas import errback, step
 
-#: The power and lifecycle actions -> their task name (without the ``compute.`` prefix),
-#: from the operation table.
+#: The power and lifecycle actions (the rows of ``compute.operations`` whose errback is
+#: ``on_lifecycle_error``) -> their task name (without the ``compute.`` prefix).
 TASKS = {
-    action: str(operation(action).task).removeprefix("compute.")
-    for action in (
-        "stop",
-        "start",
-        "reboot",
-        "pause",
-        "unpause",
-        "suspend",
-        "resume",
-        "rescue",
-        "unrescue",
-    )
+    op.action: str(op.task).removeprefix("compute.")
+    for op in OPERATIONS.values()
+    if op.errback == "scheduler.on_lifecycle_error"
 }
 
 
