@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -30,6 +30,7 @@ from compute.pci import PciRequest, claim_devices, held_devices, release_devices
 from compute.sessions import Sessions, as_sessions
 from models import Allocation, ComputeNode
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import GenerationConflict, NoValidHost, ResourcesUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -47,15 +48,10 @@ class ResourceRequest:
     pci: tuple[PciRequest, ...] = ()
 
     @classmethod
-    def from_flavor(
-        cls, flavor: Mapping[str, Any], pci: Sequence[PciRequest] = ()
-    ) -> ResourceRequest:
+    def from_flavor(cls, flavor: FlavorSnapshot, pci: Sequence[PciRequest] = ()) -> ResourceRequest:
         # Nova: DISK_GB = root + ephemeral + ceil(swap MB / 1024).
-        disk = flavor["root_gb"] + flavor.get("ephemeral_gb", 0)
-        disk += math.ceil(flavor.get("swap", 0) / 1024)
-        return cls(
-            vcpus=flavor["vcpus"], memory_mb=flavor["memory_mb"], disk_gb=disk, pci=tuple(pci)
-        )
+        disk = flavor.root_gb + flavor.ephemeral_gb + math.ceil(flavor.swap / 1024)
+        return cls(vcpus=flavor.vcpus, memory_mb=flavor.memory_mb, disk_gb=disk, pci=tuple(pci))
 
     @property
     def pci_count(self) -> int:

@@ -3,12 +3,11 @@ flavor, the registry's record of its image and the PCI devices it holds."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.orm import Session
 
 from compute.images import image_spec
 from models import Instance
+from models.flavor import FlavorSnapshot
 from virt.driver import GuestSpec
 
 
@@ -21,7 +20,7 @@ def guest_spec(
     session: Session,
     instance: Instance,
     pci_addresses: tuple[str, ...] = (),
-    flavor: dict[str, Any] | None = None,
+    flavor: FlavorSnapshot | None = None,
 ) -> GuestSpec:
     """The guest of ``instance`` with ``flavor`` (default: the instance's own), booting
     from the registry's record of its image (``ImageNotFound`` if it was purged)."""
@@ -29,14 +28,14 @@ def guest_spec(
     return GuestSpec(
         uuid=instance.uuid,
         name=instance_name(instance),
-        vcpus=flavor["vcpus"],
-        memory_mb=flavor["memory_mb"],
-        root_gb=flavor["root_gb"],
-        ephemeral_gb=flavor.get("ephemeral_gb", 0),
-        swap_mb=flavor.get("swap", 0),
+        vcpus=flavor.vcpus,
+        memory_mb=flavor.memory_mb,
+        root_gb=flavor.root_gb,
+        ephemeral_gb=flavor.ephemeral_gb,
+        swap_mb=flavor.swap,
         image=image_spec(session, instance.image_ref) if instance.image_ref else None,
         pci_addresses=pci_addresses,
         # The domain's <metadata> names the server and its flavor, as Nova's does.
         display_name=instance.display_name or "",
-        flavor_name=str(flavor.get("name", "")),
+        flavor_name=flavor.name,
     )

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Image, ImageStatus
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import (
     FlavorDiskSmallerThanImage,
     FlavorDiskSmallerThanMinDisk,
@@ -67,15 +68,15 @@ def find_image(session: Session, ref: Any) -> Image:
     return named[0]
 
 
-def check_bootable(image: Image, flavor: dict[str, Any]) -> None:
+def check_bootable(image: Image, flavor: FlavorSnapshot) -> None:
     """Nova's checks of an image against the flavor at boot, in Nova's order: active,
     memory >= min_ram, then (root_gb > 0 only: 0 means "do not check", as Nova) root disk
     >= the image's size and virtual size, and >= min_disk."""
     if image.status != ImageStatus.ACTIVE:
         raise ImageNotActive(image_id=image.id)
-    if flavor["memory_mb"] < (image.min_ram or 0):
+    if flavor.memory_mb < (image.min_ram or 0):
         raise FlavorMemoryTooSmall()
-    dest_size = int(flavor["root_gb"]) * GiB
+    dest_size = flavor.root_gb * GiB
     if dest_size == 0:
         return
     # NOTE: Nova's API compares the stored size; its libvirt image backend refuses a
@@ -89,7 +90,7 @@ def check_bootable(image: Image, flavor: dict[str, Any]) -> None:
         raise FlavorDiskSmallerThanMinDisk(flavor_size=dest_size, image_min_disk=min_disk)
 
 
-def system_metadata(image: Image, flavor: dict[str, Any]) -> dict[str, str]:
+def system_metadata(image: Image, flavor: FlavorSnapshot) -> dict[str, str]:
     """What a server booted from ``image`` keeps of it (Nova's
     ``get_system_metadata_from_image``): each property as ``image_<name>``, the inherited
     fields (``image_min_disk`` raised to the flavor's root_gb, as Nova does) and
@@ -97,7 +98,7 @@ def system_metadata(image: Image, flavor: dict[str, Any]) -> dict[str, str]:
     meta = {f"image_{key}": str(value)[:255] for key, value in (image.properties or {}).items()}
     fields: dict[str, Any] = {
         "min_ram": image.min_ram,
-        "min_disk": max(image.min_disk or 0, int(flavor["root_gb"])),
+        "min_disk": max(image.min_disk or 0, flavor.root_gb),
         "disk_format": image.disk_format,
         "container_format": image.container_format,
     }

@@ -19,6 +19,7 @@ from compute.instance_state import get_instance
 from compute.pci import PciRequest
 from compute.resource_tracker import get_node
 from models import Instance, Migration, utcnow
+from models.flavor import FlavorSnapshot
 from models.states import MigrationStatus
 from novaq.exceptions import NotFound, ResourcesUnavailable
 
@@ -61,7 +62,7 @@ def pci_requests(data: Iterable[Mapping[str, Any]] | None) -> list[PciRequest]:
 
 def new_request(migration: Migration) -> ResourceRequest:
     return ResourceRequest.from_flavor(
-        migration.new_flavor, pci_requests(migration.context.new_pci_requests)
+        migration.flavors.new, pci_requests(migration.context.new_pci_requests)
     )
 
 
@@ -84,13 +85,13 @@ def set_migration(
 
 
 def take_flavor(
-    instance: Instance, flavor: dict[str, Any], pci: Iterable[Mapping[str, Any]] | None
+    instance: Instance, flavor: FlavorSnapshot, pci: Iterable[Mapping[str, Any]] | None
 ) -> None:
-    instance.flavor = dict(flavor)
-    instance.vcpus, instance.memory_mb = flavor["vcpus"], flavor["memory_mb"]
-    instance.root_gb, instance.ephemeral_gb = flavor["root_gb"], flavor.get("ephemeral_gb", 0)
+    instance.flavor = flavor
+    instance.vcpus, instance.memory_mb = flavor.vcpus, flavor.memory_mb
+    instance.root_gb, instance.ephemeral_gb = flavor.root_gb, flavor.ephemeral_gb
     spec = dict(instance.request_spec or {})
-    spec["flavor"] = dict(flavor)
+    spec["flavor"] = flavor.dump()
     spec["pci_requests"] = [dict(p) for p in pci or ()]
     instance.request_spec = spec
 
@@ -105,7 +106,7 @@ def give_back_source(session: Session, migration: Migration) -> None:
         release_in_session(session, instance.uuid, dest)
     source = node_id(session, migration.source_compute, migration.source_node)
     move_consumer(session, migration.uuid, instance.uuid, source)
-    take_flavor(instance, migration.old_flavor, migration.context.old_pci_requests)
+    take_flavor(instance, migration.flavors.old, migration.context.old_pci_requests)
 
 
 def pop_old_vm_state(instance: Instance) -> None:

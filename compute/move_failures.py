@@ -81,7 +81,7 @@ def _settle_accounting(session: Session, migration: Migration, instance: Instanc
     else:
         source = node_id(session, migration.source_compute, migration.source_node)
         confirm_move_in_session(session, migration.uuid, source)
-        take_flavor(instance, migration.new_flavor, migration.context.new_pci_requests)
+        take_flavor(instance, migration.flavors.new, migration.context.new_pci_requests)
 
 
 def fail_scheduling(sessions: Sessions, migration_uuid: str, exc: BaseException) -> None:

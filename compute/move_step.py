@@ -16,13 +16,14 @@ from compute.migrations import get_migration
 from compute.move_failures import MOVE_TASK_STATES
 from compute.steps import Act, Final, Step, StepContext, StepRun, close_event, run_step
 from models import Instance
+from models.flavor import FlavorSnapshot
 from virt.driver import GuestSpec
 
 LOG = logging.getLogger(__name__)
 
 
 def guest_spec(
-    session: Session, instance: Instance, flavor: dict[str, Any], addresses: list[str]
+    session: Session, instance: Instance, flavor: FlavorSnapshot, addresses: list[str]
 ) -> GuestSpec:
     return build_guest_spec(session, instance, tuple(addresses), flavor)
 

@@ -131,8 +131,8 @@ def _migrate_disks(ctx: StepContext, run: StepRun) -> None:
         )
         migration = set_migration(session, migration_of(run), MigrationStatus.MIGRATING)
         instance = get_instance(session, uuid)
-        old = guest_spec(session, instance, migration.old_flavor, [])
-        new = guest_spec(session, instance, migration.new_flavor, [])
+        old = guest_spec(session, instance, migration.flavors.old, [])
+        new = guest_spec(session, instance, migration.flavors.new, [])
         dest_path = migration.context.dest_instances_path
     # NOTE: without a recorded destination path the instances path is shared (Nova's
     # shared storage): the destination's directory is this host's.
@@ -207,10 +207,10 @@ def _start_on_destination(ctx: StepContext, run: StepRun) -> int:
             task_state=TaskState.RESIZE_FINISH,
         )
         instance = get_instance(session, uuid)
-        take_flavor(instance, migration.new_flavor, migration.context.new_pci_requests)
+        take_flavor(instance, migration.flavors.new, migration.context.new_pci_requests)
         dest = node_id(session, migration.dest_compute, migration.dest_node)
         addresses = [d.address for d in held_devices(session, uuid, dest)]
-        spec = guest_spec(session, instance, migration.new_flavor, addresses)
+        spec = guest_spec(session, instance, migration.flavors.new, addresses)
         stopped = instance.old_vm_state == VmState.STOPPED
     return ctx.driver.finish_migration(spec, power_on=not stopped).power_state
 
@@ -304,7 +304,7 @@ def _start_on_source(ctx: StepContext, run: StepRun) -> tuple[int, bool]:
         instance = get_instance(session, uuid)
         source = node_id(session, migration.source_compute, migration.source_node)
         addresses = [d.address for d in held_devices(session, uuid, source)]
-        spec = guest_spec(session, instance, migration.old_flavor, addresses)
+        spec = guest_spec(session, instance, migration.flavors.old, addresses)
         stopped = instance.old_vm_state == VmState.STOPPED
     info = ctx.driver.finish_revert_migration(spec, power_on=not stopped)
     return info.power_state, stopped

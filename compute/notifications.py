@@ -64,7 +64,7 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 def instance_payload(session: Any, instance: Instance, request_id: str | None) -> dict[str, Any]:
-    flavor = instance.flavor or {}
+    flavor = instance.flavor
     fault = latest_fault(session, instance.uuid)
     data = {
         "uuid": instance.uuid,
@@ -79,14 +79,14 @@ def instance_payload(session: Any, instance: Instance, request_id: str | None) -
         "flavor": {
             "nova_object.name": "FlavorPayload",
             "nova_object.data": {
-                "name": flavor.get("name"),
-                "flavorid": flavor.get("id"),
-                "vcpus": flavor.get("vcpus"),
-                "memory_mb": flavor.get("memory_mb"),
-                "root_gb": flavor.get("root_gb"),
-                "ephemeral_gb": flavor.get("ephemeral_gb"),
-                "swap": flavor.get("swap"),
-                "extra_specs": flavor.get("extra_specs", {}),
+                "name": flavor.name,
+                "flavorid": flavor.flavorid,
+                "vcpus": flavor.vcpus,
+                "memory_mb": flavor.memory_mb,
+                "root_gb": flavor.root_gb,
+                "ephemeral_gb": flavor.ephemeral_gb,
+                "swap": flavor.swap,
+                "extra_specs": dict(flavor.extra_specs),
             },
         },
         "created_at": _iso(instance.created_at),

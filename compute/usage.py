@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from compute.claims import ResourceRequest
 from compute.pci import PciRequest
 from models import ComputeNode, Instance, Migration
+from models.flavor import FlavorSnapshot
 from models.states import TERMINAL_MIGRATION_STATUSES
 
 TERMINAL_MIGRATION = tuple(sorted(TERMINAL_MIGRATION_STATUSES))
@@ -42,7 +43,7 @@ class Expected:
 
 
 def flavor_request(
-    flavor: Mapping[str, Any], pci: Iterable[Mapping[str, Any]] | None = None
+    flavor: FlavorSnapshot, pci: Iterable[Mapping[str, Any]] | None = None
 ) -> ResourceRequest:
     return ResourceRequest.from_flavor(flavor, [PciRequest.from_dict(p) for p in pci or ()])
 
@@ -78,14 +79,14 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
                 migration.uuid,
                 migration.instance_uuid,
                 "migration-source",
-                flavor_request(migration.old_flavor, migration.context.old_pci_requests),
+                flavor_request(migration.flavors.old, migration.context.old_pci_requests),
             )
         if (migration.dest_compute, migration.dest_node) == (node.host, node.hypervisor_hostname):
             expected[migration.instance_uuid] = Expected(
                 migration.instance_uuid,
                 migration.instance_uuid,
                 "migration-dest",
-                flavor_request(migration.new_flavor, migration.context.new_pci_requests),
+                flavor_request(migration.flavors.new, migration.context.new_pci_requests),
             )
     instances = session.scalars(
         select(Instance).where(

@@ -1,11 +1,23 @@
-"""``flavors`` and their ``flavor_extra_specs``."""
+"""``flavors`` and their ``flavor_extra_specs``, and ``FlavorSnapshot``: a flavor as an
+instance, its request spec and a migration keep it (Nova's ``instance_extra.flavor`` and
+``migration``'s old and new flavor), so a later edit or delete of the flavor row never
+changes a running server.
+
+One frozen model, one (de)serialiser: ``FlavorSnapshotType`` turns the JSON columns into
+``FlavorSnapshot`` on read and back on write (same JSON as ever: ``id`` is the flavorid),
+so no code reads a flavor dict by key.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
+from typing import Any
 
-from sqlalchemy import ForeignKey, String, UniqueConstraint
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import JSON, ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 from models.base import Base, intpk, str255, timestamp
 
@@ -45,3 +57,71 @@ class FlavorExtraSpec(Base):
     key: Mapped[str255]
     value: Mapped[str255]
     flavor: Mapped[Flavor] = relationship(back_populates="extra_specs")
+
+
+class FlavorSnapshot(BaseModel):
+    """A flavor as it was when an instance took it. Fields in the stored JSON's order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    #: The flavor's public id (``Flavor.flavorid``), stored under ``id`` as Nova's API.
+    flavorid: str = Field(default="", alias="id")
+    name: str = ""
+    vcpus: int
+    memory_mb: int
+    root_gb: int
+    ephemeral_gb: int = 0
+    #: MB, as Nova's.
+    swap: int = 0
+    extra_specs: dict[str, str] = {}
+
+    @classmethod
+    def from_row(cls, flavor: Flavor) -> FlavorSnapshot:
+        """The snapshot of a flavor row (every field set)."""
+        return cls(
+            flavorid=flavor.flavorid,
+            name=flavor.name,
+            vcpus=flavor.vcpus,
+            memory_mb=flavor.memory_mb,
+            root_gb=flavor.root_gb,
+            ephemeral_gb=flavor.ephemeral_gb,
+            swap=flavor.swap,
+            extra_specs=flavor.extra_specs_dict,
+        )
+
+    @classmethod
+    def load(cls, data: FlavorSnapshot | Mapping[str, Any]) -> FlavorSnapshot:
+        """The one deserialiser: from the stored JSON (or as it is)."""
+        if isinstance(data, FlavorSnapshot):
+            return data
+        return cls.model_validate(dict(data))
+
+    @classmethod
+    def load_optional(
+        cls, data: FlavorSnapshot | Mapping[str, Any] | None
+    ) -> FlavorSnapshot | None:
+        """As ``load``, an empty or missing snapshot being None (a migration's default)."""
+        return None if not data else cls.load(data)
+
+    def dump(self) -> dict[str, Any]:
+        """The one serialiser: the stored JSON, ``id`` for the flavorid; only the keys
+        the snapshot was given (a snapshot of a row has them all), so a row read and
+        written back keeps its shape."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class FlavorSnapshotType(TypeDecorator[FlavorSnapshot]):
+    """A flavor snapshot column: JSON in the table, a FlavorSnapshot in Python. An empty
+    JSON object (a migration created without flavors) reads as None and stays ``{}``."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        snapshot = FlavorSnapshot.load_optional(value)
+        return {} if snapshot is None else snapshot.dump()
+
+    def process_result_value(self, value: Any, dialect: Any) -> FlavorSnapshot | None:
+        return FlavorSnapshot.load_optional(value)

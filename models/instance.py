@@ -11,6 +11,7 @@ from sqlalchemy.orm import Mapped, mapped_column, validates
 
 from models.base import Base, intpk, str255, timestamp, uuid36
 from models.enum_types import IntEnumType, StrEnumType
+from models.flavor import FlavorSnapshot, FlavorSnapshotType
 from models.states import PowerState, TaskState, VmState
 
 #: The ``system_metadata`` key of the vm_state an operation will return to (Nova's
@@ -30,7 +31,7 @@ class Instance(Base):
     display_name: Mapped[str255]
     flavor_id: Mapped[int] = mapped_column(ForeignKey("flavors.id"))
     # A snapshot of the flavor at boot (with extra_specs), as Nova's instance_extra.flavor.
-    flavor: Mapped[dict[str, Any]] = mapped_column(JSON)
+    flavor: Mapped[FlavorSnapshot] = mapped_column(FlavorSnapshotType)
     image_ref: Mapped[str] = mapped_column(String(255), default="")
     vcpus: Mapped[int] = mapped_column(default=0)
     memory_mb: Mapped[int] = mapped_column(default=0)
@@ -56,6 +57,10 @@ class Instance(Base):
     # Nova's ``cleaned``: the host's files of a deleted instance are gone
     # (``_run_pending_deletes`` retries until they are).
     cleaned: Mapped[int] = mapped_column(default=0, server_default="0")
+
+    @validates("flavor")
+    def _flavor(self, key: str, value: FlavorSnapshot | dict[str, Any]) -> FlavorSnapshot:
+        return FlavorSnapshot.load(value)
 
     @validates("vm_state")
     def _vm_state(self, key: str, value: str) -> VmState:

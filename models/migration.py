@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, Index, String, Update, event, update
+from sqlalchemy import Index, String, Update, event, update
 from sqlalchemy.orm import Mapped, ORMExecuteState, Session, mapped_column, validates
 
 from models.base import Base, intpk, timestamp, uuid36
 from models.enum_types import StrEnumType
+from models.flavor import FlavorSnapshot, FlavorSnapshotType
 from models.migration_context import MigrationContext, MigrationContextType
 from models.states import MigrationStatus, check_migration_transition
 from novaq.exceptions import InvalidMigrationTransition
@@ -34,6 +35,13 @@ class MigrationType(StrEnum):
     RESIZE = "resize"
     LIVE_MIGRATION = "live-migration"
     EVACUATION = "evacuation"
+
+
+class MoveFlavors(NamedTuple):
+    """The flavors of a move: the instance's before (held on the source) and after."""
+
+    old: FlavorSnapshot
+    new: FlavorSnapshot
 
 
 class Migration(Base):
@@ -52,8 +60,13 @@ class Migration(Base):
     source_node: Mapped[str | None] = mapped_column(String(255))
     dest_compute: Mapped[str | None] = mapped_column(String(255))
     dest_node: Mapped[str | None] = mapped_column(String(255))
-    old_flavor: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    new_flavor: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # None (``{}`` in the table) only for a migration created without them.
+    old_flavor: Mapped[FlavorSnapshot | None] = mapped_column(
+        FlavorSnapshotType, nullable=False, default=dict
+    )
+    new_flavor: Mapped[FlavorSnapshot | None] = mapped_column(
+        FlavorSnapshotType, nullable=False, default=dict
+    )
     # What the move holds while in flight (Nova's MigrationContext).
     context: Mapped[MigrationContext] = mapped_column(
         MigrationContextType, default=MigrationContext
@@ -70,6 +83,19 @@ class Migration(Base):
     @validates("migration_type")
     def _type(self, key: str, value: str) -> MigrationType:
         return MigrationType(value)
+
+    @validates("old_flavor", "new_flavor")
+    def _flavor(
+        self, key: str, value: FlavorSnapshot | dict[str, Any] | None
+    ) -> FlavorSnapshot | None:
+        return FlavorSnapshot.load_optional(value)
+
+    @property
+    def flavors(self) -> MoveFlavors:
+        """The old and the new flavor of the move (every move is created with both)."""
+        if self.old_flavor is None or self.new_flavor is None:
+            raise ValueError(f"migration {self.uuid} has no flavors")
+        return MoveFlavors(self.old_flavor, self.new_flavor)
 
     @validates("context")
     def _context(self, key: str, value: MigrationContext | dict[str, Any]) -> MigrationContext:

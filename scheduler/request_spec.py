@@ -10,6 +10,7 @@ from typing import Any
 from compute.claims import ResourceRequest
 from compute.pci import PciRequest
 from models.alternate import Alternate, dump_alternates, load_alternates
+from models.flavor import FlavorSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,7 @@ class InstanceGroup:
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     instance_uuid: str
-    flavor: dict[str, Any]
+    flavor: FlavorSnapshot
     # The image's id and, from the registry at boot, its name and properties (what
     # ImagePropertiesFilter and IsolatedHostsFilter read).
     image: str = ""
@@ -77,6 +78,8 @@ class RequestSpec:
     _resources: ResourceRequest | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # One type on every path: a flavor given in its stored form becomes a snapshot.
+        object.__setattr__(self, "flavor", FlavorSnapshot.load(self.flavor))
         if self.instance_group is not None:
             object.__setattr__(self, "instance_group", InstanceGroup.load(self.instance_group))
         object.__setattr__(
@@ -91,6 +94,7 @@ class RequestSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         del data["_resources"]
+        data["flavor"] = self.flavor.dump()
         data["ignore_hosts"] = list(self.ignore_hosts)
         data["force_hosts"] = list(self.force_hosts)
         data["pci_requests"] = [r.to_dict() for r in self.pci_requests]

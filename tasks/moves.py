@@ -44,7 +44,7 @@ def move_spec(migration_uuid: str) -> tuple[RequestSpec, str]:
         same_host_ok = resize and s.allow_resize_to_same_host
         spec = dataclasses.replace(
             base,
-            flavor=dict(migration.new_flavor),
+            flavor=migration.flavors.new,
             pci_requests=tuple(moves.pci_requests(migration.context.new_pci_requests)),
             ignore_hosts=() if same_host_ok else (migration.source_compute or "",),
             requested_host=migration.context.requested_host,

@@ -22,7 +22,7 @@ class AggregateInstanceExtraSpecsFilter(BaseFilter):
     run_filter_once_per_request = True
 
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
-        extra_specs = spec.flavor.get("extra_specs") or {}
+        extra_specs = spec.flavor.extra_specs
         if not extra_specs:
             return True
         metadata = aggregate_values(host)

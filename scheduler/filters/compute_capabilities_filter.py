@@ -42,7 +42,7 @@ class ComputeCapabilitiesFilter(BaseFilter):
 
 
 def _extra_specs(spec: RequestSpec) -> dict[str, Any]:
-    specs = dict(spec.flavor.get("extra_specs") or {})
+    specs: dict[str, Any] = dict(spec.flavor.extra_specs)
     # NOTE: Nova rewrites the maxphysaddr spec as a capability requirement.
     bits = specs.pop(MAXPHYSADDR_SPEC, None)
     if bits is not None:

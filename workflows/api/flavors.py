@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from compute.pci import requests_from_extra_specs
 from models import Flavor, FlavorExtraSpec
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import FlavorExists, FlavorNotFound, InvalidFlavor, InvalidInput
 from novaq.settings import Settings
 
@@ -89,13 +90,5 @@ def get_flavor(session: Session, ref: str) -> Flavor:
 
 
 def flavor_dict(flavor: Flavor) -> dict[str, Any]:
-    return {
-        "id": flavor.flavorid,
-        "name": flavor.name,
-        "vcpus": flavor.vcpus,
-        "memory_mb": flavor.memory_mb,
-        "root_gb": flavor.root_gb,
-        "ephemeral_gb": flavor.ephemeral_gb,
-        "swap": flavor.swap,
-        "extra_specs": flavor.extra_specs_dict,
-    }
+    """A flavor as the API shows it: its snapshot's stored form."""
+    return FlavorSnapshot.from_row(flavor).dump()

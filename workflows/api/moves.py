@@ -15,6 +15,7 @@ from compute.pci import requests_from_extra_specs
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from models.migration import MigrationType
 from models.migration_context import MigrationContext
 from models.states import MigrationStatus
@@ -44,11 +45,10 @@ def _check_movable(session: Any, instance: Instance, action: str) -> None:
         raise InvalidInput(reason=f"the compute service of {instance.host} is down or unknown")
 
 
-def _check_no_shrink(old: dict[str, Any], new: dict[str, Any]) -> None:
+def _check_no_shrink(old: FlavorSnapshot, new: FlavorSnapshot) -> None:
     """Nova's driver refuses to shrink a disk; refused here before anything is written."""
-    for key in ("root_gb", "ephemeral_gb"):
-        if int(new.get(key) or 0) < int(old.get(key) or 0):
-            raise ResizeError(reason="Unable to resize disk down.")
+    if new.root_gb < old.root_gb or new.ephemeral_gb < old.ephemeral_gb:
+        raise ResizeError(reason="Unable to resize disk down.")
 
 
 @validated()
@@ -73,16 +73,16 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
         instance = get_instance(session, uuid, with_deleted=False)
         _check_movable(session, instance, action)
         if flavor_ref is not None:
-            new_flavor = flavors.flavor_dict(flavors.get_flavor(session, flavor_ref))
-            if new_flavor["id"] == instance.flavor.get("id"):
+            new_flavor = FlavorSnapshot.from_row(flavors.get_flavor(session, flavor_ref))
+            if new_flavor.flavorid == instance.flavor.flavorid:
                 raise InvalidInput(reason="cannot resize a server to the flavor it has")
             _check_no_shrink(instance.flavor, new_flavor)
         else:
-            new_flavor = dict(instance.flavor)
+            new_flavor = instance.flavor
         if host is not None and host == instance.host:
             raise InvalidInput(reason=f"the server is already on {host}")
     new_pci = [
-        r.to_dict() for r in requests_from_extra_specs(new_flavor["extra_specs"], common.settings())
+        r.to_dict() for r in requests_from_extra_specs(new_flavor.extra_specs, common.settings())
     ]
     dispatch.check_broker()
     request_id = common.new_request_id()
@@ -107,7 +107,7 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
                 status=MigrationStatus.PRE_MIGRATING,
                 source_compute=instance.host,
                 source_node=instance.node,
-                old_flavor=dict(instance.flavor),
+                old_flavor=instance.flavor,
                 new_flavor=new_flavor,
                 request_id=request_id,
                 context=MigrationContext(
@@ -189,8 +189,8 @@ def migration_dict(migration: Migration) -> dict[str, Any]:
         "source_node": migration.source_node,
         "dest_compute": migration.dest_compute,
         "dest_node": migration.dest_node,
-        "old_flavor": migration.old_flavor.get("name"),
-        "new_flavor": migration.new_flavor.get("name"),
+        "old_flavor": migration.old_flavor.name if migration.old_flavor else None,
+        "new_flavor": migration.new_flavor.name if migration.new_flavor else None,
         "old_pci_devices": list(migration.context.old_pci_devices),
         "new_pci_devices": list(migration.context.new_pci_devices),
         "created_at": migration.created_at.isoformat(),

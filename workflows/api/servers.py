@@ -21,6 +21,7 @@ from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from models import Instance, InstanceAction, utcnow
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import (
     InstanceErrored,
     InstanceInvalidState,
@@ -128,7 +129,7 @@ def boot(
         availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
     with session_scope(common.db_url()) as session:
         flavor_row = flavors.get_flavor(session, flavor)
-        snapshot, flavor_id = flavors.flavor_dict(flavor_row), flavor_row.id
+        snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
         boot_image = _boot_image(session, image, snapshot)
         if availability_zone is not None:
             flavors.check_name(availability_zone, "availability_zone")
@@ -137,7 +138,7 @@ def boot(
                     reason=f"availability zone {availability_zone!r} is not available"
                 )
         group_uuid = None if group is None else aggregates.get_server_group(session, group).uuid
-    pci_requests = tuple(requests_from_extra_specs(snapshot["extra_specs"], common.settings()))
+    pci_requests = tuple(requests_from_extra_specs(snapshot.extra_specs, common.settings()))
     dispatch.check_broker()
     request_id = common.new_request_id()
     with session_scope(common.db_url()) as session:
@@ -178,7 +179,7 @@ class _BootImage:
     system_metadata: dict[str, str]
 
 
-def _boot_image(session: Any, ref: str, flavor: dict[str, Any]) -> _BootImage:
+def _boot_image(session: Any, ref: str, flavor: FlavorSnapshot) -> _BootImage:
     image = images.find_image(session, ref)
     images.check_bootable(image, flavor)
     return _BootImage(
@@ -199,10 +200,10 @@ def _new_instance(
         flavor_id=flavor_id,
         flavor=flavor,
         image_ref=spec.image,
-        vcpus=flavor["vcpus"],
-        memory_mb=flavor["memory_mb"],
-        root_gb=flavor["root_gb"],
-        ephemeral_gb=flavor["ephemeral_gb"],
+        vcpus=flavor.vcpus,
+        memory_mb=flavor.memory_mb,
+        root_gb=flavor.root_gb,
+        ephemeral_gb=flavor.ephemeral_gb,
         vm_state=VmState.BUILDING,
         task_state=TaskState.SCHEDULING,
         power_state=0,

@@ -31,7 +31,7 @@ def instance_dict(session: Session, instance: Instance) -> dict[str, Any]:
         "host": instance.host,
         "node": instance.node,
         "image": instance.image_ref,
-        "flavor": dict(instance.flavor),
+        "flavor": instance.flavor.dump(),
         "pci_devices": [device_dict(d) for d in instance_devices(session, instance.uuid)],
         "availability_zone": instance.availability_zone,
         "locked": bool((instance.system_metadata or {}).get("locked")),

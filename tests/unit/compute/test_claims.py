@@ -13,6 +13,7 @@ from compute.claims import (
     release,
 )
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import ResourcesUnavailable
 from tests.factories import make_compute_node, make_settings, node_row
 
@@ -23,7 +24,9 @@ def _uuid() -> str:
 
 def test_request_from_flavor_counts_root_ephemeral_and_swap_rounded_up() -> None:
     request = ResourceRequest.from_flavor(
-        {"vcpus": 2, "memory_mb": 1024, "root_gb": 10, "ephemeral_gb": 5, "swap": 1025}
+        FlavorSnapshot.load(
+            {"vcpus": 2, "memory_mb": 1024, "root_gb": 10, "ephemeral_gb": 5, "swap": 1025}
+        )
     )
     assert request == ResourceRequest(vcpus=2, memory_mb=1024, disk_gb=17)
 

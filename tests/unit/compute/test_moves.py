@@ -11,6 +11,7 @@ from compute.claims import ResourceRequest, claim, consumer_allocations
 from compute.instance_state import get_instance
 from compute.sessions import sessions_for
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import HypervisorError
 from tests.factories import (
     flavor_dict,
@@ -38,7 +39,7 @@ def _setup(db_url: str, vm_state: str = "active") -> tuple[str, str, dict[str, F
         task_state="resize_prep",
         request_spec={"flavor": OLD},
     )
-    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(OLD))
+    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(FlavorSnapshot.load(OLD)))
     drivers["src"].spawn(GuestSpec(uuid=uuid, name="i", vcpus=1, memory_mb=1024, root_gb=1))
     migration_uuid = request_resize(db_url, uuid, OLD, NEW, "src", "req-test")
     return uuid, migration_uuid, drivers
@@ -60,7 +61,7 @@ def _held(db_url: str, consumer: str) -> dict[str, int]:
 def _state(db_url: str, uuid: str) -> tuple[Any, ...]:
     with session_scope(db_url) as session:
         i = get_instance(session, uuid)
-        return i.vm_state, i.task_state, i.host, i.flavor["vcpus"]
+        return i.vm_state, i.task_state, i.host, i.flavor.vcpus
 
 
 def _forward(db_url: str, migration: str, drivers: dict[str, FakeDriver]) -> None:

@@ -23,6 +23,7 @@ from compute.sessions import sessions_for
 from compute.steps import StepContext
 from models import Service
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from models.states import MigrationStatus
 from tasks import app
 from tests.factories import make_settings
@@ -113,9 +114,9 @@ def test_a_move_deleted_half_way_is_cleaned_on_both_hosts(
         with session_scope(db_url) as session:
             instance = get_instance(session, uuid)
             old = moves.guest_spec(
-                session, instance, moves.get_migration(session, migration).old_flavor, []
+                session, instance, moves.get_migration(session, migration).flavors.old, []
             )
-            new = moves.guest_spec(session, instance, NEW, [])
+            new = moves.guest_spec(session, instance, FlavorSnapshot.load(NEW), [])
             moves.get_migration(session, migration).status = MigrationStatus.MIGRATING
         hosts["src"].migrate_disk_and_power_off(old, new, str(hosts["dst"].instances_path))
     assert (hosts["src"].instances_path / f"{uuid}_resize").is_dir()

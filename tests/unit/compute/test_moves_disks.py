@@ -18,6 +18,7 @@ from compute.instance_actions import start_action
 from compute.instance_state import cas_update, get_instance
 from compute.sessions import sessions_for
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import ResizeError
 from scheduler.manager import MoveScheduler, Scheduler
 from tests.disk_images import make_raw_image, qemu_img_info
@@ -47,7 +48,7 @@ def _server(db_url: str, hosts: Hosts, tmp_path: Path, dest_hosts: tuple[str, ..
     uuid = make_instance(
         db_url, flavor=OLD, host="src", node="src", vm_state="active", request_spec={"flavor": OLD}
     )
-    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(OLD))
+    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(FlavorSnapshot.load(OLD)))
     with session_scope(db_url) as session:
         spec = guest_spec(session, get_instance(session, uuid))
     image = make_raw_image(tmp_path / "store", "cirros")
@@ -193,8 +194,8 @@ def test_redelivered_resize_and_finish_steps_are_harmless(
     # The first delivery moved the disks, then its worker died before recording it.
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
-        old = moves.guest_spec(session, instance, OLD, [])
-        new = moves.guest_spec(session, instance, NEW, [])
+        old = moves.guest_spec(session, instance, FlavorSnapshot.load(OLD), [])
+        new = moves.guest_spec(session, instance, FlavorSnapshot.load(NEW), [])
     hosts["src"].migrate_disk_and_power_off(old, new, str(dst))
     moves.resize_instance(_ctx(db_url, migration, hosts["src"], "src"))
     moves.finish_resize(_ctx(db_url, migration, hosts["dst"], "dst"))

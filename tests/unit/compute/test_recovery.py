@@ -22,6 +22,7 @@ from compute.sessions import sessions_for
 from compute.steps import StepContext
 from models import InstanceAction, utcnow
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from tests.factories import (
     flavor_dict,
     host_resources,
@@ -344,7 +345,7 @@ def _move(db_url: str, task_state: str, status: str | None) -> tuple[str, str, d
         request_spec={"flavor": OLD},
         system_metadata={"old_vm_state": "active"},
     )
-    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(OLD))
+    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(FlavorSnapshot.load(OLD)))
     drivers["src"].spawn(GuestSpec(uuid=uuid, name="i", vcpus=1, memory_mb=512, root_gb=1))
     migration_uuid = str(uuid_module.uuid4())
     if status is not None:

@@ -19,6 +19,7 @@ from compute.steps import StepContext
 from compute.usage import expected_consumers
 from models import ComputeNode, InstanceAction, utcnow
 from models.db import session_scope
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import HypervisorError, NoValidHost
 from scheduler.manager import Scheduler
 from scheduler.unshelve import select_for_unshelve
@@ -55,7 +56,7 @@ def _server(db_url: str, driver: FakeDriver, vm_state: str, task_state: str | No
         launched_at=utcnow(),
         request_id=REQUEST,
     )
-    claim(db_url, node_id, uuid, ResourceRequest.from_flavor(FLAVOR))
+    claim(db_url, node_id, uuid, ResourceRequest.from_flavor(FlavorSnapshot.load(FLAVOR)))
     driver.spawn(
         GuestSpec(uuid=uuid, name="instance-00000001", vcpus=2, memory_mb=2048, root_gb=10)
     )
