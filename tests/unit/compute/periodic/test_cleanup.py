@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from compute.build import build_and_run_instance
-from compute.claims import ResourceRequest, claim
+from compute.claims import ResourceRequest
 from compute.delete import local_delete, terminate_instance
 from compute.instance_actions import start_action
 from compute.instance_state import get_instance
@@ -21,7 +21,7 @@ from compute.soft_delete import soft_delete_instance
 from compute.steps import StepContext
 from models import Migration
 from models.db import session_scope
-from tests.factories import make_compute_node, make_instance, make_migration, make_settings
+from tests.factories import claim, make_compute_node, make_instance, make_migration, make_settings
 from tests.undeletable import release, undeletable
 from virt.host_profile import HostProfile
 from virt.simulated import SimulatedHostDriver
@@ -46,7 +46,7 @@ def hosts(tmp_path: Path) -> Iterator[dict[str, SimulatedHostDriver]]:
 def _ctx(
     db_url: str, driver: SimulatedHostDriver, host: str = "host1", **settings: Any
 ) -> PeriodicContext:
-    return PeriodicContext(db_url, make_settings(**settings), host, driver)
+    return PeriodicContext(sessions_for(db_url), make_settings(**settings), host, driver)
 
 
 def _server(db_url: str, driver: SimulatedHostDriver, host: str = "host1") -> str:
@@ -55,7 +55,9 @@ def _server(db_url: str, driver: SimulatedHostDriver, host: str = "host1") -> st
     uuid = make_instance(db_url, host=host, node=host)
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
     assert (
-        build_and_run_instance(StepContext.for_url(db_url, driver, host, "req-test"), uuid).outcome
+        build_and_run_instance(
+            StepContext(sessions_for(db_url), driver, host, "req-test"), uuid
+        ).outcome
         == "active"
     )
     assert driver.instance_files_exist(uuid)
@@ -66,7 +68,7 @@ def _terminate(db_url: str, driver: SimulatedHostDriver, uuid: str, host: str = 
     with session_scope(db_url) as session:
         start_action(session, uuid, "delete", "req-delete")
     assert (
-        terminate_instance(StepContext.for_url(db_url, driver, host, "req-delete"), uuid)
+        terminate_instance(StepContext(sessions_for(db_url), driver, host, "req-delete"), uuid)
         == "deleted"
     )
 
@@ -168,7 +170,9 @@ def test_soft_deleted_servers_and_other_hosts_deleted_servers_are_left_alone(
         start_action(session, soft, "delete", "req-soft")
         get_instance(session, soft).task_state = "soft-deleting"
     assert (
-        soft_delete_instance(StepContext.for_url(db_url, hosts["host1"], "host1", "req-soft"), soft)
+        soft_delete_instance(
+            StepContext(sessions_for(db_url), hosts["host1"], "host1", "req-soft"), soft
+        )
         == "done"
     )
     elsewhere = _server(db_url, hosts["host2"], host="host2")
