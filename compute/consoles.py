@@ -31,6 +31,7 @@ from typing import Any
 
 from lxml import etree
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from compute.sessions import Sessions
 from models import ConsoleAuthToken, Instance
@@ -145,14 +146,11 @@ def token_dict(row: ConsoleAuthToken) -> dict[str, Any]:
     }
 
 
-def delete_expired_tokens(sessions: Sessions) -> int:
+def delete_expired_tokens(session: Session) -> int:
     """Delete every token with ``expires <= now``, on all hosts (Nova's
     ``console_auth_token_destroy_expired``); the number deleted."""
-    with sessions() as session:
-        result = session.execute(
-            delete(ConsoleAuthToken).where(ConsoleAuthToken.expires <= now_ts())
-        )
-        return int(result.rowcount or 0)
+    result = session.execute(delete(ConsoleAuthToken).where(ConsoleAuthToken.expires <= now_ts()))
+    return int(result.rowcount or 0)
 
 
 def serial_port(domain_xml: str) -> int:

@@ -35,6 +35,7 @@ from collections import defaultdict
 from typing import Any
 
 from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
 
 from compute.delete import clean_attempts, record_clean_attempt
 from compute.heal import release_orphan
@@ -55,7 +56,8 @@ LOG = logging.getLogger(__name__)
 def run_pending_deletes(ctx: PeriodicContext) -> dict[str, Any]:
     """Retry deleting the files of this host's deleted instances (``cleaned`` = 0)."""
     LOG.debug("Cleaning up deleted instances on %s", ctx.host)
-    pending = _pending_deletes(ctx.sessions, ctx.host)
+    with ctx.sessions() as session:
+        pending = _pending_deletes(session, ctx.host)
     LOG.debug("There are %d instances to clean on %s", len(pending), ctx.host)
     maximum = ctx.settings.maximum_instance_delete_attempts
     result: dict[str, list[str]] = {"cleaned": [], "failed": [], "given_up": []}
@@ -65,20 +67,20 @@ def run_pending_deletes(ctx: PeriodicContext) -> dict[str, Any]:
             result["given_up"].append(uuid)
             continue
         deleted = _delete_files(ctx.hypervisor, uuid, ctx.host)
-        _record_attempt(ctx.sessions, uuid, deleted)
+        with ctx.sessions() as session:
+            _record_attempt(session, uuid, deleted)
         result["cleaned" if deleted else "failed"].append(uuid)
     return result
 
 
-def _pending_deletes(sessions: Sessions, host: str) -> list[tuple[str, int]]:
+def _pending_deletes(session: Session, host: str) -> list[tuple[str, int]]:
     """(uuid, clean attempts so far) of the deleted, not cleaned instances of ``host``."""
-    with sessions() as session:
-        instances = session.scalars(
-            select(Instance)
-            .where(Instance.host == host, Instance.deleted != 0, Instance.cleaned == 0)
-            .order_by(Instance.id)
-        )
-        return [(instance.uuid, clean_attempts(instance)) for instance in instances]
+    instances = session.scalars(
+        select(Instance)
+        .where(Instance.host == host, Instance.deleted != 0, Instance.cleaned == 0)
+        .order_by(Instance.id)
+    )
+    return [(instance.uuid, clean_attempts(instance)) for instance in instances]
 
 
 def _delete_files(driver: ComputeDriver, uuid: str, host: str) -> bool:
@@ -89,11 +91,10 @@ def _delete_files(driver: ComputeDriver, uuid: str, host: str) -> bool:
         return False
 
 
-def _record_attempt(sessions: Sessions, uuid: str, deleted: bool) -> None:
-    with sessions() as session:
-        instance = get_instance(session, uuid, lock=True)
-        record_clean_attempt(instance, deleted)
-        instance.updated_at = utcnow()
+def _record_attempt(session: Session, uuid: str, deleted: bool) -> None:
+    instance = get_instance(session, uuid, lock=True)
+    record_clean_attempt(instance, deleted)
+    instance.updated_at = utcnow()
 
 
 # -- _cleanup_incomplete_migrations --------------------------------------------------------

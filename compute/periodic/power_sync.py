@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from compute.instance_state import cas_update, get_instance
 from compute.lifecycle import guest_power_state
@@ -116,7 +117,8 @@ def decide(vm_state: str, vm_power_state: int) -> str:
 
 def sync_power_states(ctx: PeriodicContext) -> dict[str, Any]:
     """One pass of Nova's ``_sync_power_states`` on ``ctx.host``."""
-    uuids = _instances_of(ctx.sessions, ctx.host)
+    with ctx.sessions() as session:
+        uuids = _instances_of(session, ctx.host)
     guests = ctx.hypervisor.list_instance_uuids()
     if len(guests) != len(uuids):
         LOG.warning(
@@ -148,17 +150,16 @@ class _Synced:
     power_updated: bool = False
 
 
-def _instances_of(sessions: Sessions, host: str) -> list[str]:
+def _instances_of(session: Session, host: str) -> list[str]:
     """Every instance row of ``host`` that is not deleted (Nova's ``get_by_host``: the
     SOFT_DELETED ones are among them)."""
-    with sessions() as session:
-        return list(
-            session.scalars(
-                select(Instance.uuid)
-                .where(Instance.host == host, Instance.deleted == 0)
-                .order_by(Instance.id)
-            )
+    return list(
+        session.scalars(
+            select(Instance.uuid)
+            .where(Instance.host == host, Instance.deleted == 0)
+            .order_by(Instance.id)
         )
+    )
 
 
 def _sync_safely(ctx: PeriodicContext, uuid: str) -> _Synced:

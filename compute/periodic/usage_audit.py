@@ -185,19 +185,18 @@ def begin_task(
 
 
 def end_task(
-    sessions: Sessions, host: str, begin: dt.datetime, end: dt.datetime, errors: int, message: str
+    session: Session, host: str, begin: dt.datetime, end: dt.datetime, errors: int, message: str
 ) -> None:
-    with sessions() as session:
-        session.execute(
-            update(TaskLog)
-            .where(
-                TaskLog.task_name == TASK_NAME,
-                TaskLog.host == host,
-                TaskLog.period_beginning == begin,
-                TaskLog.period_ending == end,
-            )
-            .values(state=DONE, errors=errors, message=message, updated_at=utcnow())
+    session.execute(
+        update(TaskLog)
+        .where(
+            TaskLog.task_name == TASK_NAME,
+            TaskLog.host == host,
+            TaskLog.period_beginning == begin,
+            TaskLog.period_ending == end,
         )
+        .values(state=DONE, errors=errors, message=message, updated_at=utcnow())
+    )
 
 
 def _iso(value: dt.datetime) -> str:
@@ -264,5 +263,6 @@ def instance_usage_audit(ctx: PeriodicContext) -> dict[str, Any]:
         f"Instance usage audit ran for host {ctx.host}, {len(uuids)} instances "
         f"in {time.time() - start} seconds."
     )
-    end_task(ctx.sessions, ctx.host, begin, end, errors, message)
+    with ctx.sessions() as session:
+        end_task(session, ctx.host, begin, end, errors, message)
     return {"period": period, "instances": uuids, "errors": errors}

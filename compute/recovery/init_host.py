@@ -194,7 +194,7 @@ def _interrupted_unshelve(rc: Host, found: Found) -> str | None:
     half-spawned guest destroyed, the claim released, host and node nulled, a fault."""
     destroy_quietly(rc.driver, found.uuid)
     error = InterruptedByRestart(operation="Unshelve", uuid=found.uuid, host=rc.host)
-    request_id = _last_request(rc.sessions, found.uuid)
+    request_id = _last_request(rc, found.uuid)
 
     def work(session: Session) -> bool:
         instance = get_instance(session, found.uuid, lock=True)
@@ -219,7 +219,7 @@ def _complete_delete(rc: Host, found: Found) -> str:
         "finish. Restarting the deletion now.",
         found.uuid,
     )
-    request_id = _last_request(rc.sessions, found.uuid)
+    request_id = _last_request(rc, found.uuid)
     terminate_instance(StepContext(rc.sessions, rc.driver, rc.host, request_id), found.uuid)
     return f"{found.uuid}: interrupted delete completed"
 
@@ -239,7 +239,7 @@ def _recover_reboot(rc: Host, found: Found) -> str | None:
         hard = not running or task not in lifecycle.REBOOT.tasks
         if task in lifecycle.REBOOT.tasks and hard:
             _set_task(rc, found, TaskState.REBOOT_PENDING_HARD)
-        request_id = _last_request(rc.sessions, found.uuid)
+        request_id = _last_request(rc, found.uuid)
         step = StepContext(rc.sessions, rc.driver, rc.host, request_id)
         outcome = lifecycle.reboot_instance(step, found.uuid, hard)
         return f"{found.uuid}: reboot re-issued ({'hard' if hard else 'soft'}, {outcome})"
@@ -336,7 +336,7 @@ def _rerun(rc: Host, found: Found, step: Step, clean_shutdown: bool = False) -> 
     timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
     if clean_shutdown and rc.settings is not None:
         timeout = rc.settings.shutdown_timeout
-    request_id = _last_request(rc.sessions, found.uuid)
+    request_id = _last_request(rc, found.uuid)
     outcome = step(StepContext(rc.sessions, rc.driver, rc.host, request_id, timeout), found.uuid)
     return f"{found.uuid}: interrupted {found.task_state} re-run ({outcome})"
 
@@ -363,8 +363,9 @@ def _set_task(rc: Host, found: Found, task_state: str) -> None:
         )
 
 
-def _last_request(sessions: Sessions, uuid: str) -> str:
-    with sessions() as session:
+def _last_request(rc: Host, uuid: str) -> str:
+    """The request whose instance action records what recovery does (the interrupted one)."""
+    with rc.sessions() as session:
         return actions.latest_request_id(session, uuid) or RECOVERY_REQUEST
 
 

@@ -133,7 +133,8 @@ def test_images_in_use_are_those_of_this_hosts_non_deleted_servers_soft_deleted_
     make_instance(db_url, host="host2", node="host2", image_ref="host2-image")
     make_instance(db_url, image_ref="unscheduled-image")  # no host yet
 
-    assert images_in_use(sessions_for(db_url), "host1") == {"cirros", "soft-image"}
+    with session_scope(db_url) as session:
+        assert images_in_use(session, "host1") == {"cirros", "soft-image"}
 
 
 def test_an_image_in_use_with_no_base_file_is_reported_missing(
