@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import subprocess
 import uuid as uuid_module
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from compute.servicegroup import COMPUTE, register_service
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from models import Base, ComputeNode, Image, ImageStatus, Instance, Migration
-from models.db import session_scope
+from models.db import get_engine, session_scope
 from models.states import MIGRATION_TRANSITIONS, MigrationStatus
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
@@ -340,3 +342,16 @@ def release(db_url: str, consumer_uuid: str, node_id: int | None = None) -> int:
     return retry_on_conflict(
         sessions_for(db_url), lambda session: claims.release(session, consumer_uuid, node_id)
     )
+
+
+@contextlib.contextmanager
+def rolled_back(db_url: str) -> Iterator[Session]:
+    """A session on one connection whose transaction is rolled back at the end."""
+    with get_engine(db_url).connect() as connection:
+        transaction = connection.begin()
+        session = Session(bind=connection, join_transaction_mode="create_savepoint")
+        try:
+            yield session
+        finally:
+            session.close()
+            transaction.rollback()

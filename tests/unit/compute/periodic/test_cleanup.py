@@ -16,12 +16,19 @@ from compute.instance_actions import start_action
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_deletes
-from compute.sessions import sessions_for
+from compute.sessions import savepoints, sessions_for
 from compute.soft_delete import soft_delete_instance
 from compute.steps import StepContext
 from models import Migration
 from models.db import session_scope
-from tests.factories import claim, make_compute_node, make_instance, make_migration, make_settings
+from tests.factories import (
+    claim,
+    make_compute_node,
+    make_instance,
+    make_migration,
+    make_settings,
+    rolled_back,
+)
 from tests.undeletable import release, undeletable
 from virt.host_profile import HostProfile
 from virt.simulated import SimulatedHostDriver
@@ -120,6 +127,24 @@ def test_files_a_terminate_could_not_remove_are_removed_by_the_next_pass(
     assert result == {"cleaned": [uuid], "failed": [], "given_up": []}
     assert not driver.instance_files_exist(uuid)
     assert _cleaning(db_url, uuid) == (1, "2")
+
+
+def test_a_pass_runs_inside_a_transaction_the_test_rolls_back(
+    db_url: str, hosts: dict[str, SimulatedHostDriver]
+) -> None:
+    """A periodic pass is handed its transactions: given savepoints of one outer
+    transaction, what it records is seen inside and gone once the test rolls back."""
+    driver = hosts["host1"]
+    uuid = _server(db_url, driver)
+    with undeletable(_instance_dir(driver, uuid)):
+        _terminate(db_url, driver, uuid)
+    with rolled_back(db_url) as session:
+        ctx = PeriodicContext(savepoints(session), make_settings(), "host1", driver)
+        assert run_pending_deletes(ctx) == {"cleaned": [uuid], "failed": [], "given_up": []}
+        inside = get_instance(session, uuid)
+        assert (inside.cleaned, inside.system_metadata.get("clean_attempts")) == (1, "2")
+    assert not driver.instance_files_exist(uuid)  # the hypervisor's side is not transactional
+    assert _cleaning(db_url, uuid) == (0, "1")
 
 
 def test_each_failed_pass_counts_an_attempt_until_the_maximum_then_the_pass_gives_up(
