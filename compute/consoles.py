@@ -150,7 +150,7 @@ def delete_expired_tokens(session: Session) -> int:
     """Delete every token with ``expires <= now``, on all hosts (Nova's
     ``console_auth_token_destroy_expired``); the number deleted."""
     result = session.execute(delete(ConsoleAuthToken).where(ConsoleAuthToken.expires <= now_ts()))
-    return int(result.rowcount or 0)
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]  # a DML result is a CursorResult
 
 
 def serial_port(domain_xml: str) -> int:

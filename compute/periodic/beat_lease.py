@@ -27,7 +27,7 @@ def acquire(sessions: Sessions, holder: str, ttl_s: float, name: str = BEAT) -> 
     now = utcnow()
     expires = now + dt.timedelta(seconds=ttl_s)
     with sessions() as session:
-        taken = session.execute(
+        taken = session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
             update(BeatLease)
             .where(
                 BeatLease.name == name,
@@ -56,7 +56,7 @@ def renew(sessions: Sessions, holder: str, ttl_s: float, name: str = BEAT) -> bo
     expires = utcnow() + dt.timedelta(seconds=ttl_s)
     with sessions() as session:
         return bool(
-            session.execute(
+            session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
                 update(BeatLease)
                 .where(BeatLease.name == name, BeatLease.holder == holder)
                 .values(expires_at=expires)

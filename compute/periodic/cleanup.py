@@ -156,7 +156,7 @@ def _destroy_guest(driver: ComputeDriver, instance_uuid: str, host: str) -> None
 def _fail_migration(sessions: Sessions, migration_uuid: str, host: str) -> bool:
     """``error`` -> ``failed``; False if the migration moved on meanwhile."""
     with sessions() as session:
-        changed = session.execute(
+        changed = session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
             status_update(
                 migration_uuid, MigrationStatus.ERROR, MigrationStatus.FAILED, updated_at=utcnow()
             )

@@ -42,7 +42,7 @@ def begin(sessions: Sessions, task_name: str, host: str, runner: str, stale_afte
     stale = now - dt.timedelta(seconds=stale_after)
     with sessions() as session:
         _row(session, task_name, host)
-        taken = session.execute(
+        taken = session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
             update(PeriodicTaskRun)
             .where(
                 PeriodicTaskRun.task_name == task_name,

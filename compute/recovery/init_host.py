@@ -112,8 +112,8 @@ ALLOW_HARD_REBOOT = (
     VmState.ERROR,
 )
 
-#: A host step: ``(sessions, driver, instance_uuid, request_id, host) -> outcome``.
-Step = Callable[..., str]  # (StepContext, uuid, **options) -> outcome
+#: A host step: ``(StepContext, instance_uuid, **options) -> outcome``.
+Step = Callable[..., str]
 
 
 class InterruptedByRestart(NovaqError):
