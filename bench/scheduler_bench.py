@@ -29,6 +29,7 @@ os.environ["NOVAQ_STATE_DIR"] = str(STATE)
 
 from sqlalchemy import create_engine, event, insert, text  # noqa: E402
 
+from compute.sessions import sessions_for  # noqa: E402
 from compute.states import TaskState, VmState  # noqa: E402
 from models import ComputeNode, Flavor, Instance, Service, utcnow  # noqa: E402
 from models.db import dispose_all, get_engine, session_scope  # noqa: E402
@@ -150,7 +151,7 @@ def measure(url: str, hosts: int, decisions: int) -> dict[str, float]:
         spec = RequestSpec(instance_uuid=instance_uuid, flavor=FLAVOR)
         before = counter.count
         started = time.perf_counter()
-        selection = scheduler.select_and_claim(url, spec)
+        selection = scheduler.select_and_claim(sessions_for(url), spec)
         timings.append((time.perf_counter() - started) * 1000)
         statements.append(counter.count - before)
         assert selection is not None

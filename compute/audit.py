@@ -14,7 +14,7 @@ instances and moves, and by the hypervisor, with every discrepancy classified.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select
@@ -214,7 +214,7 @@ def _check_guests(
 ) -> list[dict[str, Any]]:
     findings = []
     instance_uuids = {e.instance_uuid for e in expected.values()}
-    rows = (
+    rows: Iterable[Instance] = (
         session.scalars(select(Instance).where(Instance.uuid.in_(instance_uuids)))
         if instance_uuids
         else []

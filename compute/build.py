@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute.claims import (
     ResourceRequest,
+    claim,
     claim_first,
-    claim_in_session,
-    release_in_session,
+    release,
     retry_on_conflict,
 )
 from compute.guest import guest_spec, instance_name
@@ -201,8 +201,8 @@ def reschedule(
                 for p in (instance.request_spec or {}).get("pci_requests", ())
             ],
         )
-        release_in_session(session, instance_uuid)
-        claim_in_session(session, alt[2], instance_uuid, wanted)
+        release(session, instance_uuid)
+        claim(session, alt[2], instance_uuid, wanted)
         cas_update(
             session,
             instance_uuid,
@@ -279,9 +279,9 @@ def fail_build(
             # Already compensated, or deleted: a deleted instance's claim is released by
             # the delete; release here too in case the delete raced the claim.
             if instance.deleted:
-                release_in_session(session, instance_uuid)
+                release(session, instance_uuid)
             return False
-        release_in_session(session, instance_uuid)
+        release(session, instance_uuid)
         instance.vm_state = VmState.ERROR
         instance.task_state = None
         instance.host = None

@@ -27,7 +27,7 @@ from tenacity import (
 )
 
 from compute.pci import PciRequest, claim_devices, held_devices, release_devices
-from compute.sessions import Sessions, as_sessions
+from compute.sessions import Sessions
 from models import Allocation, ComputeNode
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
 from models.flavor import FlavorSnapshot
@@ -141,7 +141,7 @@ def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
     return generation + 1
 
 
-def claim_in_session(
+def claim(
     session: Session,
     node_id: int,
     consumer_uuid: str,
@@ -186,7 +186,7 @@ def claim_in_session(
     write_usage(session, node, generation)
 
 
-def release_in_session(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:
+def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:
     """Remove the consumer's allocations and PCI devices (on one node or everywhere) inside
     the caller's transaction. Returns how many allocation rows and devices went; 0 means
     there was nothing to release."""
@@ -231,12 +231,11 @@ def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> i
 _RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
 
 
-def retry_on_conflict(db: str | Sessions, work: Callable[[Session], T], attempts: int = 25) -> T:
+def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts: int = 25) -> T:
     """Run ``work`` in its own transaction, again after a generation conflict (or a
     deadlock / serialization failure the database reports), with a little random
     exponential backoff (full jitter, at most 0.1 s), as Nova's report client retries
     placement's 409s. The last failure is raised once ``attempts`` are spent."""
-    sessions = as_sessions(db)
 
     def once() -> T:
         with sessions() as session:
@@ -250,20 +249,6 @@ def retry_on_conflict(db: str | Sessions, work: Callable[[Session], T], attempts
         reraise=True,
     )
     return retrying(once)
-
-
-def claim(db_url: str, node_id: int, consumer_uuid: str, request: ResourceRequest) -> None:
-    """Claim ``request`` on ``node_id`` for ``consumer_uuid`` in its own transaction."""
-    retry_on_conflict(
-        db_url, lambda session: claim_in_session(session, node_id, consumer_uuid, request)
-    )
-
-
-def release(db_url: str, consumer_uuid: str, node_id: int | None = None) -> int:
-    """Release the consumer's allocations in their own transaction (idempotent)."""
-    return retry_on_conflict(
-        db_url, lambda session: release_in_session(session, consumer_uuid, node_id)
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +269,7 @@ class FirstFit(Generic[C]):
 
 
 def claim_first(
-    db: str | Sessions,
+    sessions: Sessions,
     candidates: Sequence[C],
     claim: Callable[[Session, C], None],
     host_of: Callable[[C], str],
@@ -299,7 +284,7 @@ def claim_first(
     lost: list[str] = []
     for index, candidate in enumerate(candidates):
         try:
-            retry_on_conflict(db, lambda session, c=candidate: claim(session, c))  # type: ignore[misc]
+            retry_on_conflict(sessions, lambda session, c=candidate: claim(session, c))  # type: ignore[misc]
         except ResourcesUnavailable as exc:
             if refused is not None:
                 refused(candidate, exc)
@@ -312,7 +297,7 @@ def claim_first(
 # -- move claims (resize, cold migrate), as Nova keeps them with placement -----------------
 
 
-def move_claim_in_session(
+def move_claim(
     session: Session,
     instance_uuid: str,
     migration_uuid: str,
@@ -324,7 +309,7 @@ def move_claim_in_session(
     its PCI devices), then the instance claims the new flavor on the destination. On one
     node (same-host resize) both are held at once, as placement double-books."""
     move_consumer(session, instance_uuid, migration_uuid, source_node_id)
-    claim_in_session(session, dest_node_id, instance_uuid, new_request)
+    claim(session, dest_node_id, instance_uuid, new_request)
 
 
 def move_consumer(session: Session, from_uuid: str, to_uuid: str, node_id: int) -> None:
@@ -345,12 +330,12 @@ def move_consumer(session: Session, from_uuid: str, to_uuid: str, node_id: int) 
     write_usage(session, node, generation)
 
 
-def confirm_move_in_session(session: Session, migration_uuid: str, source_node_id: int) -> None:
+def confirm_move(session: Session, migration_uuid: str, source_node_id: int) -> None:
     """Confirm: drop what the migration holds on the source."""
-    release_in_session(session, migration_uuid, source_node_id)
+    release(session, migration_uuid, source_node_id)
 
 
-def revert_move_in_session(
+def revert_move(
     session: Session,
     instance_uuid: str,
     migration_uuid: str,
@@ -358,5 +343,5 @@ def revert_move_in_session(
     dest_node_id: int,
 ) -> None:
     """Revert: drop the instance's destination claim, give the source back to it."""
-    release_in_session(session, instance_uuid, dest_node_id)
+    release(session, instance_uuid, dest_node_id)
     move_consumer(session, migration_uuid, instance_uuid, source_node_id)

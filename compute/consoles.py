@@ -31,9 +31,10 @@ from typing import Any
 
 from lxml import etree
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
+from compute.sessions import Sessions
 from models import ConsoleAuthToken, Instance
-from models.db import session_scope
 from novaq.exceptions import InvalidInput, InvalidToken
 
 LOG = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def check_console_type(console_type: str) -> None:
 
 
 def create_console_token(
-    db_url: str,
+    sessions: Sessions,
     instance_uuid: str,
     host: str,
     port: int,
@@ -80,7 +81,7 @@ def create_console_token(
     check_console_type(console_type)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     expires = now_ts() + token_ttl
-    with session_scope(db_url) as session:
+    with sessions() as session:
         session.add(
             ConsoleAuthToken(
                 token_hash=hash_token(token),
@@ -109,12 +110,12 @@ def access_url(access_url_base: str, token: str) -> str:
     return f"{access_url_base}?token={token}"
 
 
-def validate_token(db_url: str, token: str) -> dict[str, Any]:
+def validate_token(sessions: Sessions, token: str) -> dict[str, Any]:
     """The console a token opens, as a dict, if the token is known, unexpired, and its
     instance still lives on the token's host; else ``InvalidToken``."""
     if not isinstance(token, str) or not token:
         raise InvalidToken(reason="no token given")
-    with session_scope(db_url) as session:
+    with sessions() as session:
         row = session.scalars(
             select(ConsoleAuthToken).where(ConsoleAuthToken.token_hash == hash_token(token))
         ).first()
@@ -145,14 +146,11 @@ def token_dict(row: ConsoleAuthToken) -> dict[str, Any]:
     }
 
 
-def delete_expired_tokens(db_url: str) -> int:
+def delete_expired_tokens(session: Session) -> int:
     """Delete every token with ``expires <= now``, on all hosts (Nova's
     ``console_auth_token_destroy_expired``); the number deleted."""
-    with session_scope(db_url) as session:
-        result = session.execute(
-            delete(ConsoleAuthToken).where(ConsoleAuthToken.expires <= now_ts())
-        )
-        return int(result.rowcount or 0)
+    result = session.execute(delete(ConsoleAuthToken).where(ConsoleAuthToken.expires <= now_ts()))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]  # a DML result is a CursorResult
 
 
 def serial_port(domain_xml: str) -> int:

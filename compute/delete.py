@@ -15,13 +15,14 @@ import logging
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
-from compute.claims import release_in_session, retry_on_conflict
+from compute.claims import release, retry_on_conflict
 from compute.instance_state import get_instance
 from compute.moves import drop_moves
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from compute.steps import DONE, Step, StepContext, StepRun, run_step
 from models import Instance, utcnow
+from models.states import PowerState
 
 LOG = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def mark_deleted(instance: Instance) -> None:
     now = utcnow()
     instance.vm_state = VmState.DELETED
     instance.task_state = None
-    instance.power_state = 0
+    instance.power_state = PowerState.NOSTATE
     instance.terminated_at = instance.terminated_at or now
     instance.deleted_at = now
     instance.updated_at = now
@@ -48,7 +49,7 @@ def local_delete(sessions: Sessions, instance_uuid: str, request_id: str) -> Non
         instance = get_instance(session, instance_uuid, lock=True)
         if instance.deleted:
             return
-        release_in_session(session, instance_uuid)
+        release(session, instance_uuid)
         drop_moves(session, instance_uuid)
         mark_deleted(instance)
         actions.finish_action(session, instance_uuid, request_id)
@@ -113,7 +114,7 @@ def release_and_mark(
     session: Session, instance_uuid: str, files_deleted: bool | None = None
 ) -> None:
     instance = get_instance(session, instance_uuid, lock=True)
-    release_in_session(session, instance_uuid)
+    release(session, instance_uuid)
     drop_moves(session, instance_uuid)
     if not instance.deleted:
         mark_deleted(instance)

@@ -10,15 +10,15 @@ from __future__ import annotations
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
+from compute.sessions import Sessions
 from models import TaskDelivery, utcnow
-from models.db import session_scope
 
 
-def record_delivery(db_url: str, task_id: str, task_name: str) -> int:
+def record_delivery(sessions: Sessions, task_id: str, task_name: str) -> int:
     """Count one more delivery of (task_id, task_name); returns the count so far."""
     for _ in range(3):
         try:
-            with session_scope(db_url) as session:
+            with sessions() as session:
                 row = session.scalars(
                     select(TaskDelivery).where(
                         TaskDelivery.task_id == task_id, TaskDelivery.task_name == task_name
@@ -38,8 +38,8 @@ def record_delivery(db_url: str, task_id: str, task_name: str) -> int:
     raise RuntimeError(f"could not count the delivery of {task_name}[{task_id}]")
 
 
-def forget_delivery(db_url: str, task_id: str, task_name: str) -> None:
-    with session_scope(db_url) as session:
+def forget_delivery(sessions: Sessions, task_id: str, task_name: str) -> None:
+    with sessions() as session:
         session.execute(
             delete(TaskDelivery).where(
                 TaskDelivery.task_id == task_id, TaskDelivery.task_name == task_name

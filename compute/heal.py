@@ -237,6 +237,8 @@ def release_destroyed_orphan(session: Session, host: str, consumer: str) -> list
     return heals
 
 
-def release_orphan(db: str | Sessions, host: str, consumer: str) -> list[ResourceHeal]:
+def release_orphan(sessions: Sessions, host: str, consumer: str) -> list[ResourceHeal]:
     """``release_destroyed_orphan`` in its own transaction (retried on a conflict)."""
-    return retry_on_conflict(db, lambda session: release_destroyed_orphan(session, host, consumer))
+    return retry_on_conflict(
+        sessions, lambda session: release_destroyed_orphan(session, host, consumer)
+    )

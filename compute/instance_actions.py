@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute.sessions import Sessions, as_sessions
+from compute.sessions import Sessions
 from models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
 from novaq.exceptions import NovaqError
 
@@ -120,7 +120,7 @@ def outcome(exc: BaseException | None) -> tuple[str, str | None, str | None]:
 
 @contextlib.contextmanager
 def event_reporter(
-    db: str | Sessions,
+    sessions: Sessions,
     instance_uuid: str,
     request_id: str,
     event: str,
@@ -129,7 +129,6 @@ def event_reporter(
 ) -> Iterator[None]:
     """Wrap one workflow step: an event row opens in its own short transaction, and is
     closed with the step's result (and traceback) whatever happens inside."""
-    sessions = as_sessions(db)
     with sessions() as session:
         event_id = start_event(session, instance_uuid, request_id, event, host)
     try:

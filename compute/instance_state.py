@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import Session
 
 from models import Instance, utcnow
 from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
 
-_ANY = object()
+
+class _Unchecked:
+    """No expectation on a column: ``None`` is an expected task_state, not "any"."""
+
+
+_ANY = _Unchecked()
 
 
 def get_instance(
@@ -40,21 +45,21 @@ def cas_update(
     session: Session,
     uuid: str,
     *,
-    expected_task_state: Iterable[str | None] | object = _ANY,
-    expected_vm_state: Iterable[str] | object = _ANY,
+    expected_task_state: Iterable[str | None] | _Unchecked = _ANY,
+    expected_vm_state: Iterable[str] | _Unchecked = _ANY,
     **values: Any,
 ) -> None:
     """Update the instance only if its task_state / vm_state are among the expected ones."""
     query = update(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)
-    if expected_task_state is not _ANY:
-        expected = list(expected_task_state)  # type: ignore[call-overload]
+    if not isinstance(expected_task_state, _Unchecked):
+        expected = list(expected_task_state)
         named = [s for s in expected if s is not None]
-        clause = Instance.task_state.in_(named)
+        clause: ColumnElement[bool] = Instance.task_state.in_(named)
         if None in expected:
-            clause = clause | Instance.task_state.is_(None)
+            clause = or_(clause, Instance.task_state.is_(None))
         query = query.where(clause)
-    if expected_vm_state is not _ANY:
-        query = query.where(Instance.vm_state.in_(list(expected_vm_state)))  # type: ignore[call-overload]
+    if not isinstance(expected_vm_state, _Unchecked):
+        query = query.where(Instance.vm_state.in_(list(expected_vm_state)))
     values.setdefault("updated_at", utcnow())
     result = session.execute(query.values(**values).execution_options(synchronize_session=False))
     if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -73,10 +78,10 @@ def cas_update(
         )
 
 
-def _describe(task: object, vm: object) -> str:
+def _describe(task: Iterable[str | None] | _Unchecked, vm: Iterable[str] | _Unchecked) -> str:
     parts = []
-    if vm is not _ANY:
-        parts.append(f"vm_state in {list(vm)}")  # type: ignore[call-overload]
-    if task is not _ANY:
-        parts.append(f"task_state in {list(task)}")  # type: ignore[call-overload]
+    if not isinstance(vm, _Unchecked):
+        parts.append(f"vm_state in {list(vm)}")
+    if not isinstance(task, _Unchecked):
+        parts.append(f"task_state in {list(task)}")
     return " and ".join(parts) or "any state"

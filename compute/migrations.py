@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute.claims import ResourceRequest, move_consumer, release_in_session
+from compute.claims import ResourceRequest, move_consumer, release
 from compute.instance_state import get_instance
 from compute.pci import PciRequest
 from compute.resource_tracker import get_node
@@ -103,7 +103,7 @@ def give_back_source(session: Session, migration: Migration) -> None:
     instance = get_instance(session, migration.instance_uuid)
     if migration.dest_node is not None:
         dest = node_id(session, migration.dest_compute, migration.dest_node)
-        release_in_session(session, instance.uuid, dest)
+        release(session, instance.uuid, dest)
     source = node_id(session, migration.source_compute, migration.source_node)
     move_consumer(session, migration.uuid, instance.uuid, source)
     take_flavor(instance, migration.flavors.old, migration.context.old_pci_requests)
@@ -134,7 +134,7 @@ def drop_moves(session: Session, instance_uuid: str) -> None:
             Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS)
         )
     ):
-        release_in_session(session, migration.uuid)
+        release(session, migration.uuid)
         same_host = migration.source_compute == migration.dest_compute
         confirmed = migration.status in UNCONFIRMED and same_host
         migration.status = MigrationStatus.CONFIRMED if confirmed else MigrationStatus.ERROR

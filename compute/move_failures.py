@@ -10,10 +10,10 @@ from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
 from compute.claims import (
+    claim,
     claim_first,
-    claim_in_session,
-    confirm_move_in_session,
-    release_in_session,
+    confirm_move,
+    release,
     retry_on_conflict,
 )
 from compute.instance_state import get_instance
@@ -80,7 +80,7 @@ def _settle_accounting(session: Session, migration: Migration, instance: Instanc
         give_back_source(session, migration)
     else:
         source = node_id(session, migration.source_compute, migration.source_node)
-        confirm_move_in_session(session, migration.uuid, source)
+        confirm_move(session, migration.uuid, source)
         take_flavor(instance, migration.flavors.new, migration.context.new_pci_requests)
 
 
@@ -121,8 +121,8 @@ def reschedule_move(
         host, node, nid = alternate
         migration = get_migration(session, migration_uuid)
         dest = node_id(session, migration.dest_compute, migration.dest_node)
-        release_in_session(session, migration.instance_uuid, dest)
-        claim_in_session(session, nid, migration.instance_uuid, new_request(migration))
+        release(session, migration.instance_uuid, dest)
+        claim(session, nid, migration.instance_uuid, new_request(migration))
         migration.dest_compute, migration.dest_node = host, node
         actions.add_fault(session, migration.instance_uuid, exc, failed_host)
 

@@ -27,7 +27,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
-from compute.claims import confirm_move_in_session, retry_on_conflict
+from compute.claims import confirm_move, retry_on_conflict
 from compute.instance_state import cas_update, get_instance
 from compute.migrations import (
     IN_PROGRESS,
@@ -255,7 +255,7 @@ def _confirmed(session: Session, instance: Instance, run: StepRun) -> None:
     if migration.status == MigrationStatus.CONFIRMED:
         return None
     source = node_id(session, migration.source_compute, migration.source_node)
-    confirm_move_in_session(session, migration.uuid, source)
+    confirm_move(session, migration.uuid, source)
     vm_state = VmState.STOPPED if instance.power_state == power_state.SHUTDOWN else VmState.ACTIVE
     cas_update(
         session,

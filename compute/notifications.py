@@ -22,13 +22,14 @@ from kombu import Exchange
 
 from compute.instance_actions import latest_fault
 from compute.instance_state import get_instance
-from compute.sessions import Sessions, as_sessions
+from compute.sessions import Sessions
 from models import Instance, utcnow
 from virt.power_state import NAMES as POWER_STATE_NAMES
 
 LOG = logging.getLogger(__name__)
 
-EXCHANGE = Exchange("notifications", type="topic", durable=True)
+# kombu ships no type information.
+EXCHANGE = Exchange("notifications", type="topic", durable=True)  # type: ignore[no-untyped-call]
 TOPIC = "versioned_notifications"
 
 Publisher = Callable[[dict[str, Any], str], None]
@@ -111,7 +112,7 @@ def instance_payload(session: Any, instance: Instance, request_id: str | None) -
 
 
 def emit(
-    db: str | Sessions,
+    sessions: Sessions,
     event_type: str,
     instance_uuid: str,
     host: str | None,
@@ -122,7 +123,7 @@ def emit(
     if _publisher is None:
         return
     try:
-        with as_sessions(db)() as session:
+        with sessions() as session:
             payload = instance_payload(session, get_instance(session, instance_uuid), request_id)
         _publisher(_message(event_type, payload, host, priority), priority)
     except Exception:  # noqa: BLE001 - a notification never fails the operation
@@ -159,17 +160,17 @@ def publish(
 
 @contextlib.contextmanager
 def notified(
-    db: str | Sessions,
+    sessions: Sessions,
     action: str,
     instance_uuid: str,
     host: str | None,
     request_id: str | None = None,
 ) -> Iterator[None]:
     """``instance.<action>.start`` before, ``.end`` after, ``.error`` (ERROR) on failure."""
-    emit(db, f"instance.{action}.start", instance_uuid, host, request_id)
+    emit(sessions, f"instance.{action}.start", instance_uuid, host, request_id)
     try:
         yield
     except Exception:
-        emit(db, f"instance.{action}.error", instance_uuid, host, request_id, "ERROR")
+        emit(sessions, f"instance.{action}.error", instance_uuid, host, request_id, "ERROR")
         raise
-    emit(db, f"instance.{action}.end", instance_uuid, host, request_id)
+    emit(sessions, f"instance.{action}.end", instance_uuid, host, request_id)

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from compute.claims import retry_on_conflict
 from compute.heal import Domain, heal_node
 from compute.pci import sync_devices
+from compute.sessions import Sessions
 from models import Allocation, ComputeNode, ResourceHeal, utcnow
-from models.db import session_scope
 from novaq.exceptions import DomainNotFound
 from novaq.settings import Settings
 from virt.driver import ComputeDriver, HostResources
@@ -94,7 +94,7 @@ def record_compute_node(
 
 
 def update_available_resource(
-    db_url: str, driver: ComputeDriver, host: str, settings: Settings
+    sessions: Sessions, driver: ComputeDriver, host: str, settings: Settings
 ) -> list[dict[str, Any]]:
     """Nova's resource audit for every node of this host: read the hypervisor, record the
     node and its PCI devices, heal its allocations from the instances, moves and orphan
@@ -119,8 +119,8 @@ def update_available_resource(
         heals += _delete_vanished_nodes(session, host, set(driver.get_available_nodes()))
         return heals
 
-    heals = retry_on_conflict(db_url, audit)
-    with session_scope(db_url) as session:
+    heals = retry_on_conflict(sessions, audit)
+    with sessions() as session:
         node = get_node(session, host, resources.hypervisor_hostname)
         if node is not None:
             LOG.info(

@@ -27,12 +27,6 @@ def sessions_for(db_url: str) -> Sessions:
     return functools.partial(session_scope, db_url)
 
 
-def as_sessions(source: str | Sessions) -> Sessions:
-    """``source`` as a factory. A URL is still accepted from callers outside the
-    converted modules (periodic, recovery) until they build their own factory."""
-    return sessions_for(source) if isinstance(source, str) else source
-
-
 def savepoints(session: Session) -> Sessions:
     """A factory whose every transaction is a SAVEPOINT of ``session``'s transaction:
     committed into it on success, rolled back to the savepoint on error. The caller owns

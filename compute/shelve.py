@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
 from compute.build import destroy_deleted_guest, destroy_quietly, guest_spec
-from compute.claims import release_in_session, retry_on_conflict
+from compute.claims import release, retry_on_conflict
 from compute.instance_state import cas_update
 from compute.lifecycle import SHELVED_KEYS, host_step, power_off
 from compute.pci import held_devices
@@ -85,7 +85,7 @@ def _offload_guest(ctx: StepContext, run: StepRun) -> None:
 def _offloaded(session: Session, instance: Instance, run: StepRun) -> dict[str, Any]:
     """In ONE transaction with the final state: every allocation and PCI device of the
     instance released, host and node None."""
-    release_in_session(session, run.instance_uuid)
+    release(session, run.instance_uuid)
     LOG.info("Instance %s offloaded from %s", run.instance_uuid, run.ctx.host)
     return {"vm_state": VmState.SHELVED_OFFLOADED, "host": None, "node": None}
 
@@ -210,7 +210,7 @@ def undo_unshelve(
         if instance.deleted or instance.task_state not in UNSHELVE.tasks:
             return False
         if instance.vm_state == VmState.SHELVED_OFFLOADED:
-            release_in_session(session, instance_uuid)
+            release(session, instance_uuid)
             cas_update(
                 session,
                 instance_uuid,

@@ -42,7 +42,7 @@ from compute import notifications
 from compute.claims import retry_on_conflict
 from compute.instance_state import cas_update
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
-from compute.sessions import Sessions, sessions_for
+from compute.sessions import Sessions
 from compute.states import VmState
 from models import Instance
 from novaq.exceptions import DomainNotFound, InstanceNotFound, UnexpectedTaskStateError
@@ -90,17 +90,6 @@ class StepContext:
     host: str
     request_id: str = ""
     shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S
-
-    @classmethod
-    def for_url(
-        cls,
-        db_url: str,
-        driver: ComputeDriver,
-        host: str,
-        request_id: str = "",
-        shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
-    ) -> StepContext:
-        return cls(sessions_for(db_url), driver, host, request_id, shutdown_timeout_s)
 
 
 class Superseded(Exception):

@@ -33,17 +33,17 @@ from sqlalchemy.orm import Session
 
 from compute.periodic import PeriodicContext
 from compute.servicegroup import COMPUTE, SCHEDULER, is_up
+from compute.sessions import Sessions
 from models import ComputeNode, HostMapping, Service
-from models.db import session_scope
 from models.host_mapping import DEFAULT_CELL
 from novaq.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
 
-def discover_hosts(db_url: str) -> list[str]:
+def discover_hosts(sessions: Sessions) -> list[str]:
     """Map every unmapped compute host to ``cell1``; the hosts this call mapped, sorted."""
-    with session_scope(db_url) as session:
+    with sessions() as session:
         mapped = [host for host in _unmapped_compute_hosts(session) if _map_host(session, host)]
         _mark_nodes_mapped(session)
     for host in mapped:
@@ -101,9 +101,9 @@ def scheduler_leader(session: Session, settings: Settings) -> str | None:
 def discover_hosts_in_cells(ctx: PeriodicContext) -> dict[str, Any]:
     """The periodic pass (a cluster task): map new hosts, say who Nova's leader would be
     and which scheduler acted."""
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         leader = scheduler_leader(session, ctx.settings)
-    hosts = discover_hosts(ctx.db_url)
+    hosts = discover_hosts(ctx.sessions)
     if hosts:
         LOG.info("Discovered %d new hosts: %s", len(hosts), ", ".join(hosts))
     return {

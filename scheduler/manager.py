@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute.claims import claim_first, claim_in_session, move_claim_in_session, release
+from compute.claims import claim, claim_first, move_claim, release, retry_on_conflict
 from compute.instance_state import cas_update, get_instance
 from compute.migrations import get_migration, node_id
 from compute.resource_tracker import get_node
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from models import Instance
-from models.db import session_scope
 from novaq.exceptions import (
     InstanceNotFound,
     NoValidHost,
@@ -96,12 +96,12 @@ class Scheduler:
         return head + ranked[subset:]
 
     # -- decisions with claims ------------------------------------------------------------
-    def schedule(self, db_url: str, specs: Sequence[RequestSpec]) -> list[Selection]:
+    def schedule(self, sessions: Sessions, specs: Sequence[RequestSpec]) -> list[Selection]:
         """Place every instance of one request, or none (Nova: a multi-create that cannot
         place all its instances fails whole). Instances deleted meanwhile are skipped."""
         first = specs[0]
         targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
-        with session_scope(db_url) as session:
+        with sessions() as session:
             candidates = load_candidates(session, self.settings, first.resources, targets)
             hosts = candidates.hosts
             group = load_instance_group(session, specs[0].group) if specs[0].group else None
@@ -120,7 +120,7 @@ class Scheduler:
                     rankings.append([])
                     continue
                 ranked = self.rank(hosts, spec, first=index == 0, prefilter=candidates.prefilter)
-                chosen = self.claim_first(db_url, ranked, spec)
+                chosen = self.claim_first(sessions, ranked, spec)
                 if chosen is None:
                     continue  # deleted while being scheduled
                 chosen.consume(spec.resources, spec.instance_uuid)
@@ -138,18 +138,18 @@ class Scheduler:
                 rankings.append(ranked)
         except NoValidHost:
             for instance_uuid in claimed:
-                _unplace(db_url, instance_uuid)
+                _unplace(sessions, instance_uuid)
             raise
         return self._with_alternates(selections, rankings, forced=bool(specs[0].force_hosts))
 
-    def select_and_claim(self, db_url: str, spec: RequestSpec) -> Selection | None:
+    def select_and_claim(self, sessions: Sessions, spec: RequestSpec) -> Selection | None:
         """One instance: its claimed selection, or None if it was deleted meanwhile."""
-        selections = self.schedule(db_url, [spec])
+        selections = self.schedule(sessions, [spec])
         return selections[0] if selections else None
 
     def claim_first(
         self,
-        db_url: str,
+        sessions: Sessions,
         ranked: list[HostState],
         spec: RequestSpec,
         placing: tuple[str, str] = BUILD_PLACING,
@@ -164,7 +164,7 @@ class Scheduler:
 
         try:
             fit = claim_first(
-                db_url, ranked, lambda s, h: _claim(s, h, spec, placing), _host_name, refused
+                sessions, ranked, lambda s, h: _claim(s, h, spec, placing), _host_name, refused
             )
         except (UnexpectedTaskStateError, InstanceNotFound) as exc:
             LOG.info("Instance %s left %s: %s", spec.instance_uuid, placing[0], exc)
@@ -195,7 +195,7 @@ class Scheduler:
 
 def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[str, str]) -> None:
     task_state, vm_state = placing
-    claim_in_session(session, host.compute_node_id, spec.instance_uuid, spec.resources)
+    claim(session, host.compute_node_id, spec.instance_uuid, spec.resources)
     if spec.instance_group:
         check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
     cas_update(
@@ -216,8 +216,8 @@ class MoveScheduler:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
 
-    def select(self, db_url: str, spec: RequestSpec, migration_uuid: str) -> Selection:
-        with session_scope(db_url) as session:
+    def select(self, sessions: Sessions, spec: RequestSpec, migration_uuid: str) -> Selection:
+        with sessions() as session:
             migration = get_migration(session, migration_uuid)
             if migration.dest_compute is not None:  # a redelivered request: already placed
                 dest_id = node_id(session, migration.dest_compute, migration.dest_node)
@@ -232,7 +232,7 @@ class MoveScheduler:
             candidates = load_candidates(session, self.scheduler.settings, spec.resources, targets)
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(
-            db_url,
+            sessions,
             ranked,
             lambda s, h: _claim_move(s, h, spec, migration_uuid, source_id),
             _host_name,
@@ -254,7 +254,7 @@ def _host_name(host: HostState) -> str:
 def _claim_move(
     session: Session, host: HostState, spec: RequestSpec, migration_uuid: str, source_id: int
 ) -> None:
-    move_claim_in_session(
+    move_claim(
         session,
         spec.instance_uuid,
         migration_uuid,
@@ -292,7 +292,9 @@ def check_group_policy(
         if hosts.count(host) >= limit:
             raise ResourcesUnavailable(node=host, reason="anti-affinity group already on this host")
     elif hosts and host not in hosts:
-        raise ResourcesUnavailable(node=host, reason=f"affinity group is on {sorted(set(hosts))}")
+        raise ResourcesUnavailable(
+            node=host, reason=f"affinity group is on {sorted({h for h in hosts if h})}"
+        )
 
 
 def _existing_selection(session: Session, instance_uuid: str) -> Selection | None:
@@ -305,10 +307,10 @@ def _existing_selection(session: Session, instance_uuid: str) -> Selection | Non
     return Selection(instance.host, instance.node, node.id)
 
 
-def _unplace(db_url: str, instance_uuid: str) -> None:
+def _unplace(sessions: Sessions, instance_uuid: str) -> None:
     """Undo one placement of a request that failed as a whole."""
-    release(db_url, instance_uuid)
-    with session_scope(db_url) as session:
+    retry_on_conflict(sessions, lambda session: release(session, instance_uuid))
+    with sessions() as session:
         instance = get_instance(session, instance_uuid)
         if instance.task_state == TaskState.SCHEDULING:
             instance.host = instance.node = None

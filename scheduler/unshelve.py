@@ -15,9 +15,9 @@ from typing import Any
 
 from compute.instance_state import get_instance
 from compute.resource_tracker import get_node
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from models import Instance
-from models.db import session_scope
 from scheduler.groups import load_instance_group
 from scheduler.host_state import load_candidates
 from scheduler.manager import Scheduler
@@ -43,11 +43,13 @@ def unshelve_spec(instance: Instance) -> RequestSpec:
     return RequestSpec.from_dict(data)
 
 
-def select_for_unshelve(db_url: str, scheduler: Scheduler, instance_uuid: str) -> Selection | None:
+def select_for_unshelve(
+    sessions: Sessions, scheduler: Scheduler, instance_uuid: str
+) -> Selection | None:
     """The claimed host for the unshelve, or None when the instance left the unshelve
     meanwhile (deleted). Raises ``NoValidHost``. Idempotent: a redelivered request finds
     the host already claimed and returns it."""
-    with session_scope(db_url) as session:
+    with sessions() as session:
         instance = get_instance(session, instance_uuid, with_deleted=False)
         if (
             instance.vm_state != VmState.SHELVED_OFFLOADED
@@ -63,7 +65,7 @@ def select_for_unshelve(db_url: str, scheduler: Scheduler, instance_uuid: str) -
         group = load_instance_group(session, spec.group) if spec.group else None
     spec = dataclasses.replace(spec, instance_group=group)
     ranked = scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
-    host = scheduler.claim_first(db_url, ranked, spec, placing=UNSHELVE_PLACING)
+    host = scheduler.claim_first(sessions, ranked, spec, placing=UNSHELVE_PLACING)
     if host is None:
         return None
     return Selection(host.host, host.nodename, host.compute_node_id, (), instance_uuid)

@@ -10,6 +10,7 @@ from celery import Task
 from celery.utils.log import get_task_logger
 
 from compute.deliveries import forget_delivery, record_delivery
+from compute.sessions import sessions_for
 from novaq.exceptions import NovaqError
 from novaq.settings import get_settings
 
@@ -30,7 +31,7 @@ class NovaqTask(Task):  # type: ignore[misc]
         task_id = self.request.id
         if self.count_deliveries and task_id and not self.request.is_eager:
             settings = get_settings()
-            attempts = record_delivery(settings.sqlalchemy_url, task_id, self.name)
+            attempts = record_delivery(sessions_for(settings.sqlalchemy_url), task_id, self.name)
             limit = settings.celery.max_delivery_attempts
             if attempts > limit:
                 LOG.error("%s[%s] delivered %d times; giving up", self.name, task_id, attempts)
@@ -44,10 +45,10 @@ class NovaqTask(Task):  # type: ignore[misc]
 
     def _forget(self, task_id: str | None) -> None:
         if self.count_deliveries and task_id and not self.request.is_eager:
-            forget_delivery(get_settings().sqlalchemy_url, task_id, self.name)
+            forget_delivery(sessions_for(get_settings().sqlalchemy_url), task_id, self.name)
 
     def after_return(
         self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
         if self.count_deliveries and task_id and not self.request.is_eager:
-            forget_delivery(get_settings().sqlalchemy_url, task_id, self.name)
+            forget_delivery(sessions_for(get_settings().sqlalchemy_url), task_id, self.name)

@@ -23,6 +23,7 @@ from celery.beat import PersistentScheduler
 
 from compute.periodic import beat_lease
 from compute.periodic.schedule import BY_NAME
+from compute.sessions import sessions_for
 from novaq.settings import get_settings
 
 LOG = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class SecondBeatError(SystemExit):
 class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.lease_holder: str = kwargs.pop("lease_holder", None) or _PROCESS_HOLDER
-        self._db_url = get_settings().sqlalchemy_url
+        self._sessions = sessions_for(get_settings().sqlalchemy_url)
         self._renewed_at = 0.0
         self._holds_lease = False
         if kwargs.get("lazy"):
@@ -57,11 +58,11 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
         try:
             super().__init__(*args, **kwargs)
         except BaseException:
-            beat_lease.release(self._db_url, self.lease_holder)
+            beat_lease.release(self._sessions, self.lease_holder)
             raise
 
     def _take_lease(self) -> None:
-        other = beat_lease.acquire(self._db_url, self.lease_holder, LEASE_TTL_S)
+        other = beat_lease.acquire(self._sessions, self.lease_holder, LEASE_TTL_S)
         if other is not None:
             message = (
                 f"another celery beat ({other.holder}) holds the beat lease until "
@@ -90,7 +91,7 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if time.monotonic() - self._renewed_at >= RENEW_EVERY_S:
-            if not beat_lease.renew(self._db_url, self.lease_holder, LEASE_TTL_S):
+            if not beat_lease.renew(self._sessions, self.lease_holder, LEASE_TTL_S):
                 message = f"beat {self.lease_holder} lost its lease; stopping"
                 LOG.error(message)
                 raise SecondBeatError(message)
@@ -104,6 +105,6 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
             return
         self._holds_lease = False
         try:
-            beat_lease.release(self._db_url, self.lease_holder)
+            beat_lease.release(self._sessions, self.lease_holder)
         except Exception:  # noqa: BLE001 - the lease expires on its own
             LOG.exception("could not release the beat lease")

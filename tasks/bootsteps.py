@@ -71,7 +71,7 @@ def listen_to_lifecycle_events(host: str) -> bool:
         return False
 
     def on_event(event: LifecycleEvent) -> None:
-        ctx = PeriodicContext(context.db_url(), s, host, context.driver())
+        ctx = PeriodicContext(context.sessions(), s, host, context.driver())
         outcome = lifecycle_events.handle_lifecycle_event(ctx, event)
         send_requests(ctx, {outcome: [event.uuid]})  # the power sync's stop, if it asked
 
@@ -88,8 +88,8 @@ def start_compute_service(host: str) -> int:
         service_id = servicegroup.register_service(
             session, host, servicegroup.COMPUTE, f"compute.{host}", s
         ).id
-    recovery.recover_host(context.db_url(), driver, host, settings=s)
-    resource_tracker.update_available_resource(context.db_url(), driver, host, s)
+    recovery.recover_host(context.sessions(), driver, host, settings=s)
+    resource_tracker.update_available_resource(context.sessions(), driver, host, s)
     return service_id
 
 

@@ -59,7 +59,7 @@ def select_for_move(self: Any, migration_uuid: str, instance_uuid: str, request_
     spec, source = move_spec(migration_uuid)
     try:
         selection = MoveScheduler(context.scheduler()).select(
-            context.db_url(), spec, migration_uuid
+            context.sessions(), spec, migration_uuid
         )
     except NoValidHost as exc:
         moves.fail_scheduling(context.sessions(), migration_uuid, exc)

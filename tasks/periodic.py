@@ -49,17 +49,17 @@ def _function(task: PeriodicTask) -> Callable[[PeriodicContext], dict[str, Any]]
 def run_periodic(task: PeriodicTask, host: str, runner: str) -> dict[str, Any]:
     """One pass of ``task`` on ``host`` (or the cluster), leased and recorded."""
     s = context.settings()
-    db_url = context.db_url()
+    sessions = context.sessions()
     reason = task.gate_reason(s)
     if reason is not None:
-        runs.record_skip(db_url, task.name, host, reason)
+        runs.record_skip(sessions, task.name, host, reason)
         return {"skipped": reason}
     stale_after = max(s.celery.visibility_timeout, task.effective_spacing(s) or 0)
-    if not runs.begin(db_url, task.name, host, runner, stale_after):
+    if not runs.begin(sessions, task.name, host, runner, stale_after):
         LOG.info("%s on %s: the previous run is still going; skipped", task.name, host)
         return {"skipped": "previous run still running"}
     ctx = PeriodicContext(
-        db_url=db_url,
+        sessions=sessions,
         settings=s,
         host=host,
         driver=context.driver() if task.per_host else None,
@@ -68,10 +68,10 @@ def run_periodic(task: PeriodicTask, host: str, runner: str) -> dict[str, Any]:
         result = run_pass(_function(task), ctx)
     except Exception as exc:
         runs.finish(
-            db_url, task.name, host, runner, runs.ERROR, error=f"{type(exc).__name__}: {exc}"
+            sessions, task.name, host, runner, runs.ERROR, error=f"{type(exc).__name__}: {exc}"
         )
         raise
-    runs.finish(db_url, task.name, host, runner, runs.OK, result)
+    runs.finish(sessions, task.name, host, runner, runs.OK, result)
     return result
 
 

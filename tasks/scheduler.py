@@ -24,7 +24,7 @@ def select_destinations(
 ) -> Any:
     specs = [RequestSpec.from_dict({**request_spec, "instance_uuid": u}) for u in instance_uuids]
     try:
-        selections = context.scheduler().schedule(context.db_url(), specs)
+        selections = context.scheduler().schedule(context.sessions(), specs)
     except NoValidHost as exc:
         for uuid in instance_uuids:
             fail_build(context.sessions(), uuid, request_id, exc, host=None, event=SCHEDULE_EVENT)

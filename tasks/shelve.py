@@ -58,7 +58,7 @@ def select_for_unshelve(self: Any, instance_uuid: str, request_id: str) -> Any:
     with sessions() as session:
         event_id = actions.start_event(session, instance_uuid, request_id, SCHEDULE_EVENT, None)
     try:
-        selection = select_host(context.db_url(), context.scheduler(), instance_uuid)
+        selection = select_host(sessions, context.scheduler(), instance_uuid)
     except NoValidHost as exc:
         # Nova: task None, the instance stays offloaded; novaq also records a fault.
         LOG.warning("Unshelve of %s: %s", instance_uuid, exc)

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import subprocess
 import uuid as uuid_module
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
-from compute.claims import write_usage
+from compute import claims
+from compute.claims import ResourceRequest, retry_on_conflict, write_usage
 from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, register_service
+from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from models import Base, ComputeNode, Image, ImageStatus, Instance, Migration
-from models.db import session_scope
+from models.db import get_engine, session_scope
 from models.states import MIGRATION_TRANSITIONS, MigrationStatus
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
@@ -308,7 +312,7 @@ def request_resize(
         )
         start_action(session, instance_uuid, "resize", request_id)
     spec = spec_for(instance_uuid, new_flavor, ignore_hosts=(source,))
-    MoveScheduler(Scheduler(make_settings())).select(db_url, spec, uuid)
+    MoveScheduler(Scheduler(make_settings())).select(sessions_for(db_url), spec, uuid)
     return uuid
 
 
@@ -322,3 +326,32 @@ def node_row(db_url: str, node_id: int) -> ComputeNode:
         assert node is not None
         session.expunge(node)
         return node
+
+
+def claim(db_url: str, node_id: int, consumer_uuid: str, request: ResourceRequest) -> None:
+    """Claim ``request`` for ``consumer_uuid`` in its own transaction (retried on a
+    generation conflict), as a worker's step does."""
+    retry_on_conflict(
+        sessions_for(db_url),
+        lambda session: claims.claim(session, node_id, consumer_uuid, request),
+    )
+
+
+def release(db_url: str, consumer_uuid: str, node_id: int | None = None) -> int:
+    """Release the consumer's allocations in their own transaction (idempotent)."""
+    return retry_on_conflict(
+        sessions_for(db_url), lambda session: claims.release(session, consumer_uuid, node_id)
+    )
+
+
+@contextlib.contextmanager
+def rolled_back(db_url: str) -> Iterator[Session]:
+    """A session on one connection whose transaction is rolled back at the end."""
+    with get_engine(db_url).connect() as connection:
+        transaction = connection.begin()
+        session = Session(bind=connection, join_transaction_mode="create_savepoint")
+        try:
+            yield session
+        finally:
+            session.close()
+            transaction.rollback()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compute.sessions import Sessions
 from novaq.settings import Settings
 from virt.driver import ComputeDriver
 
@@ -30,7 +31,7 @@ class OperationRequest:
 
 @dataclass(frozen=True, slots=True)
 class PeriodicContext:
-    db_url: str
+    sessions: Sessions
     settings: Settings
     host: str
     #: This host's hypervisor; None for a cluster task.

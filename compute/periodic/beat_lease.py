@@ -15,19 +15,19 @@ import datetime as dt
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from compute.sessions import Sessions
 from models import BeatLease, utcnow
-from models.db import session_scope
 
 BEAT = "beat"
 
 
-def acquire(db_url: str, holder: str, ttl_s: float, name: str = BEAT) -> BeatLease | None:
+def acquire(sessions: Sessions, holder: str, ttl_s: float, name: str = BEAT) -> BeatLease | None:
     """Take the lease for ``ttl_s`` seconds. Returns None when taken, else the live lease
     of whoever holds it."""
     now = utcnow()
     expires = now + dt.timedelta(seconds=ttl_s)
-    with session_scope(db_url) as session:
-        taken = session.execute(
+    with sessions() as session:
+        taken = session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
             update(BeatLease)
             .where(
                 BeatLease.name == name,
@@ -51,12 +51,12 @@ def acquire(db_url: str, holder: str, ttl_s: float, name: str = BEAT) -> BeatLea
         return current
 
 
-def renew(db_url: str, holder: str, ttl_s: float, name: str = BEAT) -> bool:
+def renew(sessions: Sessions, holder: str, ttl_s: float, name: str = BEAT) -> bool:
     """Extend our lease; False if it is no longer ours."""
     expires = utcnow() + dt.timedelta(seconds=ttl_s)
-    with session_scope(db_url) as session:
+    with sessions() as session:
         return bool(
-            session.execute(
+            session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
                 update(BeatLease)
                 .where(BeatLease.name == name, BeatLease.holder == holder)
                 .values(expires_at=expires)
@@ -64,14 +64,14 @@ def renew(db_url: str, holder: str, ttl_s: float, name: str = BEAT) -> bool:
         )
 
 
-def release(db_url: str, holder: str, name: str = BEAT) -> None:
-    with session_scope(db_url) as session:
+def release(sessions: Sessions, holder: str, name: str = BEAT) -> None:
+    with sessions() as session:
         session.execute(delete(BeatLease).where(BeatLease.name == name, BeatLease.holder == holder))
 
 
-def holder_of(db_url: str, name: str = BEAT) -> BeatLease | None:
+def holder_of(sessions: Sessions, name: str = BEAT) -> BeatLease | None:
     """The live lease, if any (for ``novaq periodic-list``)."""
-    with session_scope(db_url) as session:
+    with sessions() as session:
         lease = session.scalars(
             select(BeatLease).where(BeatLease.name == name, BeatLease.expires_at >= utcnow())
         ).first()

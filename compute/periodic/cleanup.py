@@ -35,13 +35,14 @@ from collections import defaultdict
 from typing import Any
 
 from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
 
 from compute.delete import clean_attempts, record_clean_attempt
 from compute.heal import release_orphan
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
+from compute.sessions import Sessions
 from models import Instance, Migration, utcnow
-from models.db import session_scope
 from models.migration import status_update
 from models.states import MigrationStatus
 from virt.driver import ComputeDriver
@@ -55,7 +56,8 @@ LOG = logging.getLogger(__name__)
 def run_pending_deletes(ctx: PeriodicContext) -> dict[str, Any]:
     """Retry deleting the files of this host's deleted instances (``cleaned`` = 0)."""
     LOG.debug("Cleaning up deleted instances on %s", ctx.host)
-    pending = _pending_deletes(ctx.db_url, ctx.host)
+    with ctx.sessions() as session:
+        pending = _pending_deletes(session, ctx.host)
     LOG.debug("There are %d instances to clean on %s", len(pending), ctx.host)
     maximum = ctx.settings.maximum_instance_delete_attempts
     result: dict[str, list[str]] = {"cleaned": [], "failed": [], "given_up": []}
@@ -65,20 +67,20 @@ def run_pending_deletes(ctx: PeriodicContext) -> dict[str, Any]:
             result["given_up"].append(uuid)
             continue
         deleted = _delete_files(ctx.hypervisor, uuid, ctx.host)
-        _record_attempt(ctx.db_url, uuid, deleted)
+        with ctx.sessions() as session:
+            _record_attempt(session, uuid, deleted)
         result["cleaned" if deleted else "failed"].append(uuid)
     return result
 
 
-def _pending_deletes(db_url: str, host: str) -> list[tuple[str, int]]:
+def _pending_deletes(session: Session, host: str) -> list[tuple[str, int]]:
     """(uuid, clean attempts so far) of the deleted, not cleaned instances of ``host``."""
-    with session_scope(db_url) as session:
-        instances = session.scalars(
-            select(Instance)
-            .where(Instance.host == host, Instance.deleted != 0, Instance.cleaned == 0)
-            .order_by(Instance.id)
-        )
-        return [(instance.uuid, clean_attempts(instance)) for instance in instances]
+    instances = session.scalars(
+        select(Instance)
+        .where(Instance.host == host, Instance.deleted != 0, Instance.cleaned == 0)
+        .order_by(Instance.id)
+    )
+    return [(instance.uuid, clean_attempts(instance)) for instance in instances]
 
 
 def _delete_files(driver: ComputeDriver, uuid: str, host: str) -> bool:
@@ -89,11 +91,10 @@ def _delete_files(driver: ComputeDriver, uuid: str, host: str) -> bool:
         return False
 
 
-def _record_attempt(db_url: str, uuid: str, deleted: bool) -> None:
-    with session_scope(db_url) as session:
-        instance = get_instance(session, uuid, lock=True)
-        record_clean_attempt(instance, deleted)
-        instance.updated_at = utcnow()
+def _record_attempt(session: Session, uuid: str, deleted: bool) -> None:
+    instance = get_instance(session, uuid, lock=True)
+    record_clean_attempt(instance, deleted)
+    instance.updated_at = utcnow()
 
 
 # -- _cleanup_incomplete_migrations --------------------------------------------------------
@@ -102,12 +103,12 @@ def _record_attempt(db_url: str, uuid: str, deleted: bool) -> None:
 def cleanup_incomplete_migrations(ctx: PeriodicContext) -> dict[str, Any]:
     """Clean what failed moves of since-deleted servers left on this host."""
     LOG.debug("Cleaning up deleted instances with incomplete migration on %s", ctx.host)
-    by_instance = _incomplete_migrations(ctx.db_url, ctx.host)
+    by_instance = _incomplete_migrations(ctx.sessions, ctx.host)
     result: dict[str, list[str]] = {"cleaned": [], "files_left": [], "migrations_failed": []}
     for instance_uuid, migrations in sorted(by_instance.items()):
         try:
             _destroy_guest(ctx.hypervisor, instance_uuid, ctx.host)
-            release_orphan(ctx.db_url, ctx.host, instance_uuid)  # if a heal counted it
+            release_orphan(ctx.sessions, ctx.host, instance_uuid)  # if a heal counted it
         except Exception:  # noqa: BLE001 - left in error, the next pass tries again
             LOG.exception("Instance %s on %s: could not destroy its guest", instance_uuid, ctx.host)
             continue
@@ -117,15 +118,15 @@ def cleanup_incomplete_migrations(ctx: PeriodicContext) -> dict[str, Any]:
         gone = _delete_files(ctx.hypervisor, instance_uuid, ctx.host)
         result["cleaned" if gone else "files_left"].append(instance_uuid)
         result["migrations_failed"] += [
-            m for m in migrations if _fail_migration(ctx.db_url, m, ctx.host)
+            m for m in migrations if _fail_migration(ctx.sessions, m, ctx.host)
         ]
     return result
 
 
-def _incomplete_migrations(db_url: str, host: str) -> dict[str, list[str]]:
+def _incomplete_migrations(sessions: Sessions, host: str) -> dict[str, list[str]]:
     """Migration uuids in ``error`` from or to ``host``, by instance, for instances that are
     deleted and whose ``host`` is not this one (None counts as another host, as in Nova)."""
-    with session_scope(db_url) as session:
+    with sessions() as session:
         rows = session.execute(
             select(Migration.instance_uuid, Migration.uuid)
             .join(Instance, Instance.uuid == Migration.instance_uuid)
@@ -152,10 +153,10 @@ def _destroy_guest(driver: ComputeDriver, instance_uuid: str, host: str) -> None
         driver.destroy(instance_uuid)
 
 
-def _fail_migration(db_url: str, migration_uuid: str, host: str) -> bool:
+def _fail_migration(sessions: Sessions, migration_uuid: str, host: str) -> bool:
     """``error`` -> ``failed``; False if the migration moved on meanwhile."""
-    with session_scope(db_url) as session:
-        changed = session.execute(
+    with sessions() as session:
+        changed = session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
             status_update(
                 migration_uuid, MigrationStatus.ERROR, MigrationStatus.FAILED, updated_at=utcnow()
             )

@@ -14,7 +14,8 @@ LOG = logging.getLogger(__name__)
 
 
 def cleanup_expired_console_auth_tokens(ctx: PeriodicContext) -> dict[str, Any]:
-    deleted = delete_expired_tokens(ctx.db_url)
+    with ctx.sessions() as session:
+        deleted = delete_expired_tokens(session)
     if deleted:
         LOG.info("Deleted %d expired console auth tokens", deleted)
     return {"deleted": deleted}

@@ -22,11 +22,9 @@ from compute.periodic.passes import (
     latest_request_id,
     locked_here,
 )
-from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from compute.steps import StepContext
 from models import Instance
-from models.db import session_scope
 from novaq.exceptions import UnexpectedTaskStateError
 
 LOG = logging.getLogger(__name__)
@@ -54,7 +52,7 @@ def poll_shelved_instances(ctx: PeriodicContext) -> dict[str, Any]:
     if offload_time <= 0:
         return {OFFLOADED: [], FAILED: []}
     cutoff = cutoff_for(offload_time)
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         shelved = session.execute(
             select(Instance.uuid, Instance.system_metadata)
             .where(
@@ -88,7 +86,7 @@ def _shelved_before(uuid: str, meta: dict[str, Any] | None, cutoff: dt.datetime)
 
 def _offload(ctx: PeriodicContext, uuid: str, cutoff: dt.datetime) -> str | None:
     try:
-        with session_scope(ctx.db_url) as session:
+        with ctx.sessions() as session:
             instance = locked_here(session, ctx, uuid)
             if instance is None or not _shelved_before(uuid, instance.system_metadata, cutoff):
                 return None  # unshelved (and perhaps shelved again) since the query
@@ -103,7 +101,7 @@ def _offload(ctx: PeriodicContext, uuid: str, cutoff: dt.datetime) -> str | None
     except UnexpectedTaskStateError:
         return None
     LOG.info("Instance %s on %s: shelved past shelved_offload_time, offloading", uuid, ctx.host)
-    step = StepContext.for_url(ctx.db_url, ctx.hypervisor, ctx.host, request_id)
+    step = StepContext(ctx.sessions, ctx.hypervisor, ctx.host, request_id)
     outcome = shelve.shelve_offload_instance(step, uuid)
     return OFFLOADED if outcome == lifecycle.DONE else None
 
@@ -113,6 +111,6 @@ def reclaim_queued_deletes(ctx: PeriodicContext) -> dict[str, Any]:
     longer than ``reclaim_instance_interval`` are deleted for good
     (``compute.soft_delete.reclaim_queued_deletes`` does the work)."""
     reclaimed = soft_delete.reclaim_queued_deletes(
-        sessions_for(ctx.db_url), ctx.hypervisor, ctx.host, ctx.settings
+        ctx.sessions, ctx.hypervisor, ctx.host, ctx.settings
     )
     return {"reclaimed": reclaimed}

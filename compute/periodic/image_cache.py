@@ -21,42 +21,40 @@ import logging
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from compute.periodic import PeriodicContext
 from models import Instance
-from models.db import session_scope
 
 LOG = logging.getLogger(__name__)
 
 
 def run_image_cache_manager_pass(ctx: PeriodicContext) -> dict[str, Any]:
-    images = images_in_use(ctx.db_url, ctx.host)
+    with ctx.sessions() as session:
+        images = images_in_use(session, ctx.host)
+        known = images_known(session, ctx.host)
     options = ctx.settings.image_cache
     report = ctx.hypervisor.manage_image_cache(
         images,
         remove_unused=options.remove_unused_base_images,
         min_age_s=options.remove_unused_original_minimum_age_seconds,
-        known_images=images_known(ctx.db_url, ctx.host),
+        known_images=known,
     )
     if report.removed:
         LOG.info("Image cache on %s: removed unused base images %s", ctx.host, report.removed)
     return report.to_dict()
 
 
-def images_in_use(db_url: str, host: str) -> set[str]:
+def images_in_use(session: Session, host: str) -> set[str]:
     """The images of the instances whose files live in this host's instances path."""
-    with session_scope(db_url) as session:
-        refs = session.scalars(
-            select(Instance.image_ref)
-            .where(Instance.host == host, Instance.deleted == 0)
-            .distinct()
-        )
-        return {ref for ref in refs if ref}
+    refs = session.scalars(
+        select(Instance.image_ref).where(Instance.host == host, Instance.deleted == 0).distinct()
+    )
+    return {ref for ref in refs if ref}
 
 
-def images_known(db_url: str, host: str) -> set[str]:
+def images_known(session: Session, host: str) -> set[str]:
     """Every image an instance of this host, deleted ones included, booted from: the base
     files are named by the SHA-1 of the image id, so this names them in the report."""
-    with session_scope(db_url) as session:
-        refs = session.scalars(select(Instance.image_ref).where(Instance.host == host).distinct())
-        return {ref for ref in refs if ref}
+    refs = session.scalars(select(Instance.image_ref).where(Instance.host == host).distinct())
+    return {ref for ref in refs if ref}

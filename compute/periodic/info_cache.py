@@ -30,11 +30,12 @@ from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from compute.periodic import PeriodicContext
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from models import Instance, InstanceInfoCache, utcnow
-from models.db import session_scope
 from novaq.exceptions import DomainNotFound, HypervisorError
 
 LOG = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ SKIPPED_TASK_STATES = (
 )
 
 
-def next_instance_to_heal(db_url: str, host: str) -> str | None:
+def next_instance_to_heal(session: Session, host: str) -> str | None:
     """The eligible instance of ``host`` whose cache is the oldest (or missing)."""
     query = (
         select(Instance.uuid)
@@ -65,30 +66,31 @@ def next_instance_to_heal(db_url: str, host: str) -> str | None:
         )
         .limit(1)
     )
-    with session_scope(db_url) as session:
-        return session.scalar(query)
+    uuid: str | None = session.scalar(query)
+    return uuid
 
 
-def _write_cache(db_url: str, uuid: str, device_info: dict[str, Any] | None) -> None:
+def _write_cache(session: Session, uuid: str, device_info: dict[str, Any] | None) -> None:
     """Store ``device_info`` (None: keep what is cached) and stamp the refresh."""
-    with session_scope(db_url) as session:
-        row = session.scalars(
-            select(InstanceInfoCache).where(InstanceInfoCache.instance_uuid == uuid)
-        ).first()
-        if row is None:
-            row = InstanceInfoCache(instance_uuid=uuid, device_info={})
-            session.add(row)
-        if device_info is not None:
-            row.device_info = device_info
-        row.updated_at = utcnow()
+    row = session.scalars(
+        select(InstanceInfoCache).where(InstanceInfoCache.instance_uuid == uuid)
+    ).first()
+    if row is None:
+        row = InstanceInfoCache(instance_uuid=uuid, device_info={})
+        session.add(row)
+    if device_info is not None:
+        row.device_info = device_info
+    row.updated_at = utcnow()
 
 
-def write_cache(db_url: str, uuid: str, device_info: dict[str, Any] | None) -> None:
+def write_cache(sessions: Sessions, uuid: str, device_info: dict[str, Any] | None) -> None:
     try:
-        _write_cache(db_url, uuid, device_info)
+        with sessions() as session:
+            _write_cache(session, uuid, device_info)
     except IntegrityError:
         # Another writer created the row first: it exists now, so update it.
-        _write_cache(db_url, uuid, device_info)
+        with sessions() as session:
+            _write_cache(session, uuid, device_info)
 
 
 def _read_devices(ctx: PeriodicContext, uuid: str) -> dict[str, Any] | None:
@@ -109,12 +111,13 @@ def _read_devices(ctx: PeriodicContext, uuid: str) -> dict[str, Any] | None:
 def heal_instance_info_cache(ctx: PeriodicContext) -> dict[str, Any]:
     """Refresh the next instance's cache from the hypervisor."""
     LOG.debug("Starting heal instance info cache")
-    uuid = next_instance_to_heal(ctx.db_url, ctx.host)
+    with ctx.sessions() as session:
+        uuid = next_instance_to_heal(session, ctx.host)
     if uuid is None:
         LOG.debug("Didn't find any instances for info cache update on %s.", ctx.host)
         return {"instance": None}
     device_info = _read_devices(ctx, uuid)
-    write_cache(ctx.db_url, uuid, device_info)
+    write_cache(ctx.sessions, uuid, device_info)
     if device_info is not None:
         LOG.debug("Updated the info_cache for instance %s on %s", uuid, ctx.host)
     return {"instance": uuid, "refreshed": device_info is not None}

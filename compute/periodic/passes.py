@@ -22,7 +22,6 @@ from compute import instance_actions as actions
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from models import Instance, utcnow
-from models.db import session_scope
 from novaq.exceptions import InstanceNotFound
 
 LOG = logging.getLogger(__name__)
@@ -40,7 +39,7 @@ def cutoff_for(seconds: int) -> dt.datetime:
 
 def host_instances(ctx: PeriodicContext, *where: Any) -> list[str]:
     """The uuids of this host's live instances matching ``where``, oldest first."""
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         query = select(Instance.uuid).where(Instance.host == ctx.host, Instance.deleted == 0)
         return list(session.scalars(query.where(*where).order_by(Instance.id)))
 

@@ -47,13 +47,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from compute.instance_state import cas_update, get_instance
 from compute.lifecycle import guest_power_state
 from compute.periodic import PeriodicContext
+from compute.sessions import Sessions
 from compute.states import VmState
 from models import Instance
-from models.db import session_scope
 from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
 from virt import power_state
 
@@ -116,7 +117,8 @@ def decide(vm_state: str, vm_power_state: int) -> str:
 
 def sync_power_states(ctx: PeriodicContext) -> dict[str, Any]:
     """One pass of Nova's ``_sync_power_states`` on ``ctx.host``."""
-    uuids = _instances_of(ctx.db_url, ctx.host)
+    with ctx.sessions() as session:
+        uuids = _instances_of(session, ctx.host)
     guests = ctx.hypervisor.list_instance_uuids()
     if len(guests) != len(uuids):
         LOG.warning(
@@ -148,17 +150,16 @@ class _Synced:
     power_updated: bool = False
 
 
-def _instances_of(db_url: str, host: str) -> list[str]:
+def _instances_of(session: Session, host: str) -> list[str]:
     """Every instance row of ``host`` that is not deleted (Nova's ``get_by_host``: the
     SOFT_DELETED ones are among them)."""
-    with session_scope(db_url) as session:
-        return list(
-            session.scalars(
-                select(Instance.uuid)
-                .where(Instance.host == host, Instance.deleted == 0)
-                .order_by(Instance.id)
-            )
+    return list(
+        session.scalars(
+            select(Instance.uuid)
+            .where(Instance.host == host, Instance.deleted == 0)
+            .order_by(Instance.id)
         )
+    )
 
 
 def _sync_safely(ctx: PeriodicContext, uuid: str) -> _Synced:
@@ -181,7 +182,7 @@ def sync_instance(ctx: PeriodicContext, uuid: str) -> str:
 
 def _sync_one(ctx: PeriodicContext, uuid: str) -> _Synced:
     """Nova's ``_query_driver_power_state_and_sync`` for one instance."""
-    pending = _pending_task(ctx.db_url, uuid)
+    pending = _pending_task(ctx.sessions, uuid)
     if pending is not None:
         return _Synced(pending)
     vm_power_state = guest_power_state(ctx.hypervisor, uuid)
@@ -199,8 +200,8 @@ def _sync_one(ctx: PeriodicContext, uuid: str) -> _Synced:
     return _Synced(outcome, updated)
 
 
-def _pending_task(db_url: str, uuid: str) -> str | None:
-    with session_scope(db_url) as session:
+def _pending_task(sessions: Sessions, uuid: str) -> str | None:
+    with sessions() as session:
         try:
             instance = get_instance(session, uuid, with_deleted=False)
         except InstanceNotFound:
@@ -225,7 +226,7 @@ def _record_power_state(ctx: PeriodicContext, uuid: str, vm_power_state: int) ->
     """Nova's ``refresh`` then ``power_state`` ← the hypervisor's. The write is a
     compare-and-swap on task None and the vm_state read, so a request that began since
     the first check wins (``_Skip``). Returns (vm_state, whether power_state changed)."""
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         instance = get_instance(session, uuid, with_deleted=False)
         if instance.host != ctx.host:
             LOG.info(

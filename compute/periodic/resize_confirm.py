@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from compute.claims import release_in_session, retry_on_conflict
+from compute.claims import release, retry_on_conflict
 from compute.periodic import PeriodicContext
 from compute.periodic.passes import (
     ERRORED,
@@ -22,7 +22,6 @@ from compute.periodic.passes import (
 )
 from compute.states import TaskState, VmState
 from models import Instance, Migration, utcnow
-from models.db import session_scope
 from models.migration import status_update
 from models.states import MigrationStatus
 
@@ -49,7 +48,7 @@ def poll_unconfirmed_resizes(ctx: PeriodicContext) -> dict[str, Any]:
     window = ctx.settings.resize_confirm_window
     if window <= 0:
         return {CONFIRMING: [], SKIPPED: [], ERRORED: [], FAILED: []}
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         due = session.execute(
             select(Migration.uuid, Migration.instance_uuid)
             .where(
@@ -74,7 +73,7 @@ def _auto_confirm(ctx: PeriodicContext, migration_uuid: str, instance_uuid: str)
     LOG.info("Automatically confirming migration %s for instance %s", migration_uuid, instance_uuid)
     try:
         verdict = retry_on_conflict(
-            ctx.db_url, lambda session: _judge(session, migration_uuid, instance_uuid)
+            ctx.sessions, lambda session: _judge(session, migration_uuid, instance_uuid)
         )
     except Exception as exc:  # noqa: BLE001 - Nova: "Will retry later."
         LOG.info(
@@ -99,7 +98,7 @@ def _judge(session: Session, migration_uuid: str, instance_uuid: str) -> str:
     instance = session.scalars(select(Instance).where(Instance.uuid == instance_uuid)).first()
     if instance is None or instance.deleted:
         return _error_migration(
-            session, migration_uuid, f"Instance {instance_uuid} not found", release=True
+            session, migration_uuid, f"Instance {instance_uuid} not found", free=True
         )
     if instance.vm_state == VmState.ERROR:
         return _error_migration(session, migration_uuid, "In ERROR state")
@@ -115,9 +114,7 @@ def _judge(session: Session, migration_uuid: str, instance_uuid: str) -> str:
     return CONFIRMING
 
 
-def _error_migration(
-    session: Session, migration_uuid: str, reason: str, release: bool = False
-) -> str:
+def _error_migration(session: Session, migration_uuid: str, reason: str, free: bool = False) -> str:
     moved = session.execute(
         status_update(
             migration_uuid, MigrationStatus.FINISHED, MigrationStatus.ERROR, updated_at=utcnow()
@@ -125,7 +122,7 @@ def _error_migration(
     ).rowcount  # type: ignore[attr-defined]
     if not moved:
         return SKIPPED  # confirmed or reverted since the query
-    if release:
-        release_in_session(session, migration_uuid)
+    if free:
+        release(session, migration_uuid)
     LOG.warning("Setting migration %s to error: %s", migration_uuid, reason)
     return ERRORED

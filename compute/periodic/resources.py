@@ -11,6 +11,6 @@ from compute.periodic import PeriodicContext
 
 def update_available_resource(ctx: PeriodicContext) -> dict[str, Any]:
     heals = resource_tracker.update_available_resource(
-        ctx.db_url, ctx.hypervisor, ctx.host, ctx.settings
+        ctx.sessions, ctx.hypervisor, ctx.host, ctx.settings
     )
     return {"heals": len(heals), "actions": sorted({h["action"] for h in heals})}

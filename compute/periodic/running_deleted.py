@@ -32,9 +32,9 @@ from compute.claims import retry_on_conflict
 from compute.delete import record_clean_attempt
 from compute.heal import release_destroyed_orphan
 from compute.periodic import PeriodicContext
+from compute.sessions import Sessions
 from compute.states import VmState
 from models import Instance, utcnow
-from models.db import session_scope
 from virt.driver import ComputeDriver
 
 LOG = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def cleanup_running_deleted_instances(ctx: PeriodicContext) -> dict[str, Any]:
     if action == "noop":
         return {"action": action, "instances": [], "failed": []}
     found = running_deleted_instances(
-        ctx.db_url, ctx.hypervisor, ctx.settings.running_deleted_instance_timeout
+        ctx.sessions, ctx.hypervisor, ctx.settings.running_deleted_instance_timeout
     )
     handle = _ACTIONS[action]
     failed = [item.uuid for item in found if not handle(ctx.hypervisor, item)]
@@ -76,11 +76,11 @@ def _record_cleanups(ctx: PeriodicContext, uuids: list[str]) -> None:
                 record_clean_attempt(instance, gone)
             release_destroyed_orphan(session, ctx.host, uuid)
 
-        retry_on_conflict(ctx.db_url, work)
+        retry_on_conflict(ctx.sessions, work)
 
 
 def running_deleted_instances(
-    db_url: str, driver: ComputeDriver, timeout_s: int
+    sessions: Sessions, driver: ComputeDriver, timeout_s: int
 ) -> list[RunningDeleted]:
     """Guests of ``driver`` whose instance row is deleted (not SOFT_DELETED) for more
     than ``timeout_s`` seconds, or with no ``deleted_at`` (Nova's ``_deleted_old_enough``)."""
@@ -88,7 +88,7 @@ def running_deleted_instances(
     if not guests:
         return []  # as Nova: no database call for an empty hypervisor
     cutoff = utcnow() - dt.timedelta(seconds=timeout_s)
-    with session_scope(db_url) as session:
+    with sessions() as session:
         rows = session.scalars(
             select(Instance)
             .where(

@@ -16,8 +16,8 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from compute.sessions import Sessions
 from models import PeriodicTaskRun, utcnow
-from models.db import session_scope
 
 OK, ERROR, SKIPPED = "ok", "error", "skipped"
 
@@ -36,13 +36,13 @@ def _row(session: Session, task_name: str, host: str) -> None:
             pass  # another runner created it first
 
 
-def begin(db_url: str, task_name: str, host: str, runner: str, stale_after: float) -> bool:
+def begin(sessions: Sessions, task_name: str, host: str, runner: str, stale_after: float) -> bool:
     """Take the lease; False if a live run of the same task on the same host holds it."""
     now = utcnow()
     stale = now - dt.timedelta(seconds=stale_after)
-    with session_scope(db_url) as session:
+    with sessions() as session:
         _row(session, task_name, host)
-        taken = session.execute(
+        taken = session.execute(  # type: ignore[attr-defined]  # a DML result is a CursorResult
             update(PeriodicTaskRun)
             .where(
                 PeriodicTaskRun.task_name == task_name,
@@ -65,7 +65,7 @@ def begin(db_url: str, task_name: str, host: str, runner: str, stale_after: floa
 
 
 def finish(
-    db_url: str,
+    sessions: Sessions,
     task_name: str,
     host: str,
     runner: str,
@@ -75,7 +75,7 @@ def finish(
 ) -> None:
     """Record the run and release the lease (only if this runner still holds it)."""
     now = utcnow()
-    with session_scope(db_url) as session:
+    with sessions() as session:
         session.execute(
             update(PeriodicTaskRun)
             .where(
@@ -94,10 +94,10 @@ def finish(
         )
 
 
-def record_skip(db_url: str, task_name: str, host: str, reason: str) -> None:
+def record_skip(sessions: Sessions, task_name: str, host: str, reason: str) -> None:
     """A run that had nothing to do because its gate option is off (Nova's early return)."""
     now = utcnow()
-    with session_scope(db_url) as session:
+    with sessions() as session:
         _row(session, task_name, host)
         session.execute(
             update(PeriodicTaskRun)
@@ -113,9 +113,9 @@ def record_skip(db_url: str, task_name: str, host: str, reason: str) -> None:
         )
 
 
-def last_runs(db_url: str) -> dict[tuple[str, str], dict[str, Any]]:
+def last_runs(sessions: Sessions) -> dict[tuple[str, str], dict[str, Any]]:
     """Every (task, host) record, as plain dicts."""
-    with session_scope(db_url) as session:
+    with sessions() as session:
         rows = session.scalars(select(PeriodicTaskRun)).all()
         return {(r.task_name, r.host): run_dict(r) for r in rows}
 

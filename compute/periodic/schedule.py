@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from novaq.settings import Settings
 
@@ -46,10 +47,10 @@ def _option(name: str) -> Callable[[Settings], int | None]:
 
 
 def _get(settings: Settings, dotted: str) -> int:
-    value: object = settings
+    value: Any = settings
     for part in dotted.split("."):
         value = getattr(value, part)
-    return int(value)  # type: ignore[call-overload]
+    return int(value)
 
 
 def _heal_spacing(settings: Settings) -> int | None:

@@ -38,14 +38,13 @@ from compute.audit import NEEDS_GUEST
 from compute.periodic import PeriodicContext
 from compute.usage import TERMINAL_MIGRATION
 from models import Instance, Migration
-from models.db import session_scope
 
 LOG = logging.getLogger(__name__)
 
 
 def sync_scheduler_instance_info(ctx: PeriodicContext) -> dict[str, Any]:
     guests = set(ctx.hypervisor.list_instance_uuids())
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         counted = _counted_instances(session, ctx.host)
         missing = sorted(uuid for uuid, needs in counted.items() if needs and uuid not in guests)
         strangers = guests - counted.keys() - _moving_instances(session, ctx.host)

@@ -35,11 +35,9 @@ from compute.periodic.passes import (
     latest_request_id,
     locked_here,
 )
-from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from compute.steps import StepContext
 from models import Instance
-from models.db import session_scope
 from novaq.exceptions import BuildAbortError
 from virt import power_state
 
@@ -78,13 +76,13 @@ def check_instance_build_time(ctx: PeriodicContext) -> dict[str, Any]:
 
 
 def _time_out_build(ctx: PeriodicContext, uuid: str, timeout: int) -> str | None:
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         request_id = latest_request_id(session, uuid)
     error = BuildAbortError(uuid=uuid, reason=f"build timed out after {timeout} s")
     # NOTE: fail_build re-checks BUILDING under the row lock: a build that finished since
     # the query is left alone (False), and its guest with it.
     if not fail_build(
-        sessions_for(ctx.db_url), uuid, request_id, error, host=ctx.host, event=BUILD_TIMEOUT_EVENT
+        ctx.sessions, uuid, request_id, error, host=ctx.host, event=BUILD_TIMEOUT_EVENT
     ):
         return None
     LOG.warning("Instance %s on %s: build timed out. Set to error state.", uuid, ctx.host)
@@ -131,7 +129,7 @@ def _end_reboot(ctx: PeriodicContext, uuid: str, cutoff: dt.datetime) -> str | N
     LOG.warning(
         "Instance %s on %s: stuck reboot, guest not running: rebooting hard", uuid, ctx.host
     )
-    step = StepContext.for_url(ctx.db_url, ctx.hypervisor, ctx.host, request_id)
+    step = StepContext(ctx.sessions, ctx.hypervisor, ctx.host, request_id)
     outcome = lifecycle.reboot_instance(step, uuid, hard=True)
     return REBOOTED_HARD if outcome == lifecycle.DONE else None
 
@@ -150,7 +148,7 @@ def _take_stuck_reboot(
 ) -> str | None:
     """Under the row lock, if the soft reboot is still stuck: the compare-and-swap to
     ``values`` and the event. The reboot action's request id, or None if it moved on."""
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         instance = locked_here(session, ctx, uuid)
         if instance is None or instance.task_state not in lifecycle.REBOOT.tasks:
             return None

@@ -41,8 +41,8 @@ from sqlalchemy.orm import Session
 from compute import notifications
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
+from compute.sessions import Sessions
 from models import Instance, TaskLog, utcnow
-from models.db import session_scope
 from novaq.exceptions import ConfigError
 
 LOG = logging.getLogger(__name__)
@@ -162,7 +162,9 @@ def _task_log_exists(session: Session, host: str, begin: dt.datetime, end: dt.da
     return session.scalar(query) is not None
 
 
-def begin_task(db_url: str, host: str, begin: dt.datetime, end: dt.datetime, items: int) -> bool:
+def begin_task(
+    sessions: Sessions, host: str, begin: dt.datetime, end: dt.datetime, items: int
+) -> bool:
     """Insert the RUNNING row; False if another run inserted it first (Nova's
     ``TaskAlreadyRunning``)."""
     row = TaskLog(
@@ -175,7 +177,7 @@ def begin_task(db_url: str, host: str, begin: dt.datetime, end: dt.datetime, ite
         message="Instance usage audit started...",
     )
     try:
-        with session_scope(db_url) as session:
+        with sessions() as session:
             session.add(row)
     except IntegrityError:
         return False
@@ -183,19 +185,18 @@ def begin_task(db_url: str, host: str, begin: dt.datetime, end: dt.datetime, ite
 
 
 def end_task(
-    db_url: str, host: str, begin: dt.datetime, end: dt.datetime, errors: int, message: str
+    session: Session, host: str, begin: dt.datetime, end: dt.datetime, errors: int, message: str
 ) -> None:
-    with session_scope(db_url) as session:
-        session.execute(
-            update(TaskLog)
-            .where(
-                TaskLog.task_name == TASK_NAME,
-                TaskLog.host == host,
-                TaskLog.period_beginning == begin,
-                TaskLog.period_ending == end,
-            )
-            .values(state=DONE, errors=errors, message=message, updated_at=utcnow())
+    session.execute(
+        update(TaskLog)
+        .where(
+            TaskLog.task_name == TASK_NAME,
+            TaskLog.host == host,
+            TaskLog.period_beginning == begin,
+            TaskLog.period_ending == end,
         )
+        .values(state=DONE, errors=errors, message=message, updated_at=utcnow())
+    )
 
 
 def _iso(value: dt.datetime) -> str:
@@ -225,10 +226,12 @@ def exists_payload(
     }
 
 
-def _notify_exists(db_url: str, uuid: str, host: str, begin: dt.datetime, end: dt.datetime) -> bool:
+def _notify_exists(
+    sessions: Sessions, uuid: str, host: str, begin: dt.datetime, end: dt.datetime
+) -> bool:
     """Send one ``instance.exists``; False (logged) if it could not be built or sent."""
     try:
-        with session_scope(db_url) as session:
+        with sessions() as session:
             payload = exists_payload(session, get_instance(session, uuid), begin, end)
     except Exception:  # noqa: BLE001 - counted in task_log.errors, as Nova does
         LOG.exception("Failed to generate usage audit for instance %s on host %s", uuid, host)
@@ -240,7 +243,7 @@ def instance_usage_audit(ctx: PeriodicContext) -> dict[str, Any]:
     """One audit of ``ctx.host`` for the last completed period, unless already done."""
     begin, end = last_completed_audit_period(ctx.settings.instance_usage_audit_period)
     period = [begin.isoformat(), end.isoformat()]
-    with session_scope(ctx.db_url) as session:
+    with ctx.sessions() as session:
         if _task_log_exists(session, ctx.host, begin, end):
             return {"period": period, "skipped": "already audited"}
         uuids = active_instances(session, ctx.host, begin, end)
@@ -252,13 +255,14 @@ def instance_usage_audit(ctx: PeriodicContext) -> dict[str, Any]:
         len(uuids),
     )
     start = time.time()
-    if not begin_task(ctx.db_url, ctx.host, begin, end, len(uuids)):
+    if not begin_task(ctx.sessions, ctx.host, begin, end, len(uuids)):
         LOG.info("Instance usage audit of %s for %s-%s is already running", ctx.host, begin, end)
         return {"period": period, "skipped": "already audited"}
-    errors = sum(not _notify_exists(ctx.db_url, u, ctx.host, begin, end) for u in uuids)
+    errors = sum(not _notify_exists(ctx.sessions, u, ctx.host, begin, end) for u in uuids)
     message = (
         f"Instance usage audit ran for host {ctx.host}, {len(uuids)} instances "
         f"in {time.time() - start} seconds."
     )
-    end_task(ctx.db_url, ctx.host, begin, end, errors, message)
+    with ctx.sessions() as session:
+        end_task(session, ctx.host, begin, end, errors, message)
     return {"period": period, "instances": uuids, "errors": errors}

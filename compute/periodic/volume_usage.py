@@ -33,8 +33,8 @@ from sqlalchemy.orm import Session
 
 from compute import notifications
 from compute.periodic import PeriodicContext
+from compute.sessions import Sessions
 from models import Instance, VolumeUsage, utcnow
-from models.db import session_scope
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt.driver import ComputeDriver
 
@@ -67,10 +67,9 @@ class DiskUsage:
         return cls(volume_id=f"{instance_uuid}/{dev}", instance_uuid=instance_uuid, **values)
 
 
-def _host_instances(db_url: str, host: str) -> list[str]:
-    with session_scope(db_url) as session:
-        query = select(Instance.uuid).where(Instance.host == host, Instance.deleted == 0)
-        return list(session.scalars(query.order_by(Instance.id)))
+def _host_instances(session: Session, host: str) -> list[str]:
+    query = select(Instance.uuid).where(Instance.host == host, Instance.deleted == 0)
+    return list(session.scalars(query.order_by(Instance.id)))
 
 
 def read_disk_usage(driver: ComputeDriver, uuid: str, host: str) -> list[DiskUsage]:
@@ -150,39 +149,42 @@ def usage_payload(row: VolumeUsage, availability_zone: str | None) -> dict[str, 
 
 
 def _update_cache(
-    db_url: str, uuid: str, host: str, usages: list[DiskUsage]
+    session: Session, uuid: str, host: str, usages: list[DiskUsage]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Record one guest's disks in one transaction: (payloads to send, volumes folded)."""
-    with session_scope(db_url) as session:
-        zone = session.scalar(select(Instance.availability_zone).where(Instance.uuid == uuid))
-        payloads, folded = [], []
-        for usage in usages:
-            row, was_folded = record_usage(session, usage, host)
-            payloads.append(usage_payload(row, zone))
-            if was_folded:
-                folded.append(row.volume_id)
-        return payloads, folded
+    zone = session.scalar(select(Instance.availability_zone).where(Instance.uuid == uuid))
+    payloads, folded = [], []
+    for usage in usages:
+        row, was_folded = record_usage(session, usage, host)
+        payloads.append(usage_payload(row, zone))
+        if was_folded:
+            folded.append(row.volume_id)
+    return payloads, folded
 
 
 def _update_cache_once_more_on_race(
-    db_url: str, uuid: str, host: str, usages: list[DiskUsage]
+    sessions: Sessions, uuid: str, host: str, usages: list[DiskUsage]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     try:
-        return _update_cache(db_url, uuid, host, usages)
+        with sessions() as session:
+            return _update_cache(session, uuid, host, usages)
     except IntegrityError:
         # Another run inserted one of these rows first: it exists now, so update it.
-        return _update_cache(db_url, uuid, host, usages)
+        with sessions() as session:
+            return _update_cache(session, uuid, host, usages)
 
 
 def poll_volume_usage(ctx: PeriodicContext) -> dict[str, Any]:
     """One poll of every guest of ``ctx.host``."""
     LOG.debug("Updating volume usage cache")
     polled, disks, reset = [], 0, []
-    for uuid in _host_instances(ctx.db_url, ctx.host):
+    with ctx.sessions() as session:
+        uuids = _host_instances(session, ctx.host)
+    for uuid in uuids:
         usages = read_disk_usage(ctx.hypervisor, uuid, ctx.host)
         if not usages:
             continue
-        payloads, folded = _update_cache_once_more_on_race(ctx.db_url, uuid, ctx.host, usages)
+        payloads, folded = _update_cache_once_more_on_race(ctx.sessions, uuid, ctx.host, usages)
         # NOTE: sent after the commit, so a reader of the notification finds the row.
         for payload in payloads:
             notifications.publish(USAGE_EVENT, payload, ctx.host)

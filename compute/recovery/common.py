@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compute.sessions import Sessions
 from novaq.settings import Settings
 from virt.driver import ComputeDriver
 
@@ -17,7 +18,7 @@ from virt.driver import ComputeDriver
 class Host:
     """The host being recovered; ``settings`` is None when ``recover_host`` got none."""
 
-    db_url: str
+    sessions: Sessions
     driver: ComputeDriver
     host: str
     settings: Settings | None

@@ -78,7 +78,7 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute import lifecycle, shelve, soft_delete
 from compute.build import destroy_quietly, fail_build
-from compute.claims import release_in_session, retry_on_conflict
+from compute.claims import release, retry_on_conflict
 from compute.delete import terminate_instance
 from compute.instance_state import cas_update, get_instance
 from compute.lifecycle import guest_power_state
@@ -89,11 +89,10 @@ from compute.recovery.common import Found, Host
 from compute.recovery.moves import recover_resize_migrating, recover_resize_prep
 from compute.recovery.resume import NO_RESUME as NO_RESUME  # re-exported: it was defined here
 from compute.recovery.resume import resume_safely
-from compute.sessions import sessions_for
+from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from compute.steps import StepContext
 from models import Instance, utcnow
-from models.db import session_scope
 from novaq.exceptions import BuildAbortError, NovaqError
 from novaq.settings import Settings
 from virt import power_state
@@ -113,8 +112,8 @@ ALLOW_HARD_REBOOT = (
     VmState.ERROR,
 )
 
-#: A host step: ``(db_url, driver, instance_uuid, request_id, host) -> outcome``.
-Step = Callable[..., str]  # (StepContext, uuid, **options) -> outcome
+#: A host step: ``(StepContext, instance_uuid, **options) -> outcome``.
+Step = Callable[..., str]
 
 
 class InterruptedByRestart(NovaqError):
@@ -122,15 +121,15 @@ class InterruptedByRestart(NovaqError):
 
 
 def recover_host(
-    db_url: str, driver: ComputeDriver, host: str, *, settings: Settings | None = None
+    sessions: Sessions, driver: ComputeDriver, host: str, *, settings: Settings | None = None
 ) -> list[str]:
     """Recover every instance of ``host`` left mid-operation; returns what was done.
     Without ``settings``, ``resume_guests_state_on_host_boot`` counts as off (Nova's
     default) and guests of deleted servers are left to the periodic task."""
-    rc = Host(db_url, driver, host, settings)
+    rc = Host(sessions, driver, host, settings)
     done = []
     resume = settings is not None and settings.resume_guests_state_on_host_boot
-    for found in _instances_of(db_url, host):
+    for found in _instances_of(sessions, host):
         lines = [_recover_safely(rc, found), resume_safely(rc, found.uuid) if resume else None]
         done += [line for line in lines if line]
     for line in done:
@@ -140,8 +139,8 @@ def recover_host(
     return done
 
 
-def _instances_of(db_url: str, host: str) -> list[Found]:
-    with session_scope(db_url) as session:
+def _instances_of(sessions: Sessions, host: str) -> list[Found]:
+    with sessions() as session:
         rows = session.execute(
             select(Instance.uuid, Instance.vm_state, Instance.task_state)
             .where(Instance.host == host, Instance.deleted == 0)
@@ -179,7 +178,7 @@ def _interrupted_build(rc: Host, found: Found) -> str | None:
     destroy_quietly(rc.driver, found.uuid)
     error = BuildAbortError(uuid=found.uuid, reason=f"interrupted by a restart of {rc.host}")
     if fail_build(
-        sessions_for(rc.db_url),
+        rc.sessions,
         found.uuid,
         RECOVERY_REQUEST,
         error,
@@ -195,13 +194,13 @@ def _interrupted_unshelve(rc: Host, found: Found) -> str | None:
     half-spawned guest destroyed, the claim released, host and node nulled, a fault."""
     destroy_quietly(rc.driver, found.uuid)
     error = InterruptedByRestart(operation="Unshelve", uuid=found.uuid, host=rc.host)
-    request_id = _last_request(rc.db_url, found.uuid)
+    request_id = _last_request(rc, found.uuid)
 
     def work(session: Session) -> bool:
         instance = get_instance(session, found.uuid, lock=True)
         if instance.deleted or instance.task_state != TaskState.SPAWNING:
             return False
-        release_in_session(session, found.uuid)
+        release(session, found.uuid)
         instance.vm_state, instance.task_state = VmState.ERROR, None
         instance.host = instance.node = None
         instance.updated_at = utcnow()
@@ -209,7 +208,7 @@ def _interrupted_unshelve(rc: Host, found: Found) -> str | None:
         actions.record_event(session, found.uuid, request_id, INIT_HOST_EVENT, rc.host, error)
         return True
 
-    if retry_on_conflict(rc.db_url, work):
+    if retry_on_conflict(rc.sessions, work):
         return f"{found.uuid}: interrupted unshelve -> ERROR"
     return None
 
@@ -220,8 +219,8 @@ def _complete_delete(rc: Host, found: Found) -> str:
         "finish. Restarting the deletion now.",
         found.uuid,
     )
-    request_id = _last_request(rc.db_url, found.uuid)
-    terminate_instance(StepContext.for_url(rc.db_url, rc.driver, rc.host, request_id), found.uuid)
+    request_id = _last_request(rc, found.uuid)
+    terminate_instance(StepContext(rc.sessions, rc.driver, rc.host, request_id), found.uuid)
     return f"{found.uuid}: interrupted delete completed"
 
 
@@ -240,8 +239,8 @@ def _recover_reboot(rc: Host, found: Found) -> str | None:
         hard = not running or task not in lifecycle.REBOOT.tasks
         if task in lifecycle.REBOOT.tasks and hard:
             _set_task(rc, found, TaskState.REBOOT_PENDING_HARD)
-        request_id = _last_request(rc.db_url, found.uuid)
-        step = StepContext.for_url(rc.db_url, rc.driver, rc.host, request_id)
+        request_id = _last_request(rc, found.uuid)
+        step = StepContext(rc.sessions, rc.driver, rc.host, request_id)
         outcome = lifecycle.reboot_instance(step, found.uuid, hard)
         return f"{found.uuid}: reboot re-issued ({'hard' if hard else 'soft'}, {outcome})"
     if running and task in REBOOT_STARTED_TASKS:
@@ -311,7 +310,7 @@ def _finish_or_forget(rc: Host, found: Found) -> str | None:
 def _cleanup_deleted(rc: Host, settings: Settings) -> list[str]:
     try:
         result = cleanup_running_deleted_instances(
-            PeriodicContext(rc.db_url, settings, rc.host, rc.driver)
+            PeriodicContext(rc.sessions, settings, rc.host, rc.driver)
         )
     except Exception:  # noqa: BLE001 - the periodic task tries again
         LOG.exception("init_host on %s: cleanup of running deleted instances failed", rc.host)
@@ -337,10 +336,8 @@ def _rerun(rc: Host, found: Found, step: Step, clean_shutdown: bool = False) -> 
     timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
     if clean_shutdown and rc.settings is not None:
         timeout = rc.settings.shutdown_timeout
-    request_id = _last_request(rc.db_url, found.uuid)
-    outcome = step(
-        StepContext.for_url(rc.db_url, rc.driver, rc.host, request_id, timeout), found.uuid
-    )
+    request_id = _last_request(rc, found.uuid)
+    outcome = step(StepContext(rc.sessions, rc.driver, rc.host, request_id, timeout), found.uuid)
     return f"{found.uuid}: interrupted {found.task_state} re-run ({outcome})"
 
 
@@ -351,7 +348,7 @@ def _clear(rc: Host, found: Found, **values: Any) -> str | None:
         found.uuid,
         found.task_state,
     )
-    with session_scope(rc.db_url) as session:
+    with rc.sessions() as session:
         cas_update(
             session, found.uuid, expected_task_state=[found.task_state], task_state=None, **values
         )
@@ -360,14 +357,15 @@ def _clear(rc: Host, found: Found, **values: Any) -> str | None:
 
 
 def _set_task(rc: Host, found: Found, task_state: str) -> None:
-    with session_scope(rc.db_url) as session:
+    with rc.sessions() as session:
         cas_update(
             session, found.uuid, expected_task_state=[found.task_state], task_state=task_state
         )
 
 
-def _last_request(db_url: str, uuid: str) -> str:
-    with session_scope(db_url) as session:
+def _last_request(rc: Host, uuid: str) -> str:
+    """The request whose instance action records what recovery does (the interrupted one)."""
+    with rc.sessions() as session:
         return actions.latest_request_id(session, uuid) or RECOVERY_REQUEST
 
 

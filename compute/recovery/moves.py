@@ -27,7 +27,6 @@ from compute.pci import held_devices
 from compute.recovery.common import Found, Host
 from compute.states import TaskState, VmState
 from models import Instance
-from models.db import session_scope
 from virt.driver import ComputeDriver, GuestSpec
 
 LOG = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ LOG = logging.getLogger(__name__)
 
 def recover_resize_prep(rc: Host, found: Found) -> str | None:
     """Nova's "resize_prep → task cleared", once no migration is in progress."""
-    with session_scope(rc.db_url) as session:
+    with rc.sessions() as session:
         if active_migration(session, found.uuid) is not None:
             return None  # prep_resize / resize_instance still to come: theirs
         cas_update(
@@ -48,7 +47,7 @@ def recover_resize_prep(rc: Host, found: Found) -> str | None:
 def recover_resize_migrating(rc: Host, found: Found) -> str | None:
     """Nova's "source died mid-copy": the guest back here, powered on unless the server
     was stopped, task None (even when the guest cannot be brought back, as Nova)."""
-    with session_scope(rc.db_url) as session:
+    with rc.sessions() as session:
         if active_migration(session, found.uuid) is not None:
             return None  # resize_instance is redelivered and resumes
         instance = get_instance(session, found.uuid)
@@ -60,7 +59,7 @@ def recover_resize_migrating(rc: Host, found: Found) -> str | None:
         _bring_back(rc.driver, spec, stopped)
     except Exception:  # noqa: BLE001 - Nova resets the task anyway
         LOG.exception("Failed to revert crashed migration of instance %s", found.uuid)
-    with session_scope(rc.db_url) as session:
+    with rc.sessions() as session:
         cas_update(
             session,
             found.uuid,

@@ -22,7 +22,6 @@ from compute.pci import held_devices
 from compute.recovery.common import Host
 from compute.states import VmState
 from models import utcnow
-from models.db import session_scope
 from virt import power_state
 
 LOG = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ def resume_safely(rc: Host, uuid: str) -> str | None:
         return _resume_guest_state(rc, uuid)
     except Exception as exc:  # noqa: BLE001 - Nova: the instance goes to ERROR
         LOG.warning("Failed to resume instance %s on %s", uuid, rc.host, exc_info=True)
-        with session_scope(rc.db_url) as session:
+        with rc.sessions() as session:
             instance = get_instance(session, uuid)
             instance.vm_state, instance.updated_at = VmState.ERROR, utcnow()
             actions.add_fault(session, uuid, exc, rc.host)
@@ -53,7 +52,7 @@ def _resume_guest_state(rc: Host, uuid: str) -> str | None:
     """Nova's ``_resume_guests_state``: the database says the guest ran, the hypervisor
     says it does not. libvirt's ``resume_state_on_host_boot`` leaves a paused or
     suspended guest as it is and hard-reboots any other (redefining a lost one)."""
-    with session_scope(rc.db_url) as session:
+    with rc.sessions() as session:
         instance = get_instance(session, uuid)
         if (
             instance.deleted

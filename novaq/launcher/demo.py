@@ -174,9 +174,10 @@ def _run_counts(db_url: str) -> dict[tuple[str, str], int]:
     """Periodic runs recorded so far: an earlier demo on this state directory left them.
     None on a new state directory, before the database's first upgrade."""
     from compute.periodic import runs
+    from compute.sessions import sessions_for
 
     try:
-        return {key: r["run_count"] for key, r in runs.last_runs(db_url).items()}
+        return {key: r["run_count"] for key, r in runs.last_runs(sessions_for(db_url)).items()}
     except (SQLAlchemyError, ServiceUnavailable):  # no database yet, or no table yet
         return {}
 

@@ -91,7 +91,7 @@ def list_periodic_tasks() -> list[dict[str, Any]]:
     """Every periodic task: its spacing and option, whether beat runs it, why it idles, and
     its last run on each host (from the database)."""
     s = common.settings()
-    last = runs.last_runs(common.db_url())
+    last = runs.last_runs(common.sessions())
     listed = []
     for task in PERIODIC_TASKS:
         spacing = task.effective_spacing(s)
@@ -118,7 +118,7 @@ def list_periodic_tasks() -> list[dict[str, Any]]:
 @validated()
 def beat_status() -> dict[str, Any] | None:
     """Who holds the beat lease, if a beat is running."""
-    lease = beat_lease.holder_of(common.db_url())
+    lease = beat_lease.holder_of(common.sessions())
     if lease is None:
         return None
     return {"holder": lease.holder, "since": lease.acquired_at.isoformat()}

@@ -13,7 +13,7 @@ from workflows.api.validation import validated
 def discover_hosts() -> list[str]:
     """Map every compute host not yet mapped to ``cell1``; the hosts mapped by this call
     (empty when there was nothing new)."""
-    return discovery.discover_hosts(common.db_url())
+    return discovery.discover_hosts(common.sessions())
 
 
 __all__ = ["discover_hosts"]

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from compute.servicegroup import COMPUTE, is_up
+from compute.sessions import Sessions, sessions_for
 from models import Instance, InstanceAction, Service
 from novaq.exceptions import InstanceNotFound, InvalidInput
 from novaq.settings import Settings, get_settings
@@ -20,6 +21,11 @@ def settings() -> Settings:
 
 def db_url() -> str:
     return settings().sqlalchemy_url
+
+
+def sessions() -> Sessions:
+    """The configured database's transactions, for the domain functions the API calls."""
+    return sessions_for(db_url())
 
 
 def new_request_id() -> str:

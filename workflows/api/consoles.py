@@ -54,9 +54,9 @@ def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, A
         uuid = common.resolve_server(session, server)
         host = _console_host(session, get_instance(session, uuid, with_deleted=False))
     xml = api_servers.diagnostics(uuid)["xml"]
-    db_url = common.db_url()
+    sessions = common.sessions()
     token = consoles.create_console_token(
-        db_url,
+        sessions,
         uuid,
         host,
         consoles.serial_port(xml),
@@ -64,7 +64,7 @@ def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, A
         common.settings().consoleauth.token_ttl,
         consoles.SERIAL_BASE_URL,
     )
-    row = consoles.validate_token(db_url, token)
+    row = consoles.validate_token(sessions, token)
     return {
         "type": console_type,
         "url": consoles.access_url(consoles.SERIAL_BASE_URL, token),
@@ -76,7 +76,7 @@ def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, A
 def validate_console_token(token: str) -> dict[str, Any]:
     """What a console proxy connects to for ``token`` (instance, host, port, type,
     expiry); ``InvalidToken`` if it is unknown, expired, or its server is gone."""
-    return consoles.validate_token(common.db_url(), token)
+    return consoles.validate_token(common.sessions(), token)
 
 
 @validated()

@@ -17,7 +17,6 @@ from compute import instance_actions as actions
 from compute.delete import local_delete
 from compute.instance_state import get_instance
 from compute.pci import requests_from_extra_specs
-from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from models import Instance, InstanceAction, utcnow
 from models.db import session_scope
@@ -254,7 +253,7 @@ def delete(uuid: str) -> str:
         # Nova's local delete: no host, or a host that is down.
         with session_scope(common.db_url()) as session:
             actions.start_action(session, uuid, "delete", request_id)
-        local_delete(sessions_for(common.db_url()), uuid, request_id)
+        local_delete(common.sessions(), uuid, request_id)
         return request_id
     assert host is not None
     dispatch.check_broker()

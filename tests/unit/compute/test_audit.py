@@ -6,18 +6,19 @@ from typing import Any
 from sqlalchemy import update
 
 from compute.audit import audit_nodes
-from compute.claims import ResourceRequest, claim
+from compute.claims import ResourceRequest
 from compute.resource_tracker import update_available_resource
+from compute.sessions import sessions_for
 from models import Allocation, ComputeNode
 from models.db import session_scope
-from tests.factories import host_resources, make_instance, make_settings
+from tests.factories import claim, host_resources, make_instance, make_settings
 from virt.driver import GuestSpec
 from virt.fake import FakeDriver
 
 
 def _setup(db_url: str, **settings: Any) -> tuple[FakeDriver, int]:
     driver = FakeDriver(host_resources("host1"))
-    update_available_resource(db_url, driver, "host1", make_settings(**settings))
+    update_available_resource(sessions_for(db_url), driver, "host1", make_settings(**settings))
     with session_scope(db_url) as session:
         node_id = session.query(ComputeNode.id).filter_by(host="host1").scalar()
     return driver, node_id
@@ -102,7 +103,7 @@ def test_an_orphan_guest_is_a_warning_not_a_leak_once_counted(db_url: str) -> No
     driver, _ = _setup(db_url)
     orphan = str(uuid_module.uuid4())
     driver.spawn(GuestSpec(uuid=orphan, name="x", vcpus=1, memory_mb=256, root_gb=0))
-    update_available_resource(db_url, driver, "host1", make_settings())
+    update_available_resource(sessions_for(db_url), driver, "host1", make_settings())
     report = _audit(db_url, driver)
     assert report["leaks"] == 0
     assert {f["kind"] for f in report["nodes"][0]["discrepancies"]} == {"orphan_domain"}

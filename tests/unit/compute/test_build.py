@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import delete, select
 
 from compute.build import BuildAttempt, build_and_run_instance, fail_build
-from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.claims import ResourceRequest, consumer_allocations
 from compute.delete import local_delete, terminate_instance
 from compute.instance_actions import latest_fault
 from compute.instance_state import get_instance
@@ -19,6 +19,7 @@ from novaq.exceptions import HypervisorError, ImageNotFound, ImageUnacceptable, 
 from novaq.settings import get_settings
 from tests.factories import (
     CIRROS_ID,
+    claim,
     host_resources,
     make_compute_node,
     make_instance,
@@ -49,7 +50,9 @@ def _events(db_url: str, uuid: str) -> list[tuple[str, str | None]]:
 def test_build_spawns_the_guest_and_makes_the_instance_active(db_url: str) -> None:
     uuid, _ = _placed_instance(db_url)
     driver = FakeDriver(host_resources("host1"))
-    result = build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
+    result = build_and_run_instance(
+        StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid
+    )
     assert result.outcome == "active"
     assert driver.get_info(uuid).power_state == 1
     with session_scope(db_url) as session:
@@ -64,8 +67,10 @@ def test_build_spawns_the_guest_and_makes_the_instance_active(db_url: str) -> No
 def test_redelivered_build_does_nothing_the_second_time(db_url: str) -> None:
     uuid, _ = _placed_instance(db_url)
     driver = FakeDriver(host_resources("host1"))
-    build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
-    again = build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
+    build_and_run_instance(StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid)
+    again = build_and_run_instance(
+        StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid
+    )
     assert again.outcome == "skipped"
     assert driver.spawn_count == 1
 
@@ -74,7 +79,7 @@ def test_spawn_failure_errors_the_instance_with_a_fault_and_releases_the_claim(d
     uuid, node_id = _placed_instance(db_url)
     driver = SpawnFailingDriver(host_resources("host1"))
     with pytest.raises(HypervisorError):
-        build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
+        build_and_run_instance(StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid)
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
@@ -95,7 +100,7 @@ def test_a_build_whose_image_was_purged_is_aborted_with_a_fault_and_no_claim(
         session.execute(delete(Image).where(Image.id == CIRROS_ID))
     driver = FakeDriver(host_resources("host1"))
     with pytest.raises(ImageNotFound):
-        build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
+        build_and_run_instance(StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid)
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
         assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
@@ -128,7 +133,9 @@ def test_instance_deleted_while_spawning_loses_its_guest(db_url: str) -> None:
             return info
 
     driver = DeletingDriver(host_resources("host1"))
-    result = build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
+    result = build_and_run_instance(
+        StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid
+    )
     assert result.outcome == "skipped"
     assert driver.list_instance_uuids() == []
     with session_scope(db_url) as session:
@@ -146,14 +153,14 @@ def test_a_heal_during_a_deleted_spawn_leaves_no_orphan_count_behind(db_url: str
         def spawn(self, spec):  # type: ignore[no-untyped-def]
             info = super().spawn(spec)
             local_delete(sessions_for(db_url), uuid, "req-delete")
-            heals = update_available_resource(db_url, self, "host1", make_settings())
+            heals = update_available_resource(sessions_for(db_url), self, "host1", make_settings())
             assert [h["action"] for h in heals] == ["orphan_counted"]
             return info
 
     driver = DeletingDriver(host_resources("host1"))
     assert (
         build_and_run_instance(
-            StepContext.for_url(db_url, driver, "host1", "req-test"), uuid
+            StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid
         ).outcome
         == "skipped"
     )
@@ -166,17 +173,17 @@ def test_a_heal_during_a_deleted_spawn_leaves_no_orphan_count_behind(db_url: str
 def test_terminate_destroys_the_guest_releases_and_soft_deletes(db_url: str) -> None:
     uuid, node_id = _placed_instance(db_url)
     driver = FakeDriver(host_resources("host1"))
-    build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
+    build_and_run_instance(StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid)
     with session_scope(db_url) as session:
         from compute.instance_actions import start_action
 
         start_action(session, uuid, "delete", "req-delete")
     assert (
-        terminate_instance(StepContext.for_url(db_url, driver, "host1", "req-delete"), uuid)
+        terminate_instance(StepContext(sessions_for(db_url), driver, "host1", "req-delete"), uuid)
         == "deleted"
     )
     assert (
-        terminate_instance(StepContext.for_url(db_url, driver, "host1", "req-delete"), uuid)
+        terminate_instance(StepContext(sessions_for(db_url), driver, "host1", "req-delete"), uuid)
         == "skipped"
     )
     assert driver.list_instance_uuids() == []
@@ -212,7 +219,7 @@ def test_a_build_whose_image_fails_its_checksum_is_aborted_not_rescheduled(
     try:
         with pytest.raises(ImageUnacceptable, match="failed its checksum"):
             build_and_run_instance(
-                StepContext.for_url(db_url, driver, "host1", "req-test"), uuid, attempt
+                StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid, attempt
             )
         assert not driver.instance_exists(uuid)
         assert not (tmp_path / "host1" / uuid).exists()

@@ -5,17 +5,11 @@ import uuid
 
 import pytest
 
-from compute.claims import (
-    ResourceRequest,
-    claim,
-    consumer_allocations,
-    node_capacity,
-    release,
-)
+from compute.claims import ResourceRequest, consumer_allocations, node_capacity
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from novaq.exceptions import ResourcesUnavailable
-from tests.factories import make_compute_node, make_settings, node_row
+from tests.factories import claim, make_compute_node, make_settings, node_row, release
 
 
 def _uuid() -> str:

@@ -89,7 +89,7 @@ class HookedDriver(FakeDriver):
 
 
 def _ctx(db_url: str, driver: ComputeDriver, host: str = "host1") -> StepContext:
-    return StepContext.for_url(db_url, driver, host, REQUEST)
+    return StepContext(sessions_for(db_url), driver, host, REQUEST)
 
 
 def _server(db_url: str, driver: FakeDriver, vm_state: str, task_state: str | None) -> str:

@@ -6,17 +6,17 @@ import pytest
 
 from compute.claims import (
     ResourceRequest,
-    claim,
-    confirm_move_in_session,
+    confirm_move,
     consumer_allocations,
-    move_claim_in_session,
+    move_claim,
     retry_on_conflict,
-    revert_move_in_session,
+    revert_move,
 )
 from compute.pci import PciRequest, held_devices, sync_devices
+from compute.sessions import sessions_for
 from models.db import session_scope
 from novaq.exceptions import ResourcesUnavailable
-from tests.factories import GPU_ALIAS, gpu_settings, gpus, make_compute_node, node_row
+from tests.factories import GPU_ALIAS, claim, gpu_settings, gpus, make_compute_node, node_row
 
 OLD = ResourceRequest(2, 2048, 10)
 NEW = ResourceRequest(4, 4096, 20)
@@ -35,7 +35,7 @@ def _resize(
     db_url: str, instance: str, migration: str, src: int, dst: int, new: ResourceRequest = NEW
 ) -> None:
     retry_on_conflict(
-        db_url, lambda s: move_claim_in_session(s, instance, migration, src, dst, new)
+        sessions_for(db_url), lambda s: move_claim(s, instance, migration, src, dst, new)
     )
 
 
@@ -57,7 +57,7 @@ def test_confirm_frees_the_source(db_url: str) -> None:
     instance, migration = _ids()
     claim(db_url, src, instance, OLD)
     _resize(db_url, instance, migration, src, dst)
-    retry_on_conflict(db_url, lambda s: confirm_move_in_session(s, migration, src))
+    retry_on_conflict(sessions_for(db_url), lambda s: confirm_move(s, migration, src))
     assert node_row(db_url, src).vcpus_used == 0
     assert _held(db_url, migration) == {}
     assert _held(db_url, instance) == {"VCPU": 4, "MEMORY_MB": 4096, "DISK_GB": 20}
@@ -68,7 +68,7 @@ def test_revert_frees_the_destination_and_gives_the_source_back(db_url: str) -> 
     instance, migration = _ids()
     claim(db_url, src, instance, OLD)
     _resize(db_url, instance, migration, src, dst)
-    retry_on_conflict(db_url, lambda s: revert_move_in_session(s, instance, migration, src, dst))
+    retry_on_conflict(sessions_for(db_url), lambda s: revert_move(s, instance, migration, src, dst))
     assert node_row(db_url, dst).vcpus_used == 0
     assert _held(db_url, instance) == {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 10}
     assert _held(db_url, migration) == {}

@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 
 from compute import moves
-from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.claims import ResourceRequest, consumer_allocations
 from compute.instance_state import get_instance
 from compute.sessions import sessions_for
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from novaq.exceptions import HypervisorError
 from tests.factories import (
+    claim,
     flavor_dict,
     host_resources,
     make_compute_node,

@@ -44,12 +44,14 @@ def _verify_resize(db_url: str, hosts: Hosts, tmp_path: Path) -> tuple[str, str]
 def _terminate(db_url: str, hosts: Hosts, uuid: str, host: str) -> str:
     with session_scope(db_url) as session:
         start_action(session, uuid, "delete", "req-delete")
-    return terminate_instance(StepContext.for_url(db_url, hosts[host], host, "req-delete"), uuid)
+    return terminate_instance(
+        StepContext(sessions_for(db_url), hosts[host], host, "req-delete"), uuid
+    )
 
 
 def _periodic(db_url: str, hosts: Hosts, host: str) -> dict[str, list[str]]:
     return cleanup_incomplete_migrations(
-        PeriodicContext(db_url, make_settings(), host, hosts[host])
+        PeriodicContext(sessions_for(db_url), make_settings(), host, hosts[host])
     )
 
 
@@ -81,7 +83,9 @@ def test_a_server_deleted_in_verify_resize_has_its_originals_removed_by_the_sour
         assert _terminate(db_url, hosts, uuid, "dst") == "skipped"  # redelivered
     else:  # the destination was down too: Nova's local delete
         local_delete(sessions_for(db_url), uuid, "req-delete")
-        run_pending_deletes(PeriodicContext(db_url, make_settings(), "dst", hosts["dst"]))
+        run_pending_deletes(
+            PeriodicContext(sessions_for(db_url), make_settings(), "dst", hosts["dst"])
+        )
     assert (hosts["src"].instances_path / f"{uuid}_resize").is_dir()
     assert _status(db_url, migration) == "error"
     _nothing_held(db_url, uuid, migration)

@@ -13,7 +13,7 @@ import pytest
 
 from compute import moves
 from compute.build import guest_spec
-from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.claims import ResourceRequest, consumer_allocations
 from compute.instance_actions import start_action
 from compute.instance_state import cas_update, get_instance
 from compute.sessions import sessions_for
@@ -24,6 +24,7 @@ from scheduler.manager import MoveScheduler, Scheduler
 from tests.disk_images import make_raw_image, qemu_img_info
 from tests.factories import (
     add_migration,
+    claim,
     flavor_dict,
     make_compute_node,
     make_instance,
@@ -74,7 +75,7 @@ def _request(db_url: str, uuid: str, new: dict[str, Any], same_host: bool = Fals
         start_action(session, uuid, "resize", "req-test")
     ignore = () if same_host else ("src",)
     MoveScheduler(Scheduler(make_settings())).select(
-        db_url, spec_for(uuid, new, ignore_hosts=ignore), migration
+        sessions_for(db_url), spec_for(uuid, new, ignore_hosts=ignore), migration
     )
     return migration
 

@@ -5,13 +5,21 @@ import uuid as uuid_module
 import pytest
 from sqlalchemy import select
 
-from compute.claims import ResourceRequest, claim, release
+from compute.claims import ResourceRequest
 from compute.pci import PciRequest, allowed, parse_alias_spec, sync_devices
 from models import PciDevice
 from models.db import session_scope
 from novaq.exceptions import InvalidFlavor, ResourcesUnavailable
 from novaq.settings import PciDeviceSpecEntry
-from tests.factories import GPU_ALIAS, gpu_settings, gpus, make_compute_node, node_row
+from tests.factories import (
+    GPU_ALIAS,
+    claim,
+    gpu_settings,
+    gpus,
+    make_compute_node,
+    node_row,
+    release,
+)
 from virt.driver import PciDevice as Discovered
 
 
@@ -124,12 +132,12 @@ def test_claim_with_devices_is_idempotent(db_url: str) -> None:
 
 
 def test_a_migration_consumer_can_hold_devices_owned_by_its_instance(db_url: str) -> None:
-    from compute.claims import claim_in_session
+    from compute.claims import claim
 
     node_id = _gpu_node(db_url, "0000:08:00.0")
     instance, migration = _uuid(), _uuid()
     with session_scope(db_url) as session:
-        claim_in_session(session, node_id, migration, _gpu_request(1), instance_uuid=instance)
+        claim(session, node_id, migration, _gpu_request(1), instance_uuid=instance)
     assert _statuses(db_url) == {"0000:08:00.0": ("allocated", instance)}
     release(db_url, migration)
     assert _statuses(db_url) == {"0000:08:00.0": ("available", None)}

@@ -11,6 +11,7 @@ import pytest
 from compute import lifecycle, shelve
 from compute.instance_state import get_instance
 from compute.power import power_off_timeout
+from compute.sessions import sessions_for
 from compute.steps import StepContext
 from models import utcnow
 from models.db import session_scope
@@ -23,7 +24,7 @@ REQUEST = "req-power"
 
 
 def _ctx(db_url: str, driver: ComputeDriver, host: str = "host1") -> StepContext:
-    return StepContext.for_url(db_url, driver, host, REQUEST)
+    return StepContext(sessions_for(db_url), driver, host, REQUEST)
 
 
 def _server(
@@ -64,7 +65,7 @@ def test_stop_waits_shutdown_timeout_for_a_clean_shutdown(db_url: str) -> None:
     uuid = _server(db_url, driver, "powering-off")
 
     lifecycle.stop_instance(
-        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=42), uuid
+        StepContext(sessions_for(db_url), driver, "host1", REQUEST, shutdown_timeout_s=42), uuid
     )
 
     assert driver.power_off_timeouts == [(uuid, 42)]
@@ -75,7 +76,7 @@ def test_the_images_os_shutdown_timeout_overrides_it(db_url: str) -> None:
     uuid = _server(db_url, driver, "powering-off", {"image_os_shutdown_timeout": "7"})
 
     lifecycle.stop_instance(
-        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=42), uuid
+        StepContext(sessions_for(db_url), driver, "host1", REQUEST, shutdown_timeout_s=42), uuid
     )
 
     assert driver.power_off_timeouts == [(uuid, 7)]
@@ -96,10 +97,10 @@ def test_shelve_and_rescue_power_off_cleanly(db_url: str) -> None:
     rescued = _server(db_url, driver, "rescuing", {"image_os_shutdown_timeout": "3"})
 
     shelve.shelve_instance(
-        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=9), shelved
+        StepContext(sessions_for(db_url), driver, "host1", REQUEST, shutdown_timeout_s=9), shelved
     )
     lifecycle.rescue_instance(
-        StepContext.for_url(db_url, driver, "host1", REQUEST, shutdown_timeout_s=9), rescued
+        StepContext(sessions_for(db_url), driver, "host1", REQUEST, shutdown_timeout_s=9), rescued
     )
 
     assert (shelved, 9) in driver.power_off_timeouts

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from compute import lifecycle, moves
-from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.claims import ResourceRequest, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
 from compute.recovery.init_host import INIT_HOST_EVENT, recover_host
@@ -24,6 +24,7 @@ from models import InstanceAction, utcnow
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from tests.factories import (
+    claim,
     flavor_dict,
     host_resources,
     make_compute_node,
@@ -51,7 +52,9 @@ def test_an_interrupted_build_is_errored_out_and_its_guest_destroyed(db_url: str
     driver = FakeDriver(host_resources("host1"))
     uuid = _placed(db_url, node_id, task_state="spawning")
     driver.spawn(GuestSpec(uuid=uuid, name="half-built", vcpus=1, memory_mb=512, root_gb=1))
-    assert recover_host(db_url, driver, "host1") == [f"{uuid}: interrupted build -> ERROR"]
+    assert recover_host(sessions_for(db_url), driver, "host1") == [
+        f"{uuid}: interrupted build -> ERROR"
+    ]
     assert driver.list_instance_uuids() == []
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
@@ -62,7 +65,7 @@ def test_an_interrupted_build_is_errored_out_and_its_guest_destroyed(db_url: str
 def test_a_build_still_queued_for_this_host_is_left_to_its_message(db_url: str) -> None:
     node_id = make_compute_node(db_url, "host1")
     uuid = _placed(db_url, node_id, task_state="scheduling")
-    assert recover_host(db_url, FakeDriver(host_resources("host1")), "host1") == []
+    assert recover_host(sessions_for(db_url), FakeDriver(host_resources("host1")), "host1") == []
     with session_scope(db_url) as session:
         assert get_instance(session, uuid).task_state == "scheduling"
 
@@ -72,7 +75,7 @@ def test_an_interrupted_delete_is_completed(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _placed(db_url, node_id, vm_state="active", task_state="deleting")
     driver.spawn(GuestSpec(uuid=uuid, name="dying", vcpus=1, memory_mb=512, root_gb=1))
-    recover_host(db_url, driver, "host1")
+    recover_host(sessions_for(db_url), driver, "host1")
     assert driver.list_instance_uuids() == []
     with session_scope(db_url) as session:
         assert get_instance(session, uuid).vm_state == "deleted"
@@ -196,7 +199,7 @@ def test_an_interrupted_operation_ends_in_the_state_nova_gives_it(
 ) -> None:
     uuid = _server(db_url, node_id, vm_state, task_state)
     _guest(hypervisor, uuid, guest)
-    [line] = recover_host(db_url, hypervisor, "host1")
+    [line] = recover_host(sessions_for(db_url), hypervisor, "host1")
     assert line.startswith(uuid)
     assert _state(db_url, uuid) == final
     assert _power(hypervisor, uuid) == guest_after
@@ -209,11 +212,13 @@ def test_a_redelivered_step_after_recovery_is_skipped_and_changes_nothing(
 ) -> None:
     uuid = _server(db_url, node_id, "active", "powering-off")
     _guest(hypervisor, uuid)
-    recover_host(db_url, hypervisor, "host1")
+    recover_host(sessions_for(db_url), hypervisor, "host1")
     hypervisor.power_on(uuid)  # so a stop that ran again would show
     # The late-acked message of the interrupted stop comes back after the restart.
     assert (
-        lifecycle.stop_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        lifecycle.stop_instance(
+            StepContext(sessions_for(db_url), hypervisor, "host1", REQUEST), uuid
+        )
         == "skipped"
     )
     assert _state(db_url, uuid) == ("stopped", None)
@@ -225,10 +230,12 @@ def test_a_soft_reboot_whose_guest_runs_is_left_to_its_message_as_nova_does(
 ) -> None:
     uuid = _server(db_url, node_id, "active", "rebooting")
     _guest(hypervisor, uuid)
-    assert recover_host(db_url, hypervisor, "host1") == []
+    assert recover_host(sessions_for(db_url), hypervisor, "host1") == []
     assert _state(db_url, uuid) == ("active", "rebooting")
     assert (
-        lifecycle.reboot_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        lifecycle.reboot_instance(
+            StepContext(sessions_for(db_url), hypervisor, "host1", REQUEST), uuid
+        )
         == "done"
     )
     assert _state(db_url, uuid) == ("active", None)
@@ -239,11 +246,13 @@ def test_a_soft_reboot_caught_with_its_guest_down_becomes_a_hard_one(
 ) -> None:
     uuid = _server(db_url, node_id, "active", "reboot_started")
     _guest(hypervisor, uuid, SHUTDOWN)
-    [line] = recover_host(db_url, hypervisor, "host1")
+    [line] = recover_host(sessions_for(db_url), hypervisor, "host1")
     assert "reboot re-issued (hard, done)" in line
     # The soft reboot's own message, redelivered, no longer owns the instance.
     assert (
-        lifecycle.reboot_instance(StepContext.for_url(db_url, hypervisor, "host1", REQUEST), uuid)
+        lifecycle.reboot_instance(
+            StepContext(sessions_for(db_url), hypervisor, "host1", REQUEST), uuid
+        )
         == "skipped"
     )
 
@@ -255,7 +264,7 @@ def test_a_shelve_whose_guest_is_already_off_is_finished(
     uuid = _server(db_url, node_id, "active", "shelving")
     _guest(hypervisor, uuid, SHUTDOWN)
     settings = make_settings(shelved_offload_time=offload_time)
-    recover_host(db_url, hypervisor, "host1", settings=settings)
+    recover_host(sessions_for(db_url), hypervisor, "host1", settings=settings)
     assert _state(db_url, uuid) == (final, None)
     assert hypervisor.instance_exists(uuid) is (final == "shelved")
 
@@ -267,7 +276,7 @@ def test_an_offload_caught_half_way_is_completed(
     # message would be skipped (it begins from "shelving" only).
     uuid = _server(db_url, node_id, "shelved", "shelving_offloading", power_state=SHUTDOWN)
     _guest(hypervisor, uuid, SHUTDOWN)
-    [line] = recover_host(db_url, hypervisor, "host1")
+    [line] = recover_host(sessions_for(db_url), hypervisor, "host1")
     assert line == f"{uuid}: interrupted shelving_offloading re-run (done)"
     assert _state(db_url, uuid) == ("shelved_offloaded", None)
     assert not hypervisor.instance_exists(uuid)
@@ -281,7 +290,9 @@ def test_an_unshelve_caught_mid_spawn_is_errored_out_like_a_build(
 ) -> None:
     uuid = _server(db_url, node_id, "shelved_offloaded", "spawning", power_state=0)
     _guest(hypervisor, uuid)  # half spawned
-    assert recover_host(db_url, hypervisor, "host1") == [f"{uuid}: interrupted unshelve -> ERROR"]
+    assert recover_host(sessions_for(db_url), hypervisor, "host1") == [
+        f"{uuid}: interrupted unshelve -> ERROR"
+    ]
     assert not hypervisor.instance_exists(uuid)
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
@@ -307,7 +318,7 @@ def test_states_left_to_their_messages(
 ) -> None:
     uuid = _server(db_url, node_id, vm_state, task_state)
     _guest(hypervisor, uuid)
-    assert recover_host(db_url, hypervisor, "host1") == []
+    assert recover_host(sessions_for(db_url), hypervisor, "host1") == []
     assert _state(db_url, uuid) == (vm_state, task_state)
     assert _power(hypervisor, uuid) == RUNNING
 
@@ -318,7 +329,7 @@ def test_one_failed_recovery_does_not_stop_the_others(
     lost = _server(db_url, node_id, "stopped", "powering-on")  # its guest is gone
     fine = _server(db_url, node_id, "active", "powering-off")
     _guest(hypervisor, fine)
-    lines = recover_host(db_url, hypervisor, "host1")
+    lines = recover_host(sessions_for(db_url), hypervisor, "host1")
     assert lines[0].startswith(f"{lost}: powering-on recovery failed")
     assert _state(db_url, lost) == ("stopped", None)  # the start step's own undo
     assert _state(db_url, fine) == ("stopped", None)
@@ -371,7 +382,7 @@ def test_a_resize_caught_in_resize_instance_is_left_to_its_redelivery_which_resu
     with session_scope(db_url) as session:  # resize_instance died after its first write
         get_instance(session, uuid).task_state = "resize_migrating"
         set_migration_status(session, migration, "migrating")
-    assert recover_host(db_url, drivers["src"], "src") == []
+    assert recover_host(sessions_for(db_url), drivers["src"], "src") == []
     assert _state(db_url, uuid) == ("active", "resize_migrating")
     moves.resize_instance(_step_ctx(db_url, migration, drivers, "src"))  # redelivered
     moves.finish_resize(_step_ctx(db_url, migration, drivers, "dst"))
@@ -380,7 +391,7 @@ def test_a_resize_caught_in_resize_instance_is_left_to_its_redelivery_which_resu
 
 def test_a_resize_waiting_in_resize_prep_is_left_to_its_messages(db_url: str) -> None:
     uuid, migration, drivers = _move(db_url, "resize_prep", "pre-migrating")
-    assert recover_host(db_url, drivers["src"], "src") == []
+    assert recover_host(sessions_for(db_url), drivers["src"], "src") == []
     moves.prep_resize(_step_ctx(db_url, migration, drivers, "dst"))  # the queued messages
     moves.resize_instance(_step_ctx(db_url, migration, drivers, "src"))
     assert _state(db_url, uuid) == ("active", "resize_migrated")
@@ -388,7 +399,9 @@ def test_a_resize_waiting_in_resize_prep_is_left_to_its_messages(db_url: str) ->
 
 def test_resize_prep_with_no_move_in_progress_is_cleared(db_url: str) -> None:
     uuid, _, drivers = _move(db_url, "resize_prep", None)
-    assert recover_host(db_url, drivers["src"], "src") == [f"{uuid}: resize_prep -> task cleared"]
+    assert recover_host(sessions_for(db_url), drivers["src"], "src") == [
+        f"{uuid}: resize_prep -> task cleared"
+    ]
     assert _state(db_url, uuid) == ("active", None)
 
 
@@ -402,7 +415,7 @@ def test_resize_migrating_with_no_move_in_progress_brings_the_guest_back_on_the_
         instance.vm_state = "error" if old_vm_state == "active" else old_vm_state
         instance.system_metadata = {"old_vm_state": old_vm_state}
     drivers["src"].destroy(uuid)  # the resize had taken it down
-    [line] = recover_host(db_url, drivers["src"], "src")
+    [line] = recover_host(sessions_for(db_url), drivers["src"], "src")
     assert line == f"{uuid}: interrupted resize reverted on src"
     assert drivers["src"].get_info(uuid).power_state == power
     with session_scope(db_url) as session:
@@ -420,10 +433,10 @@ def test_resume_guests_state_on_host_boot_starts_what_the_database_says_ran(
 ) -> None:
     uuid = _server(db_url, node_id, "active", None)  # power_state RUNNING in the database
     _guest(hypervisor, uuid, guest)
-    assert recover_host(db_url, hypervisor, "host1", settings=make_settings()) == []
+    assert recover_host(sessions_for(db_url), hypervisor, "host1", settings=make_settings()) == []
     assert _power(hypervisor, uuid) == guest  # off by default, as Nova's
     settings = make_settings(resume_guests_state_on_host_boot=True)
-    assert recover_host(db_url, hypervisor, "host1", settings=settings) == [
+    assert recover_host(sessions_for(db_url), hypervisor, "host1", settings=settings) == [
         f"{uuid}: guest resumed (resume_guests_state_on_host_boot)"
     ]
     assert _power(hypervisor, uuid) == RUNNING
@@ -437,7 +450,7 @@ def test_resume_leaves_a_stopped_server_and_a_paused_guest_alone(
     paused = _server(db_url, node_id, "active", None)
     _guest(hypervisor, paused, PAUSED)
     settings = make_settings(resume_guests_state_on_host_boot=True)
-    assert recover_host(db_url, hypervisor, "host1", settings=settings) == []
+    assert recover_host(sessions_for(db_url), hypervisor, "host1", settings=settings) == []
     assert (_power(hypervisor, stopped), _power(hypervisor, paused)) == (SHUTDOWN, PAUSED)
 
 
@@ -451,9 +464,11 @@ def test_guests_of_deleted_servers_are_handled_at_start_per_running_deleted_inst
         db_url, host="host1", node="host1", vm_state="deleted", task_state=None, deleted=1
     )
     _guest(hypervisor, uuid)  # deleted while this host was down
-    assert recover_host(db_url, hypervisor, "host1") == []  # no settings: left to the task
+    assert (
+        recover_host(sessions_for(db_url), hypervisor, "host1") == []
+    )  # no settings: left to the task
     settings = make_settings(running_deleted_instance_action=action)
-    assert recover_host(db_url, hypervisor, "host1", settings=settings) == [
+    assert recover_host(sessions_for(db_url), hypervisor, "host1", settings=settings) == [
         f"{uuid}: deleted but on the hypervisor -> {action}"
     ]
     assert _power(hypervisor, uuid) == left
@@ -465,6 +480,6 @@ def test_an_interrupted_stop_is_rerun_with_the_configured_shutdown_timeout(
     driver = FakeDriver(host_resources("host1"))
     uuid = _server(db_url, node_id, "active", "powering-off")
     driver.spawn(GuestSpec(uuid=uuid, name="i-1", vcpus=1, memory_mb=512, root_gb=1))
-    recover_host(db_url, driver, "host1", settings=make_settings(shutdown_timeout=7))
+    recover_host(sessions_for(db_url), driver, "host1", settings=make_settings(shutdown_timeout=7))
     assert driver.power_off_timeouts == [(uuid, 7)]
     assert _state(db_url, uuid) == ("stopped", None)

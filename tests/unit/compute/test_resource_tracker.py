@@ -8,14 +8,14 @@ import uuid as uuid_module
 from sqlalchemy import select
 
 from compute.build import build_and_run_instance
-from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.claims import ResourceRequest, consumer_allocations
 from compute.delete import local_delete
 from compute.resource_tracker import update_available_resource
 from compute.sessions import sessions_for
 from compute.steps import StepContext
 from models import ComputeNode, ResourceHeal
 from models.db import session_scope
-from tests.factories import gpu_settings, gpus, host_resources, make_instance, make_settings
+from tests.factories import claim, gpu_settings, gpus, host_resources, make_instance, make_settings
 from virt.driver import GuestInfo, GuestSpec
 from virt.fake import FakeDriver
 
@@ -43,7 +43,7 @@ def test_first_run_records_the_node_from_the_hypervisor(db_url: str) -> None:
     driver = _driver(
         vcpus=8, memory_mb=16384, local_gb=200, pci_devices=gpus("0000:08:00.0", "0000:88:00.0")
     )
-    assert update_available_resource(db_url, driver, "host1", settings) == []
+    assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
     node = _node(db_url)
     assert (node.vcpus, node.memory_mb, node.local_gb) == (8, 16384, 200)
     assert (node.memory_mb_used, node.free_ram_mb) == (1024, 15360)
@@ -53,16 +53,16 @@ def test_first_run_records_the_node_from_the_hypervisor(db_url: str) -> None:
 def test_orphan_domain_is_counted_as_used_then_forgotten_when_it_goes(db_url: str) -> None:
     driver = _driver()
     settings = make_settings()
-    update_available_resource(db_url, driver, "host1", settings)
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
     orphan = str(uuid_module.uuid4())
     driver.spawn(GuestSpec(uuid=orphan, name="behind-the-back", vcpus=2, memory_mb=4096, root_gb=0))
-    heals = update_available_resource(db_url, driver, "host1", settings)
+    heals = update_available_resource(sessions_for(db_url), driver, "host1", settings)
     assert [(h["action"], h["consumer_uuid"]) for h in heals] == [("orphan_counted", orphan)]
     assert json.loads(heals[0]["resources"]) == {"MEMORY_MB": 4096, "VCPU": 2}
     node = _node(db_url)
     assert (node.vcpus_used, node.memory_mb_used) == (2, 512 + 4096)
     driver.destroy(orphan)
-    update_available_resource(db_url, driver, "host1", settings)
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
     assert _node(db_url).memory_mb_used == 512
     assert _heals(db_url)[-1] == ("removed", orphan)
 
@@ -73,7 +73,7 @@ def test_a_guest_deleted_after_the_hypervisor_read_is_not_counted_as_an_orphan(
     """The hypervisor is read before the heal's transaction. A delete that destroys the
     guest and commits in between must not leave the guest counted as an orphan."""
     settings = make_settings()
-    update_available_resource(db_url, _driver(), "host1", settings)
+    update_available_resource(sessions_for(db_url), _driver(), "host1", settings)
     uuid = make_instance(db_url, host="host1", node="host1", vm_state="active", task_state=None)
     claim(db_url, _node(db_url).id, uuid, ResourceRequest(1, 512, 1))
 
@@ -86,7 +86,7 @@ def test_a_guest_deleted_after_the_hypervisor_read_is_not_counted_as_an_orphan(
 
     driver = DeletedMeanwhile(host_resources("host1"))
     driver.spawn(GuestSpec(uuid=uuid, name="i", vcpus=1, memory_mb=512, root_gb=1))
-    assert update_available_resource(db_url, driver, "host1", settings) == []
+    assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
     with session_scope(db_url) as session:
         assert consumer_allocations(session, uuid) == {}
     assert _node(db_url).memory_mb_used == 512
@@ -95,10 +95,10 @@ def test_a_guest_deleted_after_the_hypervisor_read_is_not_counted_as_an_orphan(
 def test_allocation_of_a_deleted_instance_is_removed_and_recorded(db_url: str) -> None:
     settings = make_settings()
     driver = _driver()
-    update_available_resource(db_url, driver, "host1", settings)
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
     gone = make_instance(db_url, vm_state="deleted", deleted=1)
     claim(db_url, _node(db_url).id, gone, ResourceRequest(1, 1024, 1))
-    heals = update_available_resource(db_url, driver, "host1", settings)
+    heals = update_available_resource(sessions_for(db_url), driver, "host1", settings)
     assert [(h["action"], h["consumer_uuid"], h["reason"]) for h in heals] == [
         ("removed", gone, "instance is deleted")
     ]
@@ -108,9 +108,9 @@ def test_allocation_of_a_deleted_instance_is_removed_and_recorded(db_url: str) -
 def test_missing_allocation_of_a_live_instance_is_recreated(db_url: str) -> None:
     settings = make_settings()
     driver = _driver()
-    update_available_resource(db_url, driver, "host1", settings)
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
     live = make_instance(db_url, vm_state="active", task_state=None, host="host1", node="host1")
-    heals = update_available_resource(db_url, driver, "host1", settings)
+    heals = update_available_resource(sessions_for(db_url), driver, "host1", settings)
     assert [(h["action"], h["consumer_uuid"]) for h in heals] == [("recreated", live)]
     with session_scope(db_url) as session:
         assert consumer_allocations(session, live) == {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}
@@ -119,18 +119,18 @@ def test_missing_allocation_of_a_live_instance_is_recreated(db_url: str) -> None
 def test_a_clean_node_needs_no_heal(db_url: str) -> None:
     settings = make_settings()
     driver = _driver()
-    update_available_resource(db_url, driver, "host1", settings)
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
     node_id = _node(db_url).id
     uuid = make_instance(db_url, host="host1", node="host1")
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
-    build_and_run_instance(StepContext.for_url(db_url, driver, "host1", "req-test"), uuid)
-    assert update_available_resource(db_url, driver, "host1", settings) == []
+    build_and_run_instance(StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid)
+    assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
 
 
 def test_a_node_the_driver_no_longer_reports_is_deleted(db_url: str) -> None:
     settings = make_settings()
-    update_available_resource(db_url, _driver("old-node"), "host1", settings)
-    heals = update_available_resource(db_url, _driver("new-node"), "host1", settings)
+    update_available_resource(sessions_for(db_url), _driver("old-node"), "host1", settings)
+    heals = update_available_resource(sessions_for(db_url), _driver("new-node"), "host1", settings)
     assert [(h["action"], h["node"]) for h in heals] == [("node_deleted", "old-node")]
     assert _node(db_url).hypervisor_hostname == "new-node"
 
@@ -142,7 +142,7 @@ def test_devices_held_by_a_consumer_that_is_gone_are_freed(db_url: str) -> None:
 
     settings = gpu_settings()
     driver = _driver(pci_devices=gpus("0000:08:00.0"))
-    update_available_resource(db_url, driver, "host1", settings)
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
     ghost = make_instance(db_url, vm_state="deleted", deleted=1)
     claim(
         db_url,
@@ -150,7 +150,7 @@ def test_devices_held_by_a_consumer_that_is_gone_are_freed(db_url: str) -> None:
         ghost,
         Request(1, 512, 1, pci=(PciRequest(GPU_ALIAS, 1, "10de", "13f1"),)),
     )
-    heals = update_available_resource(db_url, driver, "host1", settings)
+    heals = update_available_resource(sessions_for(db_url), driver, "host1", settings)
     assert {h["action"] for h in heals} == {"removed"}
     from compute.pci import held_devices
 

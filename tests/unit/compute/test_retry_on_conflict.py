@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from compute.claims import retry_on_conflict
+from compute.sessions import sessions_for
 from models import Flavor
 from models.db import session_scope
 from novaq.exceptions import GenerationConflict
@@ -36,7 +37,7 @@ def test_a_conflict_is_tried_again_in_a_new_transaction(db_url: str) -> None:
             raise GenerationConflict(node="n1", generation=len(calls))
         return "done"
 
-    assert retry_on_conflict(db_url, work) == "done"
+    assert retry_on_conflict(sessions_for(db_url), work) == "done"
     assert len(calls) == 3
     assert _flavors(db_url) == 1  # the failed attempts' writes were rolled back
 
@@ -49,7 +50,7 @@ def test_other_errors_are_not_retried(db_url: str) -> None:
         raise ValueError("not a conflict")
 
     with pytest.raises(ValueError, match="not a conflict"):
-        retry_on_conflict(db_url, work)
+        retry_on_conflict(sessions_for(db_url), work)
     assert len(calls) == 1
 
 
@@ -61,5 +62,5 @@ def test_the_last_conflict_is_raised_when_the_attempts_are_spent(db_url: str) ->
         raise GenerationConflict(node="n1", generation=len(calls))
 
     with pytest.raises(GenerationConflict, match="generation 4"):
-        retry_on_conflict(db_url, work, attempts=4)
+        retry_on_conflict(sessions_for(db_url), work, attempts=4)
     assert len(calls) == 4

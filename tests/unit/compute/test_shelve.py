@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from compute import shelve, soft_delete
-from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.claims import ResourceRequest, consumer_allocations
 from compute.instance_actions import latest_fault
 from compute.instance_state import cas_update, get_instance
 from compute.sessions import sessions_for
@@ -24,6 +24,7 @@ from novaq.exceptions import HypervisorError, NoValidHost
 from scheduler.manager import Scheduler
 from scheduler.unshelve import select_for_unshelve
 from tests.factories import (
+    claim,
     flavor_dict,
     host_resources,
     make_compute_node,
@@ -39,7 +40,7 @@ FLAVOR = flavor_dict(2, 2048, 10)
 
 
 def _ctx(db_url: str, driver: ComputeDriver, host: str = "host1") -> StepContext:
-    return StepContext.for_url(db_url, driver, host, REQUEST)
+    return StepContext(sessions_for(db_url), driver, host, REQUEST)
 
 
 def _server(db_url: str, driver: FakeDriver, vm_state: str, task_state: str | None) -> str:
@@ -201,7 +202,7 @@ def _offloaded(db_url: str, driver: FakeDriver) -> str:
 def test_unshelve_claims_a_host_and_spawns_the_guest_there(db_url: str) -> None:
     driver = FakeDriver(host_resources("host1"))
     uuid = _offloaded(db_url, driver)
-    selection = select_for_unshelve(db_url, Scheduler(make_settings()), uuid)
+    selection = select_for_unshelve(sessions_for(db_url), Scheduler(make_settings()), uuid)
     assert selection is not None and selection.host == "host1" and not selection.alternates
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["host"]) == (
@@ -214,7 +215,7 @@ def test_unshelve_claims_a_host_and_spawns_the_guest_there(db_url: str) -> None:
         node = session.scalars(select(ComputeNode)).one()
         assert uuid in expected_consumers(session, node)
     # redelivered scheduling: the same host, nothing claimed twice
-    assert select_for_unshelve(db_url, Scheduler(make_settings()), uuid) == selection
+    assert select_for_unshelve(sessions_for(db_url), Scheduler(make_settings()), uuid) == selection
     assert shelve.unshelve_instance(_ctx(db_url, driver), uuid) == "done"
     view = _instance(db_url, uuid)
     assert (view["vm_state"], view["task_state"], view["power_state"]) == (
@@ -233,13 +234,13 @@ def test_unshelve_with_no_valid_host_leaves_the_claim_unmade(db_url: str) -> Non
     with session_scope(db_url) as session:
         get_instance(session, uuid).flavor = flavor_dict(64, 2048, 10)
     with pytest.raises(NoValidHost):
-        select_for_unshelve(db_url, Scheduler(make_settings()), uuid)
+        select_for_unshelve(sessions_for(db_url), Scheduler(make_settings()), uuid)
     assert _instance(db_url, uuid)["host"] is None and _allocations(db_url, uuid) == {}
 
 
 def test_a_failed_unshelve_spawn_releases_the_claim_and_the_host(db_url: str) -> None:
     uuid = _offloaded(db_url, FakeDriver(host_resources("host1")))
-    select_for_unshelve(db_url, Scheduler(make_settings()), uuid)
+    select_for_unshelve(sessions_for(db_url), Scheduler(make_settings()), uuid)
     driver = SpawnFailingDriver(host_resources("host1"))
     with pytest.raises(HypervisorError, match="refuses to start guests"):
         shelve.unshelve_instance(_ctx(db_url, driver), uuid)

@@ -4,9 +4,6 @@ reaching a registered task, errback and step."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -17,9 +14,9 @@ from compute.instance_state import get_instance
 from compute.sessions import savepoints
 from compute.steps import DONE, StepContext, run_step
 from models import InstanceAction, utcnow
-from models.db import get_engine, session_scope
+from models.db import session_scope
 from novaq.exceptions import HypervisorError
-from tests.factories import host_resources, make_instance
+from tests.factories import host_resources, make_instance, rolled_back
 from virt import power_state
 from virt.driver import GuestSpec
 from virt.fake import FakeDriver
@@ -45,19 +42,6 @@ def _server(db_url: str, driver: FakeDriver) -> str:
     )
     driver.spawn(GuestSpec(uuid=uuid, name="instance-00000001", vcpus=1, memory_mb=512, root_gb=1))
     return uuid
-
-
-@contextlib.contextmanager
-def rolled_back(db_url: str) -> Iterator[Session]:
-    """A session on one connection whose transaction is rolled back at the end."""
-    with get_engine(db_url).connect() as connection:
-        transaction = connection.begin()
-        session = Session(bind=connection, join_transaction_mode="create_savepoint")
-        try:
-            yield session
-        finally:
-            session.close()
-            transaction.rollback()
 
 
 def _events(session: Session, uuid: str) -> list[tuple[str, str | None]]:

@@ -12,6 +12,7 @@ from celery import Celery
 
 from compute.periodic import beat_lease
 from compute.periodic.schedule import beat_schedule_for
+from compute.sessions import sessions_for
 from models import BeatLease, utcnow
 from models.db import session_scope
 from tasks.beat import SecondBeatError
@@ -20,19 +21,21 @@ from tests.unit.periodic.queues import drain
 
 
 def test_a_second_holder_is_refused_until_the_first_releases_or_expires(db_url: str) -> None:
-    assert beat_lease.acquire(db_url, "beat-a", 30) is None
-    assert beat_lease.acquire(db_url, "beat-a", 30) is None  # ours already: renewed
-    other = beat_lease.acquire(db_url, "beat-b", 30)
+    assert beat_lease.acquire(sessions_for(db_url), "beat-a", 30) is None
+    assert beat_lease.acquire(sessions_for(db_url), "beat-a", 30) is None  # ours already: renewed
+    other = beat_lease.acquire(sessions_for(db_url), "beat-b", 30)
     assert other is not None and other.holder == "beat-a"
-    assert beat_lease.renew(db_url, "beat-a", 30) and not beat_lease.renew(db_url, "beat-b", 30)
-    beat_lease.release(db_url, "beat-a")
-    assert beat_lease.acquire(db_url, "beat-b", 30) is None
+    assert beat_lease.renew(sessions_for(db_url), "beat-a", 30) and not beat_lease.renew(
+        sessions_for(db_url), "beat-b", 30
+    )
+    beat_lease.release(sessions_for(db_url), "beat-a")
+    assert beat_lease.acquire(sessions_for(db_url), "beat-b", 30) is None
     # A holder that died stops renewing: its lease expires and can be taken over.
     with session_scope(db_url) as session:
         session.get(BeatLease, "beat").expires_at = utcnow() - dt.timedelta(seconds=1)
-    assert beat_lease.holder_of(db_url) is None
-    assert beat_lease.acquire(db_url, "beat-c", 30) is None
-    assert not beat_lease.renew(db_url, "beat-b", 30)
+    assert beat_lease.holder_of(sessions_for(db_url)) is None
+    assert beat_lease.acquire(sessions_for(db_url), "beat-c", 30) is None
+    assert not beat_lease.renew(sessions_for(db_url), "beat-b", 30)
 
 
 @pytest.fixture
@@ -78,16 +81,16 @@ def test_the_banner_instance_beat_builds_first_takes_no_lease(
     from tasks.beat import NovaqScheduler
 
     NovaqScheduler(app=beat_app, schedule_filename=str(tmp_path / "s"), lazy=True).close()
-    assert beat_lease.holder_of(db_url) is None
+    assert beat_lease.holder_of(sessions_for(db_url)) is None
     beat = _scheduler(beat_app, tmp_path)
-    assert beat_lease.holder_of(db_url).holder == beat.lease_holder
+    assert beat_lease.holder_of(sessions_for(db_url)).holder == beat.lease_holder
     beat.close()
 
 
 def test_a_beat_that_lost_its_lease_stops(beat_app: Celery, tmp_path: Path, db_url: str) -> None:
     beat = _scheduler(beat_app, tmp_path)
-    beat_lease.release(db_url, beat.lease_holder)
-    assert beat_lease.acquire(db_url, "someone-else", 30) is None
+    beat_lease.release(sessions_for(db_url), beat.lease_holder)
+    assert beat_lease.acquire(sessions_for(db_url), "someone-else", 30) is None
     beat._renewed_at = 0.0  # due for renewal
     with pytest.raises(SecondBeatError, match="lost its lease"):
         beat.tick()

@@ -11,6 +11,7 @@ import pytest
 
 from compute.periodic import runs
 from compute.periodic.schedule import BY_NAME
+from compute.sessions import sessions_for
 from models import PeriodicTaskRun, Service, utcnow
 from models.db import session_scope
 from tasks import app
@@ -20,30 +21,30 @@ from tests.unit.periodic.queues import drain
 
 
 def test_the_lease_lets_one_run_at_a_time_and_a_stale_one_is_taken_over(db_url: str) -> None:
-    assert runs.begin(db_url, "_t", "host1", "runner-a", stale_after=60)
-    assert not runs.begin(db_url, "_t", "host1", "runner-b", stale_after=60)
-    assert runs.begin(db_url, "_t", "host2", "runner-b", stale_after=60)  # other host
-    assert runs.begin(db_url, "_t", "host1", "runner-a", stale_after=60)  # redelivery
-    runs.finish(db_url, "_t", "host1", "runner-a", runs.OK, {"done": 1})
-    assert runs.begin(db_url, "_t", "host1", "runner-b", stale_after=60)
+    assert runs.begin(sessions_for(db_url), "_t", "host1", "runner-a", stale_after=60)
+    assert not runs.begin(sessions_for(db_url), "_t", "host1", "runner-b", stale_after=60)
+    assert runs.begin(sessions_for(db_url), "_t", "host2", "runner-b", stale_after=60)  # other host
+    assert runs.begin(sessions_for(db_url), "_t", "host1", "runner-a", stale_after=60)  # redelivery
+    runs.finish(sessions_for(db_url), "_t", "host1", "runner-a", runs.OK, {"done": 1})
+    assert runs.begin(sessions_for(db_url), "_t", "host1", "runner-b", stale_after=60)
     with session_scope(db_url) as session:
         row = session.query(PeriodicTaskRun).filter_by(task_name="_t", host="host1").one()
         row.running_since = utcnow() - dt.timedelta(seconds=120)  # runner-b died
-    assert runs.begin(db_url, "_t", "host1", "runner-c", stale_after=60)
+    assert runs.begin(sessions_for(db_url), "_t", "host1", "runner-c", stale_after=60)
     # A late finish of the dead runner does not release the new runner's lease.
-    runs.finish(db_url, "_t", "host1", "runner-b", runs.ERROR, error="late")
-    assert not runs.begin(db_url, "_t", "host1", "runner-d", stale_after=60)
-    record = runs.last_runs(db_url)[("_t", "host1")]
+    runs.finish(sessions_for(db_url), "_t", "host1", "runner-b", runs.ERROR, error="late")
+    assert not runs.begin(sessions_for(db_url), "_t", "host1", "runner-d", stale_after=60)
+    record = runs.last_runs(sessions_for(db_url))[("_t", "host1")]
     assert record["running"] and record["run_count"] == 1 and record["skip_count"] == 2
     assert record["last_result"] == {"done": 1}
 
 
 def test_an_overlapping_run_is_skipped_and_does_nothing(db_url: str) -> None:
     make_compute_node(db_url, "host1")
-    assert runs.begin(db_url, "update_available_resource", "host1", "other", 3600)
+    assert runs.begin(sessions_for(db_url), "update_available_resource", "host1", "other", 3600)
     task = BY_NAME["update_available_resource"]
     assert run_periodic(task, "host1", "me") == {"skipped": "previous run still running"}
-    record = runs.last_runs(db_url)[("update_available_resource", "host1")]
+    record = runs.last_runs(sessions_for(db_url))[("update_available_resource", "host1")]
     assert record["running"] and record["skip_count"] == 1 and record["run_count"] == 0
 
 
@@ -51,7 +52,7 @@ def test_a_run_is_recorded_with_its_result(db_url: str) -> None:
     make_compute_node(db_url, "host1")
     result = run_periodic(BY_NAME["update_available_resource"], "host1", "me")
     assert set(result) == {"heals", "actions"}
-    record = runs.last_runs(db_url)[("update_available_resource", "host1")]
+    record = runs.last_runs(sessions_for(db_url))[("update_available_resource", "host1")]
     assert record["last_status"] == "ok" and not record["running"]
     assert record["run_count"] == 1 and record["last_result"] == result
 
@@ -60,7 +61,7 @@ def test_a_closed_gate_records_a_skip_without_running_the_body(db_url: str) -> N
     # resize_confirm_window is 0: Nova's task returns at once, and so does novaq's.
     result = run_periodic(BY_NAME["_poll_unconfirmed_resizes"], "host1", "me")
     assert result == {"skipped": "resize_confirm_window is 0"}
-    record = runs.last_runs(db_url)[("_poll_unconfirmed_resizes", "host1")]
+    record = runs.last_runs(sessions_for(db_url))[("_poll_unconfirmed_resizes", "host1")]
     assert record["last_status"] == "skipped" and not record["running"]
 
 
@@ -77,7 +78,7 @@ def test_a_failing_run_is_recorded_as_an_error_and_releases_the_lease(
     monkeypatch.setattr(resource_tracker, "update_available_resource", broken)
     with pytest.raises(RuntimeError):
         run_periodic(BY_NAME["update_available_resource"], "host1", "me")
-    record = runs.last_runs(db_url)[("update_available_resource", "host1")]
+    record = runs.last_runs(sessions_for(db_url))[("update_available_resource", "host1")]
     assert record["last_status"] == "error" and not record["running"]
     assert record["last_error"] == "RuntimeError: hypervisor went away"
 

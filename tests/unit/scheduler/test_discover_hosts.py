@@ -13,6 +13,7 @@ from compute.periodic import PeriodicContext, runs
 from compute.periodic.schedule import BY_NAME, CLUSTER
 from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, SCHEDULER, register_service
+from compute.sessions import sessions_for
 from models import ComputeNode, HostMapping, Service, utcnow
 from models.db import session_scope
 from scheduler.discover_hosts import _map_host, discover_hosts, discover_hosts_in_cells
@@ -42,7 +43,7 @@ def test_unmapped_compute_hosts_are_mapped_to_cell1_with_their_nodes(db_url: str
         make_compute_node(db_url, host)
     _service(db_url, "host3", COMPUTE)  # a compute service whose node is not recorded yet
 
-    assert discover_hosts(db_url) == ["host1", "host2", "host3"]
+    assert discover_hosts(sessions_for(db_url)) == ["host1", "host2", "host3"]
 
     assert _mappings(db_url) == {"host1": "cell1", "host2": "cell1", "host3": "cell1"}
     assert _mapped_nodes(db_url) == {"host1": 1, "host2": 1}
@@ -50,26 +51,26 @@ def test_unmapped_compute_hosts_are_mapped_to_cell1_with_their_nodes(db_url: str
 
 def test_discovery_again_maps_nothing_new(db_url: str) -> None:
     make_compute_node(db_url, "host1")
-    assert discover_hosts(db_url) == ["host1"]
-    assert discover_hosts(db_url) == []
+    assert discover_hosts(sessions_for(db_url)) == ["host1"]
+    assert discover_hosts(sessions_for(db_url)) == []
     assert _mappings(db_url) == {"host1": "cell1"}
 
 
 def test_schedulers_and_deleted_compute_services_are_not_mapped(db_url: str) -> None:
     _service(db_url, "sched1", SCHEDULER)
     _service(db_url, "gone", COMPUTE, deleted=1)
-    assert discover_hosts(db_url) == []
+    assert discover_hosts(sessions_for(db_url)) == []
     assert _mappings(db_url) == {}
 
 
 def test_a_node_added_later_to_a_mapped_host_is_marked_mapped(db_url: str) -> None:
     make_compute_node(db_url, "host1")
-    discover_hosts(db_url)
+    discover_hosts(sessions_for(db_url))
     with session_scope(db_url) as session:
         record_compute_node(session, "host1", host_resources(name="host1-b"), make_settings())
     assert _mapped_nodes(db_url) == {"host1": 1, "host1-b": 0}
 
-    assert discover_hosts(db_url) == []
+    assert discover_hosts(sessions_for(db_url)) == []
 
     assert _mapped_nodes(db_url) == {"host1": 1, "host1-b": 1}
 
@@ -77,7 +78,7 @@ def test_a_node_added_later_to_a_mapped_host_is_marked_mapped(db_url: str) -> No
 def test_a_host_mapped_by_a_concurrent_run_is_skipped_not_an_error(db_url: str) -> None:
     make_compute_node(db_url, "host1")
     make_compute_node(db_url, "host2")
-    discover_hosts(db_url)
+    discover_hosts(sessions_for(db_url))
     with session_scope(db_url) as session:
         # The insert a run that lost the race makes: refused by the unique host, and the
         # transaction goes on.
@@ -95,7 +96,7 @@ def test_two_runs_at_once_map_each_host_exactly_once(db_url: str) -> None:
 
     def run() -> None:
         start.wait()
-        results.append(discover_hosts(db_url))
+        results.append(discover_hosts(sessions_for(db_url)))
 
     threads = [threading.Thread(target=run) for _ in range(2)]
     for thread in threads:
@@ -119,7 +120,7 @@ def test_the_periodic_pass_maps_and_reports_the_leader_and_who_acted(db_url: str
             update(Service).where(Service.host == "sched-a").values(last_seen_up=long_ago)
         )
     settings = make_settings(host="sched-c")
-    ctx = PeriodicContext(db_url=db_url, settings=settings, host="cluster")
+    ctx = PeriodicContext(sessions=sessions_for(db_url), settings=settings, host="cluster")
 
     result = discover_hosts_in_cells(ctx)
 
@@ -133,7 +134,7 @@ def test_the_periodic_pass_maps_and_reports_the_leader_and_who_acted(db_url: str
 
 
 def test_the_leader_is_none_when_no_scheduler_is_up(db_url: str) -> None:
-    ctx = PeriodicContext(db_url=db_url, settings=make_settings(), host="cluster")
+    ctx = PeriodicContext(sessions=sessions_for(db_url), settings=make_settings(), host="cluster")
     assert discover_hosts_in_cells(ctx)["leader"] is None
 
 
@@ -143,5 +144,5 @@ def test_the_periodic_pass_runs_once_for_the_cluster_through_the_wrapper(db_url:
     result = run_periodic(BY_NAME["_discover_hosts_in_cells"], CLUSTER, "me")
 
     assert result["mapped"] == ["host1"] and result["acted_on"] == "host1"
-    record = runs.last_runs(db_url)[("_discover_hosts_in_cells", CLUSTER)]
+    record = runs.last_runs(sessions_for(db_url))[("_discover_hosts_in_cells", CLUSTER)]
     assert record["last_status"] == "ok" and record["last_result"] == result

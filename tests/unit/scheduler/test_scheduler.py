@@ -8,6 +8,7 @@ from sqlalchemy import update
 
 from compute.claims import consumer_allocations
 from compute.instance_state import get_instance
+from compute.sessions import sessions_for
 from models import Service
 from models.db import session_scope
 from novaq.exceptions import ConfigError, NoValidHost
@@ -84,7 +85,7 @@ def test_ram_weigher_spreads_to_the_host_with_most_free_ram(db_url: str) -> None
 def test_select_and_claim_places_the_instance_and_claims_it(db_url: str) -> None:
     make_compute_node(db_url, "host1")
     uuid = make_instance(db_url)
-    selection = Scheduler(make_settings()).select_and_claim(db_url, spec_for(uuid))
+    selection = Scheduler(make_settings()).select_and_claim(sessions_for(db_url), spec_for(uuid))
     assert selection.host == "host1"
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
@@ -97,8 +98,8 @@ def test_redelivered_selection_returns_the_existing_placement(db_url: str) -> No
     make_compute_node(db_url, "host2")
     uuid = make_instance(db_url)
     scheduler = Scheduler(make_settings())
-    first = scheduler.select_and_claim(db_url, spec_for(uuid))
-    second = scheduler.select_and_claim(db_url, spec_for(uuid))
+    first = scheduler.select_and_claim(sessions_for(db_url), spec_for(uuid))
+    second = scheduler.select_and_claim(sessions_for(db_url), spec_for(uuid))
     assert (second.host, second.compute_node_id) == (first.host, first.compute_node_id)
     with session_scope(db_url) as session:
         assert consumer_allocations(session, uuid)["VCPU"] == 1
@@ -109,7 +110,7 @@ def test_no_valid_host_names_the_filter_that_removed_the_hosts(db_url: str) -> N
     uuid = make_instance(db_url, flavor=flavor_dict(memory_mb=4096))
     with pytest.raises(NoValidHost, match=r"capacity pre-filter \(placement\): 0 hosts with room"):
         Scheduler(make_settings()).select_and_claim(
-            db_url, spec_for(uuid, flavor_dict(memory_mb=4096))
+            sessions_for(db_url), spec_for(uuid, flavor_dict(memory_mb=4096))
         )
 
 
@@ -119,13 +120,13 @@ def test_down_host_is_never_picked(db_url: str) -> None:
         session.execute(update(Service).values(last_seen_up=dt.datetime(2000, 1, 1)))
     uuid = make_instance(db_url)
     with pytest.raises(NoValidHost, match=r"ComputeFilter: 1 -> 0"):
-        Scheduler(make_settings()).select_and_claim(db_url, spec_for(uuid))
+        Scheduler(make_settings()).select_and_claim(sessions_for(db_url), spec_for(uuid))
 
 
 def test_instance_deleted_while_scheduling_is_not_placed(db_url: str) -> None:
     node_id = make_compute_node(db_url, "host1")
     uuid = make_instance(db_url, task_state="deleting")
-    assert Scheduler(make_settings()).select_and_claim(db_url, spec_for(uuid)) is None
+    assert Scheduler(make_settings()).select_and_claim(sessions_for(db_url), spec_for(uuid)) is None
     with session_scope(db_url) as session:
         assert consumer_allocations(session, uuid) == {}
     assert node_id
@@ -149,7 +150,9 @@ def test_multi_create_consumes_the_chosen_hosts_between_its_instances(db_url: st
         make_compute_node(db_url, host, memory_mb=16384 + 512)
     big = flavor_dict(memory_mb=16384)
     uuids = [make_instance(db_url, flavor=big) for _ in range(2)]
-    selections = Scheduler(make_settings()).schedule(db_url, [spec_for(u, big) for u in uuids])
+    selections = Scheduler(make_settings()).schedule(
+        sessions_for(db_url), [spec_for(u, big) for u in uuids]
+    )
     assert sorted(s.host for s in selections) == ["a", "b"]
 
 
@@ -158,7 +161,7 @@ def test_a_multi_create_that_cannot_place_all_places_none(db_url: str) -> None:
     big = flavor_dict(memory_mb=16384)
     uuids = [make_instance(db_url, flavor=big) for _ in range(2)]
     with pytest.raises(NoValidHost):
-        Scheduler(make_settings()).schedule(db_url, [spec_for(u, big) for u in uuids])
+        Scheduler(make_settings()).schedule(sessions_for(db_url), [spec_for(u, big) for u in uuids])
     with session_scope(db_url) as session:
         assert all(consumer_allocations(session, u) == {} for u in uuids)
         assert all(get_instance(session, u).host is None for u in uuids)
@@ -168,7 +171,9 @@ def test_alternates_never_include_a_host_chosen_for_the_request(db_url: str) -> 
     for host in ("a", "b", "c", "d"):
         make_compute_node(db_url, host)
     uuids = [make_instance(db_url) for _ in range(2)]
-    selections = Scheduler(make_settings()).schedule(db_url, [spec_for(u) for u in uuids])
+    selections = Scheduler(make_settings()).schedule(
+        sessions_for(db_url), [spec_for(u) for u in uuids]
+    )
     chosen = {s.host for s in selections}
     for selection in selections:
         assert len(selection.alternates) == 2
@@ -181,7 +186,9 @@ def test_a_forced_host_bypasses_the_filters_and_gets_no_alternates(db_url: str) 
     with session_scope(db_url) as session:
         session.execute(update(Service).where(Service.host == "b").values(disabled=True))
     uuid = make_instance(db_url)
-    [selection] = Scheduler(make_settings()).schedule(db_url, [spec_for(uuid, force_hosts=("b",))])
+    [selection] = Scheduler(make_settings()).schedule(
+        sessions_for(db_url), [spec_for(uuid, force_hosts=("b",))]
+    )
     assert (selection.host, selection.alternates) == ("b", ())
 
 

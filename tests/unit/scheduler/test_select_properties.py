@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compute.claims import allocation_usage, node_capacity
+from compute.sessions import sessions_for
 from models import ComputeNode, ServerGroup, ServerGroupMember
 from models.db import session_scope
 from novaq.exceptions import NoValidHost
@@ -76,7 +77,7 @@ def test_a_selection_passes_every_filter_and_never_overcommits(
         before = {h.host: h for h in load_host_states(session, conf)}
     scheduler = Scheduler(conf)
     try:
-        selections = scheduler.schedule(db_url, specs)
+        selections = scheduler.schedule(sessions_for(db_url), specs)
     except NoValidHost:
         with session_scope(db_url) as session:
             for node in session.query(ComputeNode):

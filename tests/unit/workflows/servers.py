@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from compute.periodic import PeriodicContext
+from compute.sessions import sessions_for
 from models import InstanceAction, utcnow
 from models.db import session_scope
 from novaq.exceptions import FlavorExists
@@ -22,7 +23,7 @@ from workflows import api
 def periodic_context(db_url: str, **settings: Any) -> PeriodicContext:
     """As the periodic task builds it on host1, with ``settings`` overriding (shrunk)."""
     shrunk = get_settings().model_copy(update=settings)
-    return PeriodicContext(db_url, shrunk, "host1", context.driver())
+    return PeriodicContext(sessions_for(db_url), shrunk, "host1", context.driver())
 
 
 def boot_active(name: str = "vm", flavor: str = "m1") -> str:

@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from compute.sessions import sessions_for
 from novaq.cli import main
 from novaq.exceptions import InvalidInput, NotFound
 from tests.factories import make_compute_node
@@ -97,9 +98,11 @@ def test_periodic_list_shows_every_task_and_its_last_run_per_host(
 
     monkeypatch.setattr(console, "width", 250)
 
-    runs.begin(db_url, "_sync_power_states", "host1", "r", 60)
-    runs.finish(db_url, "_sync_power_states", "host1", "r", runs.OK, {"stopped": []})
-    runs.record_skip(db_url, "_poll_unconfirmed_resizes", "host2", "resize_confirm_window is 0")
+    runs.begin(sessions_for(db_url), "_sync_power_states", "host1", "r", 60)
+    runs.finish(sessions_for(db_url), "_sync_power_states", "host1", "r", runs.OK, {"stopped": []})
+    runs.record_skip(
+        sessions_for(db_url), "_poll_unconfirmed_resizes", "host2", "resize_confirm_window is 0"
+    )
     listed = {t["name"]: t for t in api.list_periodic_tasks()}
     assert len(listed) == 18
     sync = listed["_sync_power_states"]

@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from compute.periodic import PeriodicContext
+from compute.sessions import sessions_for
 from models import utcnow
 from tests.factories import make_instance, make_settings
 from virt import power_state
@@ -14,7 +15,7 @@ from virt.driver import ComputeDriver, GuestSpec
 
 
 def periodic_ctx(db_url: str, driver: Any, host: str = "host1", **settings: Any) -> PeriodicContext:
-    return PeriodicContext(db_url, make_settings(**settings), host, driver)
+    return PeriodicContext(sessions_for(db_url), make_settings(**settings), host, driver)
 
 
 def host1_server(db_url: str, vm_state: str, power: int = power_state.RUNNING, **state: Any) -> str:

@@ -10,18 +10,25 @@ from typing import Any
 import pytest
 
 from compute.build import build_and_run_instance
-from compute.claims import ResourceRequest, claim
+from compute.claims import ResourceRequest
 from compute.delete import local_delete, terminate_instance
 from compute.instance_actions import start_action
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.cleanup import cleanup_incomplete_migrations, run_pending_deletes
-from compute.sessions import sessions_for
+from compute.sessions import savepoints, sessions_for
 from compute.soft_delete import soft_delete_instance
 from compute.steps import StepContext
 from models import Migration
 from models.db import session_scope
-from tests.factories import make_compute_node, make_instance, make_migration, make_settings
+from tests.factories import (
+    claim,
+    make_compute_node,
+    make_instance,
+    make_migration,
+    make_settings,
+    rolled_back,
+)
 from tests.undeletable import release, undeletable
 from virt.host_profile import HostProfile
 from virt.simulated import SimulatedHostDriver
@@ -46,7 +53,7 @@ def hosts(tmp_path: Path) -> Iterator[dict[str, SimulatedHostDriver]]:
 def _ctx(
     db_url: str, driver: SimulatedHostDriver, host: str = "host1", **settings: Any
 ) -> PeriodicContext:
-    return PeriodicContext(db_url, make_settings(**settings), host, driver)
+    return PeriodicContext(sessions_for(db_url), make_settings(**settings), host, driver)
 
 
 def _server(db_url: str, driver: SimulatedHostDriver, host: str = "host1") -> str:
@@ -55,7 +62,9 @@ def _server(db_url: str, driver: SimulatedHostDriver, host: str = "host1") -> st
     uuid = make_instance(db_url, host=host, node=host)
     claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
     assert (
-        build_and_run_instance(StepContext.for_url(db_url, driver, host, "req-test"), uuid).outcome
+        build_and_run_instance(
+            StepContext(sessions_for(db_url), driver, host, "req-test"), uuid
+        ).outcome
         == "active"
     )
     assert driver.instance_files_exist(uuid)
@@ -66,7 +75,7 @@ def _terminate(db_url: str, driver: SimulatedHostDriver, uuid: str, host: str = 
     with session_scope(db_url) as session:
         start_action(session, uuid, "delete", "req-delete")
     assert (
-        terminate_instance(StepContext.for_url(db_url, driver, host, "req-delete"), uuid)
+        terminate_instance(StepContext(sessions_for(db_url), driver, host, "req-delete"), uuid)
         == "deleted"
     )
 
@@ -120,6 +129,24 @@ def test_files_a_terminate_could_not_remove_are_removed_by_the_next_pass(
     assert _cleaning(db_url, uuid) == (1, "2")
 
 
+def test_a_pass_runs_inside_a_transaction_the_test_rolls_back(
+    db_url: str, hosts: dict[str, SimulatedHostDriver]
+) -> None:
+    """A periodic pass is handed its transactions: given savepoints of one outer
+    transaction, what it records is seen inside and gone once the test rolls back."""
+    driver = hosts["host1"]
+    uuid = _server(db_url, driver)
+    with undeletable(_instance_dir(driver, uuid)):
+        _terminate(db_url, driver, uuid)
+    with rolled_back(db_url) as session:
+        ctx = PeriodicContext(savepoints(session), make_settings(), "host1", driver)
+        assert run_pending_deletes(ctx) == {"cleaned": [uuid], "failed": [], "given_up": []}
+        inside = get_instance(session, uuid)
+        assert (inside.cleaned, inside.system_metadata.get("clean_attempts")) == (1, "2")
+    assert not driver.instance_files_exist(uuid)  # the hypervisor's side is not transactional
+    assert _cleaning(db_url, uuid) == (0, "1")
+
+
 def test_each_failed_pass_counts_an_attempt_until_the_maximum_then_the_pass_gives_up(
     db_url: str, hosts: dict[str, SimulatedHostDriver]
 ) -> None:
@@ -168,7 +195,9 @@ def test_soft_deleted_servers_and_other_hosts_deleted_servers_are_left_alone(
         start_action(session, soft, "delete", "req-soft")
         get_instance(session, soft).task_state = "soft-deleting"
     assert (
-        soft_delete_instance(StepContext.for_url(db_url, hosts["host1"], "host1", "req-soft"), soft)
+        soft_delete_instance(
+            StepContext(sessions_for(db_url), hosts["host1"], "host1", "req-soft"), soft
+        )
         == "done"
     )
     elsewhere = _server(db_url, hosts["host2"], host="host2")

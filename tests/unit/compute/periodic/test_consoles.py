@@ -12,6 +12,7 @@ from compute import consoles
 from compute.periodic import PeriodicContext, runs
 from compute.periodic.consoles import cleanup_expired_console_auth_tokens
 from compute.periodic.schedule import BY_NAME, CLUSTER
+from compute.sessions import sessions_for
 from models import ConsoleAuthToken, Instance
 from models.db import get_engine, session_scope
 from novaq.exceptions import InvalidInput, InvalidToken
@@ -26,7 +27,9 @@ def _server(db_url: str, host: str = "host1") -> str:
 
 
 def _token(db_url: str, uuid: str, ttl: int = 600, host: str = "host1", port: int = 10000) -> str:
-    return consoles.create_console_token(db_url, uuid, host, port, "serial", ttl, BASE)
+    return consoles.create_console_token(
+        sessions_for(db_url), uuid, host, port, "serial", ttl, BASE
+    )
 
 
 def _expire(db_url: str, token: str, seconds_ago: int = 5) -> None:
@@ -48,7 +51,7 @@ def test_a_new_token_validates_to_its_console_and_expires_after_the_ttl(db_url: 
     before = consoles.now_ts()
     token = _token(db_url, uuid, ttl=600, port=10003)
 
-    console = consoles.validate_token(db_url, token)
+    console = consoles.validate_token(sessions_for(db_url), token)
 
     assert console["instance_uuid"] == uuid and console["host"] == "host1"
     assert (console["port"], console["console_type"]) == (10003, "serial")
@@ -80,14 +83,14 @@ def test_each_console_gets_a_different_unguessable_token(db_url: str) -> None:
 def test_unknown_tokens_are_refused(db_url: str, token: str) -> None:
     _token(db_url, _server(db_url))
     with pytest.raises(InvalidToken):
-        consoles.validate_token(db_url, token)
+        consoles.validate_token(sessions_for(db_url), token)
 
 
 def test_an_expired_token_is_refused_without_repeating_it(db_url: str) -> None:
     token = _token(db_url, _server(db_url))
     _expire(db_url, token, seconds_ago=0)  # expires == now already counts as expired
     with pytest.raises(InvalidToken, match="expired") as raised:
-        consoles.validate_token(db_url, token)
+        consoles.validate_token(sessions_for(db_url), token)
     assert token not in str(raised.value)
 
 
@@ -98,19 +101,21 @@ def test_a_token_of_a_deleted_or_moved_server_is_refused(db_url: str) -> None:
         session.execute(update(Instance).where(Instance.uuid == gone).values(deleted=1))
         session.execute(update(Instance).where(Instance.uuid == moved).values(host="host2"))
     with pytest.raises(InvalidToken, match="deleted"):
-        consoles.validate_token(db_url, gone_token)
+        consoles.validate_token(sessions_for(db_url), gone_token)
     with pytest.raises(InvalidToken, match="left host host1"):
-        consoles.validate_token(db_url, moved_token)
+        consoles.validate_token(sessions_for(db_url), moved_token)
 
 
 def test_only_serial_consoles_exist(db_url: str) -> None:
     with pytest.raises(InvalidInput, match="novnc"):
-        consoles.create_console_token(db_url, _server(db_url), "host1", 5900, "novnc", 60, BASE)
+        consoles.create_console_token(
+            sessions_for(db_url), _server(db_url), "host1", 5900, "novnc", 60, BASE
+        )
     assert _rows(db_url) == []
 
 
 def _ctx(db_url: str) -> PeriodicContext:
-    return PeriodicContext(db_url=db_url, settings=make_settings(), host="cluster")
+    return PeriodicContext(sessions=sessions_for(db_url), settings=make_settings(), host="cluster")
 
 
 def test_cleanup_deletes_only_expired_tokens_of_every_host(db_url: str) -> None:
@@ -124,7 +129,7 @@ def test_cleanup_deletes_only_expired_tokens_of_every_host(db_url: str) -> None:
 
     assert result == {"deleted": 2}
     assert [r.token_hash for r in _rows(db_url)] == [consoles.hash_token(live)]
-    assert consoles.validate_token(db_url, live)["instance_uuid"] == one
+    assert consoles.validate_token(sessions_for(db_url), live)["instance_uuid"] == one
     assert cleanup_expired_console_auth_tokens(_ctx(db_url)) == {"deleted": 0}
 
 
@@ -148,5 +153,5 @@ def test_the_cleanup_runs_once_for_the_cluster_through_the_periodic_wrapper(db_u
     result = run_periodic(BY_NAME["_cleanup_expired_console_auth_tokens"], CLUSTER, "me")
 
     assert result == {"deleted": 1}
-    record = runs.last_runs(db_url)[("_cleanup_expired_console_auth_tokens", CLUSTER)]
+    record = runs.last_runs(sessions_for(db_url))[("_cleanup_expired_console_auth_tokens", CLUSTER)]
     assert record["last_status"] == "ok" and record["last_result"] == result

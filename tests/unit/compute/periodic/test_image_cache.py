@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from compute.claims import ResourceRequest, claim
+from compute.claims import ResourceRequest
 from compute.delete import local_delete
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
@@ -20,7 +20,7 @@ from compute.periodic.image_cache import images_in_use, run_image_cache_manager_
 from compute.sessions import sessions_for
 from models.db import session_scope
 from tests.disk_images import make_raw_image
-from tests.factories import make_compute_node, make_image_ref, make_instance, make_settings
+from tests.factories import claim, make_compute_node, make_image_ref, make_instance, make_settings
 from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
 from virt.libvirt.imagecache import cache_file_name
@@ -41,7 +41,9 @@ def host(tmp_path: Path) -> Iterator[SimulatedHostDriver]:
 
 def _ctx(db_url: str, driver: SimulatedHostDriver, **image_cache: Any) -> PeriodicContext:
     options = {"remove_unused_original_minimum_age_seconds": HOUR_S, **image_cache}
-    return PeriodicContext(db_url, make_settings(image_cache=options), "host1", driver)
+    return PeriodicContext(
+        sessions_for(db_url), make_settings(image_cache=options), "host1", driver
+    )
 
 
 def _server(db_url: str, driver: SimulatedHostDriver, image: str, swap_mb: int = 0) -> str:
@@ -131,7 +133,8 @@ def test_images_in_use_are_those_of_this_hosts_non_deleted_servers_soft_deleted_
     make_instance(db_url, host="host2", node="host2", image_ref="host2-image")
     make_instance(db_url, image_ref="unscheduled-image")  # no host yet
 
-    assert images_in_use(db_url, "host1") == {"cirros", "soft-image"}
+    with session_scope(db_url) as session:
+        assert images_in_use(session, "host1") == {"cirros", "soft-image"}
 
 
 def test_an_image_in_use_with_no_base_file_is_reported_missing(

@@ -14,6 +14,7 @@ from compute.build import guest_spec
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.info_cache import heal_instance_info_cache
+from compute.sessions import sessions_for
 from models import InstanceInfoCache, utcnow
 from models.db import session_scope
 from tests.factories import flavor_dict, host_resources, make_instance, make_settings
@@ -26,7 +27,7 @@ GPU = "0000:08:00.0"
 
 def _ctx(db_url: str, driver: ComputeDriver) -> PeriodicContext:
     settings = make_settings(heal_instance_info_cache_interval=60)
-    return PeriodicContext(db_url, settings, "host1", driver)
+    return PeriodicContext(sessions_for(db_url), settings, "host1", driver)
 
 
 def _server(

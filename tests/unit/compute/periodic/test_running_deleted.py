@@ -14,6 +14,7 @@ from compute.heal import release_destroyed_orphan
 from compute.instance_state import get_instance
 from compute.periodic import running_deleted
 from compute.resource_tracker import update_available_resource
+from compute.sessions import sessions_for
 from models import Allocation, ComputeNode, Instance, ResourceHeal
 from models.db import session_scope
 from tests.factories import make_settings
@@ -112,7 +113,7 @@ def test_a_reaped_guest_that_a_heal_counted_as_an_orphan_gives_its_usage_back(
 ) -> None:
     uuid = _deleted(db_url, hypervisor)
     # The start-up update_available_resource counts the deleted server's running guest.
-    heals = update_available_resource(db_url, hypervisor, "host1", make_settings())
+    heals = update_available_resource(sessions_for(db_url), hypervisor, "host1", make_settings())
     assert [h["action"] for h in heals] == ["orphan_counted"]
     assert _memory_used(db_url) == 512 + 64
     ctx = periodic_ctx(db_url, hypervisor, running_deleted_instance_action="reap")
@@ -133,7 +134,7 @@ def test_releasing_an_orphan_count_leaves_a_live_guests_alone(
 ) -> None:
     live = host1_server(db_url, "active")
     spawn_guest(hypervisor, live)
-    update_available_resource(db_url, hypervisor, "host1", make_settings())
+    update_available_resource(sessions_for(db_url), hypervisor, "host1", make_settings())
     used = _memory_used(db_url)
     with session_scope(db_url) as session:
         assert release_destroyed_orphan(session, "host1", live) == []

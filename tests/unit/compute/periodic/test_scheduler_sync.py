@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from compute.periodic import PeriodicContext
 from compute.periodic.scheduler_sync import sync_scheduler_instance_info
+from compute.sessions import sessions_for
 from models import Instance
 from models.db import session_scope
 from tests.factories import make_compute_node, make_instance, make_migration, make_settings
@@ -35,7 +36,9 @@ def host(tmp_path: Path) -> Iterator[SimulatedHostDriver]:
 
 
 def _ctx(db_url: str, driver: SimulatedHostDriver) -> PeriodicContext:
-    return PeriodicContext(db_url=db_url, settings=make_settings(), host="host1", driver=driver)
+    return PeriodicContext(
+        sessions=sessions_for(db_url), settings=make_settings(), host="host1", driver=driver
+    )
 
 
 def _guest(driver: SimulatedHostDriver, uuid: str | None = None) -> str:

@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from compute.claims import ResourceRequest, claim, consumer_allocations
+from compute.claims import ResourceRequest, consumer_allocations
 from compute.instance_actions import latest_fault, start_action
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext, deferred, resize_confirm, timeouts
+from compute.sessions import sessions_for
 from models import InstanceAction, Migration, utcnow
 from models.db import session_scope
 from novaq.exceptions import HypervisorError
-from tests.factories import make_compute_node, make_instance, make_migration, make_settings
+from tests.factories import claim, make_compute_node, make_instance, make_migration, make_settings
 from virt import power_state
 from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
@@ -48,7 +49,7 @@ def node_id(db_url: str) -> int:
 
 
 def _ctx(db_url: str, driver: LibvirtDriver, **settings: Any) -> PeriodicContext:
-    return PeriodicContext(db_url, make_settings(**settings), "host1", driver)
+    return PeriodicContext(sessions_for(db_url), make_settings(**settings), "host1", driver)
 
 
 def _ago(seconds: int) -> dt.datetime:

@@ -18,6 +18,7 @@ from compute.periodic.usage_audit import (
     instance_usage_audit,
     last_completed_audit_period,
 )
+from compute.sessions import sessions_for
 from models import TaskLog
 from models.db import session_scope
 from novaq.exceptions import ConfigError
@@ -29,7 +30,7 @@ D = dt.datetime
 
 def _ctx(db_url: str, period: str = "month") -> PeriodicContext:
     settings = make_settings(instance_usage_audit=True, instance_usage_audit_period=period)
-    return PeriodicContext(db_url, settings, "host1")
+    return PeriodicContext(sessions_for(db_url), settings, "host1")
 
 
 def _task_logs(db_url: str) -> list[TaskLog]:
@@ -193,16 +194,16 @@ def test_each_host_audits_the_period_once_for_itself(db_url: str, sent: Sent) ->
     instance_usage_audit(_ctx(db_url))
     sent.clear()
 
-    other = PeriodicContext(db_url, _ctx(db_url).settings, "host2")
+    other = PeriodicContext(sessions_for(db_url), _ctx(db_url).settings, "host2")
     assert instance_usage_audit(other)["instances"] == [uuids["on another host"]]
     assert sorted(r.host for r in _task_logs(db_url)) == ["host1", "host2"]
 
 
 def test_a_period_a_racing_run_inserted_first_is_left_to_it(db_url: str) -> None:
     begin, end = last_completed_audit_period("month")
-    assert begin_task(db_url, "host1", begin, end, items=0)
+    assert begin_task(sessions_for(db_url), "host1", begin, end, items=0)
 
-    assert not begin_task(db_url, "host1", begin, end, items=0)  # no IntegrityError
+    assert not begin_task(sessions_for(db_url), "host1", begin, end, items=0)  # no IntegrityError
     assert [r.state for r in _task_logs(db_url)] == ["RUNNING"]
 
 

@@ -14,6 +14,7 @@ from compute.build import guest_spec
 from compute.instance_state import get_instance
 from compute.periodic import PeriodicContext
 from compute.periodic.volume_usage import poll_volume_usage
+from compute.sessions import sessions_for
 from models import VolumeUsage, utcnow
 from models.db import session_scope
 from novaq.exceptions import DomainNotFound
@@ -27,7 +28,9 @@ FLAVOR = flavor_dict(ephemeral_gb=1, swap=64)  # three disks: vda, vdb, vdc
 
 
 def _ctx(db_url: str, driver: ComputeDriver) -> PeriodicContext:
-    return PeriodicContext(db_url, make_settings(volume_usage_poll_interval=60), "host1", driver)
+    return PeriodicContext(
+        sessions_for(db_url), make_settings(volume_usage_poll_interval=60), "host1", driver
+    )
 
 
 def _server(db_url: str, driver: ComputeDriver | None, **values: Any) -> str:
