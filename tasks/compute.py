@@ -8,10 +8,10 @@ from typing import Any
 from compute import build, delete, notifications, operations, resource_tracker
 from compute.steps import notified_step
 from models.alternate import load_alternates
+from novaq.celery_app import app
 from novaq.exceptions import ConfigError
 from scheduler.request_spec import Selection
 from tasks import context
-from tasks.celery import app
 from workflows.build import build_step
 
 

@@ -13,8 +13,8 @@ from celery.utils.log import get_task_logger
 
 from compute import operations, steps
 from compute.build import fail_build
+from novaq.celery_app import app
 from tasks import context
-from tasks.celery import app
 
 LOG = get_task_logger(__name__)
 

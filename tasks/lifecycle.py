@@ -16,9 +16,9 @@ from celery.utils.log import get_task_logger
 from compute import operations
 from compute.operations import Operation
 from compute.steps import notified_step, run_step
+from novaq.celery_app import app
 from novaq.settings import Settings
 from tasks import context
-from tasks.celery import app
 from tasks.compute import check_host
 from tasks.errbacks import abort_operation
 

@@ -10,12 +10,12 @@ from celery.utils.log import get_task_logger
 
 from compute import moves, notifications
 from models.alternate import dump_alternates, load_alternates
+from novaq.celery_app import app
 from novaq.exceptions import NoValidHost
 from scheduler.groups import load_instance_group
 from scheduler.manager import MoveScheduler
 from scheduler.request_spec import RequestSpec
 from tasks import context
-from tasks.celery import app
 from tasks.compute import check_host
 from workflows.moves import move_chain
 

@@ -24,8 +24,8 @@ from typing import Any
 from compute.periodic import PeriodicContext, runs
 from compute.periodic.passes import FAILED
 from compute.periodic.schedule import CLUSTER, PERIODIC_TASKS, PeriodicTask
+from novaq.celery_app import app
 from tasks import context
-from tasks.celery import app
 from tasks.compute import check_host
 from workflows import api
 from workflows.periodic import schedulable_hosts, send_to_host

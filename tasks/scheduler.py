@@ -9,10 +9,10 @@ from typing import Any
 from celery.utils.log import get_task_logger
 
 from compute.build import SCHEDULE_EVENT, fail_build
+from novaq.celery_app import app
 from novaq.exceptions import NoValidHost
 from scheduler.request_spec import RequestSpec
 from tasks import context
-from tasks.celery import app
 from workflows.build import build_step
 
 LOG = get_task_logger(__name__)

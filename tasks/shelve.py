@@ -13,10 +13,10 @@ from compute import shelve
 from compute.instance_state import cas_update, get_instance
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
+from novaq.celery_app import app
 from novaq.exceptions import InstanceNotFound, NoValidHost, UnexpectedTaskStateError
 from scheduler.unshelve import select_for_unshelve as select_host
 from tasks import context
-from tasks.celery import app
 from tasks.errbacks import abort_operation
 from tasks.lifecycle import host_task
 from workflows.lifecycle import lifecycle_step

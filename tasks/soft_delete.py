@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.celery import app
+from novaq.celery_app import app
 from tasks.errbacks import abort_operation
 from tasks.lifecycle import host_task
 

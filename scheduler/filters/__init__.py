@@ -5,53 +5,39 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import ClassVar
 
 from novaq.exceptions import ConfigError
 from novaq.settings import Settings
+from scheduler.filters.aggregate_instance_extra_specs_filter import (
+    AggregateInstanceExtraSpecsFilter,
+)
+from scheduler.filters.availability_zone_filter import AvailabilityZoneFilter
+from scheduler.filters.base import BaseFilter
+from scheduler.filters.compute_capabilities_filter import ComputeCapabilitiesFilter
+from scheduler.filters.compute_filter import ComputeFilter
+from scheduler.filters.core_filter import CoreFilter
+from scheduler.filters.different_host_filter import DifferentHostFilter
+from scheduler.filters.disk_filter import DiskFilter
+from scheduler.filters.image_properties_filter import ImagePropertiesFilter
+from scheduler.filters.io_ops_filter import IoOpsFilter
+from scheduler.filters.isolated_hosts_filter import IsolatedHostsFilter
+from scheduler.filters.num_instances_filter import NumInstancesFilter
+from scheduler.filters.pci_passthrough_filter import PciPassthroughFilter
+from scheduler.filters.ram_filter import RamFilter
+from scheduler.filters.same_host_filter import SameHostFilter
+from scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFilter
+from scheduler.filters.server_group_anti_affinity_filter import (
+    ServerGroupAntiAffinityFilter,
+)
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
 
 LOG = logging.getLogger(__name__)
 
-
-class BaseFilter:
-    run_filter_once_per_request: ClassVar[bool] = False
-
-    @property
-    def name(self) -> str:
-        """The registry key operators use in ``enabled_filters``: the class name."""
-        return type(self).__name__
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
-        raise NotImplementedError
+__all__ = ["BaseFilter", "load_filters", "run_filters"]
 
 
 def _registry() -> dict[str, type[BaseFilter]]:
-    from scheduler.filters.aggregate_instance_extra_specs_filter import (
-        AggregateInstanceExtraSpecsFilter,
-    )
-    from scheduler.filters.availability_zone_filter import AvailabilityZoneFilter
-    from scheduler.filters.compute_capabilities_filter import ComputeCapabilitiesFilter
-    from scheduler.filters.compute_filter import ComputeFilter
-    from scheduler.filters.core_filter import CoreFilter
-    from scheduler.filters.different_host_filter import DifferentHostFilter
-    from scheduler.filters.disk_filter import DiskFilter
-    from scheduler.filters.image_properties_filter import ImagePropertiesFilter
-    from scheduler.filters.io_ops_filter import IoOpsFilter
-    from scheduler.filters.isolated_hosts_filter import IsolatedHostsFilter
-    from scheduler.filters.num_instances_filter import NumInstancesFilter
-    from scheduler.filters.pci_passthrough_filter import PciPassthroughFilter
-    from scheduler.filters.ram_filter import RamFilter
-    from scheduler.filters.same_host_filter import SameHostFilter
-    from scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFilter
-    from scheduler.filters.server_group_anti_affinity_filter import (
-        ServerGroupAntiAffinityFilter,
-    )
-
     classes = (
         ComputeFilter,
         ComputeCapabilitiesFilter,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from scheduler.filters import BaseFilter, extra_specs_ops
+from scheduler.filters import extra_specs_ops
+from scheduler.filters.base import BaseFilter
 from scheduler.filters.utils import aggregate_values
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec

@@ -12,7 +12,8 @@ import json
 import logging
 from typing import Any
 
-from scheduler.filters import BaseFilter, extra_specs_ops
+from scheduler.filters import extra_specs_ops
+from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from scheduler.filters import BaseFilter
+from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
 

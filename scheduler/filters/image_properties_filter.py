@@ -10,7 +10,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.filters import BaseFilter
+from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
 

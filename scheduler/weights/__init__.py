@@ -11,75 +11,32 @@ Nova's ``get_weight_multiplier``. Weighers are enabled and ordered by
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
 
 from novaq.exceptions import ConfigError
 from novaq.settings import Settings
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
+from scheduler.weights.affinity import (
+    ServerGroupSoftAffinityWeigher,
+    ServerGroupSoftAntiAffinityWeigher,
+)
+from scheduler.weights.base import BaseWeigher
+from scheduler.weights.build_failure import BuildFailureWeigher
+from scheduler.weights.cpu import CPUWeigher
+from scheduler.weights.disk import DiskWeigher
+from scheduler.weights.io_ops import IoOpsWeigher
+from scheduler.weights.pci import PCIWeigher
+from scheduler.weights.ram import RAMWeigher
 
 LOG = logging.getLogger(__name__)
 
-
-class BaseWeigher:
-    """A weigher: ``weigh`` returns the raw value (higher wins before the multiplier);
-    ``minval``/``maxval`` bound it and replace the list's min/max in normalisation."""
-
-    minval: ClassVar[float | None] = None
-    maxval: ClassVar[float | None] = None
-    # The ``[filter_scheduler]`` option, and the aggregate metadata key, of the multiplier.
-    option: ClassVar[str] = ""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def multiplier(self, host: HostState) -> float:
-        if not self.option:
-            return 1.0
-        default = float(getattr(self.settings.filter_scheduler, self.option))
-        if not host.aggregates:  # the common case, and the hot path at 10,000 hosts
-            return default
-        return aggregate_multiplier(host, self.option, default)
-
-    def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        raise NotImplementedError
-
-
-def aggregate_multiplier(host: HostState, key: str, default: float) -> float:
-    """The smallest value of ``key`` in the host's aggregates' metadata, else ``default``.
-
-    As Nova's ``validate_num_values`` inside ``get_weight_multiplier``: if any of the values
-    is not a number the whole override is dropped (with a warning) and ``default`` is used.
-    NaN and infinities also count as not a number here (Nova would accept them, and one NaN
-    makes the ranking meaningless)."""
-    values = host.aggregate_metadata().get(key, set())
-    if not values:
-        return default
-    try:
-        numbers = [_finite_float(v) for v in sorted(values)]
-    except ValueError as exc:
-        LOG.warning(
-            "Could not decode %r weight multiplier of host %s: %s; using %s",
-            key,
-            host.host,
-            exc,
-            default,
-        )
-        return default
-    if len(numbers) > 1:
-        LOG.info(
-            "%d values of %s found for host %s, using the minimum", len(numbers), key, host.host
-        )
-    return min(numbers)
-
-
-def _finite_float(value: str) -> float:
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"could not convert string to a finite float: {value!r}")
-    return number
+__all__ = [
+    "BaseWeigher",
+    "load_weighers",
+    "normalize",
+    "weigh_hosts",
+]
 
 
 def _clamp(value: float, minval: float | None, maxval: float | None) -> float:
@@ -128,16 +85,6 @@ def weigh_hosts(
 
 
 def _registry() -> dict[str, type[BaseWeigher]]:
-    from scheduler.weights.affinity import (
-        ServerGroupSoftAffinityWeigher,
-        ServerGroupSoftAntiAffinityWeigher,
-    )
-    from scheduler.weights.build_failure import BuildFailureWeigher
-    from scheduler.weights.cpu import CPUWeigher
-    from scheduler.weights.disk import DiskWeigher
-    from scheduler.weights.io_ops import IoOpsWeigher
-    from scheduler.weights.pci import PCIWeigher
-    from scheduler.weights.ram import RAMWeigher
 
     classes: tuple[type[BaseWeigher], ...] = (
         RAMWeigher,

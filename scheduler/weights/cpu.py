@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
-from scheduler.weights import BaseWeigher
+from scheduler.weights.base import BaseWeigher
 
 
 class CPUWeigher(BaseWeigher):

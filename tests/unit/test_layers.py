@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md hold: no upward import (the import-linter contract in
-``.importlinter``, indirect chains and function-local imports included) and no import
-cycle between the top-level packages (``novaq``'s subpackages counted apart: its command
-line sits at the top, its settings and exceptions at the bottom)."""
+``.importlinter``, indirect chains and function-local imports included), no import cycle
+between modules, and none between the top-level packages (``novaq``'s subpackages counted
+apart: its command line sits at the top, its settings and exceptions at the bottom)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,18 @@ def test_no_import_cycle_between_top_level_packages() -> None:
     graph = grimp.build_graph(*PACKAGES, include_external_packages=False)
     edges = package_edges(graph)
     assert ("tasks", "compute") in edges  # the graph is the real one
+    assert cycle(edges) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Not even inside a package: a registry imports its members, never the other way."""
+    graph = grimp.build_graph(*PACKAGES, include_external_packages=False)
+    edges = {
+        (module, imported)
+        for module in graph.modules
+        for imported in graph.find_modules_directly_imported_by(module)
+    }
+    assert ("scheduler.filters", "scheduler.filters.ram_filter") in edges
     assert cycle(edges) == []
 
 
