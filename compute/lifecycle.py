@@ -29,6 +29,12 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
+from compute.failure_policies import (
+    FailurePolicy,
+    error,
+    error_unless_not_implemented,
+    keep_vm_state,
+)
 from compute.images import image_spec
 from compute.power import current_guest_spec, instance_power_off_timeout
 from compute.states import TaskState, VmState
@@ -37,15 +43,11 @@ from compute.steps import (
     SKIPPED,
     SUPERSEDED,
     Act,
-    FailurePolicy,
     Final,
     Step,
     StepContext,
     StepRun,
-    error,
-    error_unless_not_implemented,
     guest_power_state,
-    keep_vm_state,
     run_step,
     to,
 )

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute.build import destroy_deleted_guest, destroy_quietly, guest_spec
 from compute.claims import release, retry_on_conflict
+from compute.failure_policies import keep_vm_state
 from compute.instance_state import cas_update
 from compute.lifecycle import SHELVED_KEYS, host_step, power_off
 from compute.pci import held_devices
@@ -50,7 +51,6 @@ from compute.steps import (
     StepRun,
     close_event,
     guest_power_state,
-    keep_vm_state,
     locked,
     run_step,
 )

@@ -40,10 +40,10 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute import notifications
 from compute.claims import retry_on_conflict
+from compute.failure_policies import FailurePolicy, keep_vm_state
 from compute.instance_state import cas_update
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.sessions import Sessions
-from compute.states import VmState
 from models import Instance
 from novaq.exceptions import DomainNotFound, InstanceNotFound, UnexpectedTaskStateError
 from virt import power_state
@@ -52,31 +52,6 @@ from virt.driver import ComputeDriver
 LOG = logging.getLogger(__name__)
 
 DONE, SKIPPED, SUPERSEDED = "done", "skipped", "superseded"
-
-#: What a failure does to vm_state: given the error and the vm_state at the start, the
-#: vm_state to set, or None to leave it.
-FailurePolicy = Callable[[BaseException, str], str | None]
-
-
-def keep_vm_state(exc: BaseException, vm_state: str) -> str | None:
-    """Nova's ``reverts_task_state``: task None, vm_state as it was."""
-    return None
-
-
-def error(exc: BaseException, vm_state: str) -> str | None:
-    return VmState.ERROR
-
-
-def error_unless_not_implemented(fallback: str | None) -> FailurePolicy:
-    """Nova's ``_error_out_instance_on_exception``: ERROR, but a ``NotImplementedError``
-    leaves the instance in ``fallback`` (the vm_state it had when None)."""
-
-    def decide(exc: BaseException, vm_state: str) -> str | None:
-        if isinstance(exc, NotImplementedError):
-            return fallback or vm_state
-        return VmState.ERROR
-
-    return decide
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,8 +40,6 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-import libvirt
-
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.console_log import check_length, read_tail, tail_lines
@@ -55,9 +53,10 @@ from virt.libvirt.designer import (
     design_guest,
 )
 from virt.libvirt.driver_disks import DiskOperations
+from virt.libvirt.driver_power import PowerOperations
 from virt.libvirt.events import LIFECYCLE_DELAY_S, DomainEventSource, Listener
 from virt.libvirt.guest import Guest, guest_devices, guest_info
-from virt.libvirt.host import Host, error_code
+from virt.libvirt.host import Host
 from virt.libvirt.host_facts import cpu_info, filesystem_bytes, pci_device
 from virt.libvirt.imagebackend import (
     EPHEMERAL,
@@ -70,7 +69,7 @@ from virt.libvirt.imagebackend import (
 from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
 from virt.libvirt.instance_files import InstanceFiles
 from virt.libvirt.options import GuestOptions
-from virt.libvirt.power import clean_shutdown, soft_reboot
+from virt.libvirt.power import soft_reboot
 
 LOG = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ GIB = 1024**3
 SIMULATED_SPAWN_FAILURE = "simulated host refuses to start guests"
 
 
-class LibvirtDriver(DiskOperations):
+class LibvirtDriver(DiskOperations, PowerOperations):
     """A ``ComputeDriver`` over one libvirt connection (``virt.get_driver`` shares it)."""
 
     def __init__(
@@ -336,26 +335,6 @@ class LibvirtDriver(DiskOperations):
 
     # -- power ----------------------------------------------------------------
 
-    def power_off(self, uuid: str, timeout_s: float = 0) -> None:
-        """Nova's ``power_off``: with ``timeout_s`` > 0 a clean shutdown first (ACPI,
-        asked again every ``shutdown_retry_interval_s``), then destroy whatever is left.
-        Only a running guest is asked: a paused or crashed one cannot answer ACPI."""
-        guest = self._get(uuid)
-        if timeout_s > 0 and guest.get_power_state() == power_state.RUNNING:
-            clean_shutdown(guest, timeout_s, self.options.shutdown_retry_interval_s)
-        if guest.is_active():
-            _destroy(guest)
-
-    def power_on(self, uuid: str) -> None:
-        guest = self._get(uuid)
-        state = guest.get_power_state()
-        if state == power_state.PAUSED:
-            guest.resume()
-        elif state != power_state.RUNNING:
-            if guest.is_active():  # crashed but kept by on_crash=preserve
-                guest.poweroff()
-            guest.launch()
-
     def reboot(self, spec: GuestSpec, hard: bool) -> None:
         """Nova's ``reboot``: soft is a clean shutdown waited for up to
         ``wait_soft_reboot_seconds`` then a new boot, else (not running, or the guest did
@@ -403,44 +382,6 @@ class LibvirtDriver(DiskOperations):
         guest.launch()
         LOG.info("host %s: guest %s rebooted hard", self._host_name, spec.uuid)
 
-    def pause(self, uuid: str) -> None:
-        guest = self._get(uuid)
-        state = guest.get_power_state()
-        if state == power_state.RUNNING:
-            guest.pause()
-        elif state != power_state.PAUSED:
-            raise _refuse("pause", uuid, state)
-
-    def unpause(self, uuid: str) -> None:
-        guest = self._get(uuid)
-        state = guest.get_power_state()
-        if state == power_state.PAUSED:
-            guest.resume()
-        elif state != power_state.RUNNING:
-            raise _refuse("unpause", uuid, state)
-
-    def trigger_crash_dump(self, uuid: str) -> None:
-        self._get(uuid).inject_nmi()
-
-    def suspend(self, uuid: str) -> None:
-        """Managed save: memory to disk, guest off (power state SHUTDOWN, as in Nova)."""
-        guest = self._get(uuid)
-        if _is_suspended(guest):
-            return
-        state = guest.get_power_state()
-        if state not in (power_state.RUNNING, power_state.PAUSED):
-            raise _refuse("suspend", uuid, state)
-        guest.save_memory_state()
-
-    def resume(self, uuid: str) -> None:
-        guest = self._get(uuid)
-        if _is_suspended(guest):
-            guest.launch()
-            return
-        state = guest.get_power_state()
-        if state != power_state.RUNNING:
-            raise _refuse("resume", uuid, state)
-
     # -- helpers ------------------------------------------------------------
 
     def _find(self, uuid: str) -> Guest | None:
@@ -451,23 +392,3 @@ class LibvirtDriver(DiskOperations):
 
     def _get(self, uuid: str) -> Guest:
         return Guest(self._host.lookup_domain(uuid))
-
-
-def _destroy(guest: Guest) -> None:
-    """Nova's ``_destroy``: a guest that went down by itself between the check and the
-    destroy (its clean shutdown finishing just then) is off, as wanted, not an error."""
-    try:
-        guest.poweroff()
-    except HypervisorError as exc:
-        if error_code(exc) != libvirt.VIR_ERR_OPERATION_INVALID or guest.is_active():
-            raise
-        LOG.info("Guest %s went down by itself before it was destroyed", guest.uuid)
-
-
-def _is_suspended(guest: Guest) -> bool:
-    return not guest.is_active() and guest.has_saved_memory_state()
-
-
-def _refuse(action: str, uuid: str, state: int) -> HypervisorError:
-    name = power_state.NAMES.get(state, str(state))
-    return HypervisorError(reason=f"cannot {action} guest {uuid} while it is {name}")

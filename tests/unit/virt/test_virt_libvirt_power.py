@@ -23,7 +23,8 @@ from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
 from virt.libvirt.config import LibvirtConfigGuest
 from virt.libvirt.designer import GuestPlatform, design_guest
-from virt.libvirt.driver import LibvirtDriver, _destroy
+from virt.libvirt.driver import LibvirtDriver
+from virt.libvirt.driver_power import _destroy
 from virt.libvirt.guest import Guest
 from virt.libvirt.options import GuestOptions
 from virt.node_xml import test_uri, write_node_xml
