@@ -35,7 +35,7 @@ from models import ComputeNode, Flavor, Instance, Service, utcnow  # noqa: E402
 from models.db import dispose_all, get_engine, session_scope  # noqa: E402
 from models.migrate import upgrade  # noqa: E402
 from novaq.settings import Settings  # noqa: E402
-from scheduler.host_state import load_host_states  # noqa: E402
+from scheduler.candidates import load_host_states  # noqa: E402
 from scheduler.manager import Scheduler  # noqa: E402
 from scheduler.request_spec import RequestSpec  # noqa: E402
 

@@ -19,13 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    SecretStr,
     ValidationError,
     field_validator,
-    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -35,215 +31,29 @@ from pydantic_settings import (
 )
 
 from novaq.exceptions import ConfigError
+from novaq.settings_groups import (
+    ALL_WEIGHERS,
+    DEFAULT_FILTERS,
+    CeleryGroup,
+    ComputeGroup,
+    ConsoleAuthGroup,
+    FilterSchedulerGroup,
+    FlowerGroup,
+    GlanceGroup,
+    ImageCacheGroup,
+    LibvirtGroup,
+    NotificationsGroup,
+    PciAliasEntry,
+    PciDeviceSpecEntry,
+    PciGroup,
+    PeriodicGroup,
+    SchedulerGroup,
+    SimulatedHost,
+    SimulatedPciDevice,
+    WorkaroundsGroup,
+)
 
 LOG = logging.getLogger(__name__)
-
-_HEX4 = r"^[0-9a-fA-F]{4}$"
-
-
-class _Group(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PciDeviceSpecEntry(_Group):
-    """One ``[[pci.device_spec]]`` matcher (Nova's ``[pci] device_spec``)."""
-
-    vendor_id: str | None = Field(default=None, pattern=_HEX4)
-    product_id: str | None = Field(default=None, pattern=_HEX4)
-    address: str | None = None
-
-
-class PciAliasEntry(_Group):
-    """One ``[[pci.alias]]`` entry (Nova's ``[pci] alias``)."""
-
-    name: str = Field(min_length=1)
-    vendor_id: str = Field(pattern=_HEX4)
-    product_id: str = Field(pattern=_HEX4)
-    device_type: str = Field(default="type-PCI", pattern=r"^(type-PCI|type-PF|type-VF)$")
-    numa_policy: str = Field(default="legacy", pattern=r"^(required|legacy|preferred|socket)$")
-
-
-class PciGroup(_Group):
-    alias: tuple[PciAliasEntry, ...] = ()
-    device_spec: tuple[PciDeviceSpecEntry, ...] = ()
-
-
-class SimulatedPciDevice(_Group):
-    address: str = Field(pattern=r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-    vendor_id: str = Field(pattern=_HEX4)
-    product_id: str = Field(pattern=_HEX4)
-    numa_node: int | None = None
-
-
-class SimulatedHost(_Group):
-    """One ``[[hosts]]`` table: a simulated hypervisor host for the ``test:///`` driver, or
-    a real one when it names a ``connection_uri``."""
-
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    vcpus: int = Field(default=16, gt=0)
-    memory_mb: int = Field(default=32768, gt=0)
-    local_gb: int = Field(default=500, gt=0)
-    pci_devices: tuple[SimulatedPciDevice, ...] = ()
-    fail_spawn: bool = False
-    spawn_failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    spawn_delay_s: float = Field(default=0.0, ge=0.0, le=600.0)
-    # A host with a connection URI (e.g. ``qemu:///system``) is a real libvirt host: its
-    # worker drives that hypervisor, and the sizes and failure knobs above do not apply.
-    connection_uri: str | None = Field(default=None, min_length=1)
-
-
-class LibvirtGroup(_Group):
-    """``[libvirt]``. An empty ``connection_uri`` means: the simulated host of this name."""
-
-    connection_uri: str = ""
-    instances_path: str | None = None
-    # -- the guest (Nova's names and defaults); see ``virt.libvirt.options`` --------------
-    #: The domain type. Nova's choices are kvm, lxc, qemu and parallels; novaq runs kvm and
-    #: qemu (TCG). A ``test:///`` URI ignores it: the test driver offers only ``test``.
-    virt_type: Literal["kvm", "qemu"] = "kvm"
-    #: None: host-model under kvm, none under qemu; ``custom`` takes ``cpu_models``.
-    cpu_mode: Literal["host-model", "host-passthrough", "custom", "none"] | None = None
-    cpu_models: tuple[str, ...] = ()
-    #: How long a soft reboot waits for the guest to shut down before rebooting hard.
-    wait_soft_reboot_seconds: int = Field(default=120, ge=1)
-    #: The memory balloon's statistics period (0: no statistics).
-    mem_stats_period_seconds: int = Field(default=10, ge=0)
-
-    @model_validator(mode="after")
-    def _cpu_models_need_custom(self) -> LibvirtGroup:
-        if self.cpu_mode == "custom" and not self.cpu_models:
-            raise ValueError("cpu_mode custom needs at least one of cpu_models")
-        if self.cpu_models and self.cpu_mode != "custom":
-            raise ValueError("cpu_models is only valid with cpu_mode custom")
-        return self
-
-
-class SchedulerGroup(_Group):
-    max_attempts: int = Field(default=3, ge=1)
-    max_placement_results: int = Field(default=1000, ge=1)
-    discover_hosts_in_cells_interval: int = Field(default=-1, ge=-1)
-
-
-DEFAULT_FILTERS = (
-    # Nova 34's defaults ...
-    "ComputeFilter",
-    "ComputeCapabilitiesFilter",
-    "ImagePropertiesFilter",
-    "ServerGroupAntiAffinityFilter",
-    "ServerGroupAffinityFilter",
-    # ... plus what Nova 34 does in placement and its pre-filters, which novaq has not.
-    "AvailabilityZoneFilter",
-    "CoreFilter",
-    "RamFilter",
-    "DiskFilter",
-    "PciPassthroughFilter",
-)
-ALL_WEIGHERS = (
-    "RAMWeigher",
-    "CPUWeigher",
-    "DiskWeigher",
-    "IoOpsWeigher",
-    "BuildFailureWeigher",
-    "PCIWeigher",
-    "ServerGroupSoftAffinityWeigher",
-    "ServerGroupSoftAntiAffinityWeigher",
-)
-
-
-class FilterSchedulerGroup(_Group):
-    """``[filter_scheduler]``: Nova's names and defaults."""
-
-    enabled_filters: tuple[str, ...] = DEFAULT_FILTERS
-    weight_classes: tuple[str, ...] = ALL_WEIGHERS
-    host_subset_size: int = Field(default=1, ge=1)
-    shuffle_best_same_weighed_hosts: bool = False
-    max_io_ops_per_host: int = Field(default=8, ge=0)
-    max_instances_per_host: int = Field(default=50, ge=1)
-    track_instance_changes: bool = True
-    isolated_hosts: tuple[str, ...] = ()
-    isolated_images: tuple[str, ...] = ()
-    restrict_isolated_hosts_to_isolated_images: bool = True
-    image_properties_default_architecture: str | None = None
-    ram_weight_multiplier: float = 1.0
-    cpu_weight_multiplier: float = 1.0
-    disk_weight_multiplier: float = 1.0
-    io_ops_weight_multiplier: float = -1.0
-    build_failure_weight_multiplier: float = 1000000.0
-    pci_weight_multiplier: float = Field(default=1.0, ge=0.0)
-    soft_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
-    soft_anti_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
-
-
-class ComputeGroup(_Group):
-    """``[compute]``."""
-
-    consecutive_build_service_disable_threshold: int = Field(default=10, ge=0)
-    #: Seconds between ACPI shutdown requests while a clean shutdown is waited for.
-    shutdown_retry_interval: int = Field(default=10, ge=1)
-
-
-class ImageCacheGroup(_Group):
-    """``[image_cache]``: the local cache of base images under ``instances_path``."""
-
-    manager_interval: int = Field(default=2400, ge=-1)
-    subdirectory_name: str = Field(default="_base", pattern=r"^[A-Za-z0-9_.-]+$")
-    remove_unused_base_images: bool = True
-    remove_unused_original_minimum_age_seconds: int = Field(default=86400, ge=0)
-
-
-class ConsoleAuthGroup(_Group):
-    """``[consoleauth]``."""
-
-    token_ttl: int = Field(default=600, gt=0)
-
-
-class PeriodicGroup(_Group):
-    """``[periodic]``: what Nova hard-codes. ``default_spacing`` is the 60 s that an
-    undecorated periodic task (or a spacing of 0) runs at; tests and operators shrink it."""
-
-    default_spacing: int = Field(default=60, gt=0)
-
-
-class GlanceGroup(_Group):
-    """``[glance]``: where novaq's image registry keeps image data. ``store_path`` is a
-    directory (default: ``<state_dir>/images``); each image's data is ``<store_path>/<id>``."""
-
-    store_path: Path | None = None
-
-
-class WorkaroundsGroup(_Group):
-    """``[workarounds]``."""
-
-    #: Turn the hypervisor's lifecycle events into power-state syncs (Nova's default);
-    #: off, only the periodic ``_sync_power_states`` does.
-    handle_virt_lifecycle_events: bool = True
-
-
-class FlowerGroup(_Group):
-    address: str = "127.0.0.1"
-    port: int = Field(default=5555, ge=0, le=65535)
-    basic_auth: SecretStr | None = None
-
-
-class NotificationsGroup(_Group):
-    """``[notifications]``. novaq emits only versioned notifications, so its default is
-    ``versioned`` (Nova's ``unversioned`` would silence them); ``unversioned`` turns them off."""
-
-    notification_format: str = Field(default="versioned", pattern=r"^(both|versioned|unversioned)$")
-
-    @property
-    def versioned(self) -> bool:
-        return self.notification_format in ("both", "versioned")
-
-
-class CeleryGroup(_Group):
-    """Worker tuning that Nova has no name for (see shared/reference/CELERY_RELIABILITY.md)."""
-
-    visibility_timeout: int = Field(default=3600, gt=0)
-    compute_concurrency: int = Field(default=4, gt=0)
-    scheduler_concurrency: int = Field(default=2, gt=0)
-    max_delivery_attempts: int = Field(default=5, gt=0)
-    unacked_restore_interval: int = Field(default=60, gt=0)
 
 
 class Settings(BaseSettings):
@@ -412,3 +222,29 @@ def load_settings(**overrides: Any) -> Settings:
 def get_settings() -> Settings:
     """The process-wide settings, for entry points only (tasks, celeryconfig, the CLI)."""
     return load_settings()
+
+
+__all__ = [
+    "ALL_WEIGHERS",
+    "CeleryGroup",
+    "ComputeGroup",
+    "ConsoleAuthGroup",
+    "DEFAULT_FILTERS",
+    "FilterSchedulerGroup",
+    "FlowerGroup",
+    "GlanceGroup",
+    "ImageCacheGroup",
+    "LibvirtGroup",
+    "NotificationsGroup",
+    "PciAliasEntry",
+    "PciDeviceSpecEntry",
+    "PciGroup",
+    "PeriodicGroup",
+    "SchedulerGroup",
+    "Settings",
+    "SimulatedHost",
+    "SimulatedPciDevice",
+    "WorkaroundsGroup",
+    "get_settings",
+    "load_settings",
+]

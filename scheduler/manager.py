@@ -33,9 +33,10 @@ from novaq.exceptions import (
     UnexpectedTaskStateError,
 )
 from novaq.settings import Settings
+from scheduler.candidates import load_candidates
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
-from scheduler.host_state import HostState, load_candidates
+from scheduler.host_state import HostState
 from scheduler.request_spec import InstanceGroup, RequestSpec, Selection
 from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
 

@@ -18,8 +18,8 @@ from compute.resource_tracker import get_node
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from models import Instance
+from scheduler.candidates import load_candidates
 from scheduler.groups import load_instance_group
-from scheduler.host_state import load_candidates
 from scheduler.manager import Scheduler
 from scheduler.request_spec import RequestSpec, Selection
 

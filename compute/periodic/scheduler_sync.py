@@ -4,7 +4,7 @@ the host really runs?
 In Nova the compute host sends its instance uuids to the scheduler, which compares them
 with the per-host instance lists its ``HostManager`` keeps in memory and reloads the host
 from the database on a mismatch (NOVA_BEHAVIOUR.md §4.7). novaq's scheduler keeps no such
-list: ``scheduler.host_state.load_candidates`` reads every host's instances from the
+list: ``scheduler.candidates.load_candidates`` reads every host's instances from the
 database on each request (its only cache, ``_parse_cpu_info``, is keyed by a CPU
 description, not by host), so there is nothing in memory to drift or to re-sync.
 

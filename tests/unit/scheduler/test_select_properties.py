@@ -12,8 +12,8 @@ from compute.sessions import sessions_for
 from models import ComputeNode, ServerGroup, ServerGroupMember
 from models.db import session_scope
 from novaq.exceptions import NoValidHost
+from scheduler.candidates import load_host_states
 from scheduler.filters import load_filters
-from scheduler.host_state import load_host_states
 from scheduler.manager import Scheduler
 from tests.factories import (
     flavor_dict,

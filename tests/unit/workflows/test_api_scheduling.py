@@ -6,7 +6,7 @@ import pytest
 
 from models.db import session_scope
 from novaq.exceptions import InvalidInput, NotFound
-from scheduler.host_state import load_host_states
+from scheduler.candidates import load_host_states
 from tests.factories import make_compute_node, make_settings
 from workflows import api
 
