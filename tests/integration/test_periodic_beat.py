@@ -23,6 +23,7 @@ from sqlalchemy import delete, select
 
 from compute.periodic import runs
 from compute.periodic.schedule import CLUSTER, PERIODIC_TASKS
+from compute.sessions import sessions_for
 from models import ComputeNode, HostMapping, PeriodicTaskRun, Service
 from models.db import session_scope
 from tests.integration.conftest import REDIS_DB
@@ -99,7 +100,7 @@ def _until(check: Callable[[], Any], timeout_s: float, what: str, cluster: Clust
 
 
 def _run_counts(services: str) -> dict[tuple[str, str], int]:
-    return {key: r["run_count"] for key, r in runs.last_runs(services).items()}
+    return {key: r["run_count"] for key, r in runs.last_runs(sessions_for(services)).items()}
 
 
 def _state(host: str) -> str:
@@ -114,11 +115,11 @@ def test_beat_runs_every_periodic_task_on_every_up_host_and_skips_a_down_one(
     }
 
     def all_ran() -> bool:
-        done = runs.last_runs(services)
+        done = runs.last_runs(sessions_for(services))
         return all(key in done and done[key]["run_count"] >= 1 for key in expected)
 
     _until(all_ran, 45, "every periodic task on both hosts", beat_cluster)
-    records = runs.last_runs(services)
+    records = runs.last_runs(sessions_for(services))
     failed = {k: r["last_error"] for k, r in records.items() if r["last_status"] == "error"}
     assert failed == {}
     skipped = {k for k in expected if records[k]["last_status"] == "skipped"}
