@@ -3,7 +3,7 @@ with ``expires`` = their spacing, to every schedulable host, or once for the clu
 
 Used by beat's fan-out, by a compute worker that (re)starts (Nova's ``run_immediately``)
 and by the API's ``run_periodic_task``; none of them needs the task objects, only their
-names (``novaq/periodic.py``) and the app.
+names (``compute/periodic/schedule.py``) and the app.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ fetched as Glance's web-download does) is copied in under a temporary name while
 SHA-256 and size are computed, then inspected with ``qemu-img info`` (format and virtual
 size, as Glance's format inspector does) and only then renamed into place.
 
-Nothing here touches the database; ``workflows/api_images.py`` orders the writes.
+Nothing here touches the database; ``workflows/api/images.py`` orders the writes.
 """
 
 from __future__ import annotations
