@@ -120,6 +120,15 @@ def reschedule_move(
     def work(session: Session, alternate: Alternate) -> None:
         host, node, nid = alternate
         migration = get_migration(session, migration_uuid)
+        # Under the instance's row lock, as the delete takes it: a server deleted (or a move
+        # ended) meanwhile is not moved on, else its new claim would outlive it.
+        instance = get_instance(session, migration.instance_uuid, lock=True)
+        if (
+            migration.status != MigrationStatus.PRE_MIGRATING
+            or instance.deleted
+            or instance.task_state != TaskState.RESIZE_PREP
+        ):
+            raise _MoveEnded(migration.status)
         dest = node_id(session, migration.dest_compute, migration.dest_node)
         release(session, migration.instance_uuid, dest)
         claim(session, nid, migration.instance_uuid, new_request(migration))
@@ -134,7 +143,15 @@ def reschedule_move(
             claim_error,
         )
 
-    fit = claim_first(sessions, alternates, work, lambda alternate: alternate[0], refused)
+    try:
+        fit = claim_first(sessions, alternates, work, lambda alternate: alternate[0], refused)
+    except _MoveEnded as ended:
+        LOG.info("Migration %s is not rescheduled: %s", migration_uuid, ended)
+        return None
     if fit.chosen is None:
         return None
     return fit.chosen, alternates[fit.index + 1 :]
+
+
+class _MoveEnded(Exception):
+    """The move has nothing left to reschedule (its server deleted, the move over)."""

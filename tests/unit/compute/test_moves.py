@@ -8,6 +8,7 @@ import pytest
 
 from compute import moves
 from compute.claims import ResourceRequest, consumer_allocations
+from compute.delete import local_delete
 from compute.instance_state import get_instance
 from compute.sessions import sessions_for
 from models.db import session_scope
@@ -159,6 +160,27 @@ def test_prep_failure_moves_the_destination_claim_to_an_alternate(db_url: str) -
 
             by_node[host] = get_node(session, host, host).vcpus_used  # type: ignore[union-attr]
     assert by_node == {"dst": 0, "alt": 2}
+
+
+def test_a_server_deleted_before_the_reschedule_claims_no_alternate(db_url: str) -> None:
+    """The leak soak's race: prep_resize fails because the server was deleted meanwhile;
+    its reschedule must not claim the alternate for the deleted server."""
+    uuid, migration, _ = _setup(db_url)
+    third = make_compute_node(db_url, "alt")
+    local_delete(sessions_for(db_url), uuid, "req-delete")
+
+    moved = moves.reschedule_move(
+        sessions_for(db_url),
+        migration,
+        (("alt", "alt", third),),
+        HypervisorError(reason="prep failed"),
+        "dst",
+    )
+
+    assert moved is None
+    with session_scope(db_url) as session:
+        assert consumer_allocations(session, uuid, third) == {}
+    assert _held(db_url, uuid) == {} and _held(db_url, migration) == {}
 
 
 def test_a_revert_that_fails_restarting_the_guest_errors_the_server_out(db_url: str) -> None:
