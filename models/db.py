@@ -8,6 +8,7 @@ processes created by fork call :func:`dispose_after_fork` so no connection cross
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 
@@ -30,9 +31,29 @@ def _normalise_url(url: str) -> str:
     return url
 
 
+def _make_private(database: str | None) -> None:
+    """Strip the group and other bits from a SQLite database file and its -wal/-shm.
+
+    The database holds every record novaq keeps; only its owner reads it. SQLite creates
+    the -wal and -shm files with the database file's mode, so a private database keeps
+    them private; existing ones are tightened too.
+    """
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    for path in (database, f"{database}-wal", f"{database}-shm"):
+        # NOTE: a file owned by someone else (a shared database) is theirs to protect.
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            mode = os.stat(path).st_mode & 0o7777
+            if mode & 0o077:
+                os.chmod(path, mode & ~0o077)
+
+
 def _configure_sqlite(engine: Engine) -> None:
+    database = engine.url.database
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        _make_private(database)  # before WAL mode, so -wal/-shm inherit 0600
         # Let pysqlite leave transaction control to us, so BEGIN IMMEDIATE below works.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()

@@ -60,6 +60,8 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
         except BaseException:
             beat_lease.release(self._sessions, self.lease_holder)
             raise
+        if filename:
+            _make_private(Path(filename))
 
     def _take_lease(self) -> None:
         other = beat_lease.acquire(self._sessions, self.lease_holder, LEASE_TTL_S)
@@ -108,3 +110,14 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
             beat_lease.release(self._sessions, self.lease_holder)
         except Exception:  # noqa: BLE001 - the lease expires on its own
             LOG.exception("could not release the beat lease")
+
+
+def _make_private(schedule: Path) -> None:
+    """Strip the group and other bits from beat's schedule (shelve may add a suffix).
+
+    The launcher runs beat under umask 077 already; this covers a beat started by hand.
+    """
+    for path in schedule.parent.glob(f"{schedule.name}*"):
+        mode = path.stat().st_mode & 0o7777
+        if path.is_file() and mode & 0o077:
+            os.chmod(path, mode & ~0o077)

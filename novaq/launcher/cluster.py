@@ -44,11 +44,17 @@ from kombu.exceptions import OperationalError
 
 from novaq.exceptions import ServiceUnavailable
 from novaq.launcher.embedded_broker import EmbeddedRedis
-from novaq.launcher.flower_guard import flower_command, flower_url
+from novaq.launcher.flower_guard import flower_command, flower_url, new_operator_credential
 from novaq.launcher.plan import (
     ProcessSpec,
     plan_processes,
     write_cluster_config,
+)
+from novaq.launcher.private_files import (
+    PRIVATE_UMASK,
+    make_private_dir,
+    open_private_append,
+    tighten_tree,
 )
 from novaq.settings import Settings
 
@@ -73,7 +79,9 @@ class _Child:
         self._sink = sink
         self._colour = colour
         self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
-        self._log: IO[bytes] = self.log_path.open("ab")
+        self._log: IO[bytes] = os.fdopen(open_private_append(self.log_path), "ab")
+        # PRIVATE_UMASK: what a child creates (the database's -wal/-shm, beat's schedule)
+        # is its owner's alone.
         self.proc = subprocess.Popen(
             spec.argv,
             env=spec.env,
@@ -81,6 +89,7 @@ class _Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=PRIVATE_UMASK,
         )
         self._reader = threading.Thread(
             target=self._pump, name=f"novaq-{spec.name}-output", daemon=True
@@ -219,12 +228,19 @@ class Cluster:
         flower_command(self.settings)  # refuse an open Flower before starting anything
         self._started = True
         try:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
+            make_private_dir(self.state_dir)
+            make_private_dir(self.log_dir)
+            credentials = new_operator_credential(self.settings)
             if not self.settings.broker_url:
                 self._broker = EmbeddedRedis(self.state_dir).start()
             _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
             self._migrate(self.settings.sqlalchemy_url)
+            # What an older run left readable, and what the migration wrote in this
+            # process (the demo image); the children run under PRIVATE_UMASK.
+            tighten_tree(self.state_dir)
             self._launch(self.plan(self.broker_url))
+            if credentials is not None:
+                self._system(f"Flower: log in with the user:password in {credentials}")
         except BaseException:
             self.stop()
             raise

@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from novaq.exceptions import FlavorExists, ServiceUnavailable
 from novaq.launcher.cluster import Cluster
+from novaq.launcher.flower_guard import credentials_path
 from novaq.launcher.plan import cluster_config_path
 from novaq.settings import get_settings, load_settings
 
@@ -59,6 +60,8 @@ def run_demo(n_hosts: int, n_servers: int, keep: bool, console: Console) -> int:
         console.print(_hosts_table(api, "Hosts after boot"))
         console.print(_periodic_table(api, runs_before))
         console.print(f"Flower: [link={cluster.flower_url}]{cluster.flower_url}[/link]")
+        if (credentials := credentials_path(cluster.settings)) is not None:
+            console.print(f"Flower login (user:password): in {credentials}")
         if keep:
             console.print("Cluster kept running; Ctrl-C stops it.")
             return cluster.run_forever()

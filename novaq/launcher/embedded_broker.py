@@ -44,6 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from novaq.exceptions import ServiceUnavailable
+from novaq.launcher.private_files import make_private_dir, write_private_text
 
 LOG = logging.getLogger(__name__)
 
@@ -80,14 +81,6 @@ def free_loopback_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a file only its owner can read."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -159,16 +152,15 @@ class EmbeddedRedis:
         if self.running():
             return self
         self.executable = self.executable or find_redis_server()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
-        _write_private(self.directory / "redis.conf", f"requirepass {self._password}\n")
-        self.log_path.write_bytes(b"")  # one run per log, so error tails are this run's
+        make_private_dir(self.directory)
+        write_private_text(self.directory / "redis.conf", f"requirepass {self._password}\n")
+        write_private_text(self.log_path, "")  # one run per log, so error tails are this run's
         for attempt in range(1, _PORT_ATTEMPTS + 1):
             self.port = free_loopback_port()
             self._spawn()
             if self._wait_for_ping(last_attempt=attempt == _PORT_ATTEMPTS):
                 break
-        _write_private(self.url_path, self.url + "\n")
+        write_private_text(self.url_path, self.url + "\n")
         atexit.register(self.stop)
         LOG.info(
             "Embedded Redis (%s, pid %s) listening on 127.0.0.1:%s",
@@ -226,6 +218,7 @@ class EmbeddedRedis:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                umask=0o077,  # its dump and append-only files are private too
             )
 
     def _wait_for_ping(self, *, last_attempt: bool) -> bool:

@@ -1,25 +1,44 @@
 """How Flower is started, and the refusal to expose it unauthenticated.
 
-Flower can revoke tasks, restart pools and shrink workers, so it is never served on a
-non-loopback address without ``[flower] basic_auth``. The credentials go to Flower through
-the ``FLOWER_BASIC_AUTH`` environment variable (Flower reads any option from
-``FLOWER_<OPTION>``), never through argv, so that they do not show in ``ps`` or in the
-launcher's logs.
+Flower can run any task (``POST /api/task/async-apply/<task>``), revoke tasks, restart pools
+and shrink workers, so it is never served without authentication, not even on loopback
+(where any local user could reach it):
+
+- with ``[flower] basic_auth`` set, those credentials are used; that is also the only way
+  to serve Flower on a non-loopback address;
+- without it, each run of the launcher generates an operator credential
+  (``operator:<random>``), kept in ``<state_dir>/flower-credentials`` (0600), which the
+  launcher names but never prints.
+
+The credentials go to Flower through the ``FLOWER_BASIC_AUTH`` environment variable (Flower
+reads any option from ``FLOWER_<OPTION>``), never through argv, so that they do not show in
+``ps`` or in the launcher's logs.
+
+Flower 2.2 cannot switch its task-running API off: its ``read_only`` option guards only the
+worker-control API (pool restart, shutdown, rate limits), not ``/api/task/apply``,
+``async-apply``, ``send-task``, ``revoke`` or ``abort``. Basic auth in front of every
+handler is the control; an unauthenticated request gets 401.
 
 Not covered, by Flower's design: ``/metrics`` and ``/healthcheck`` stay open even with basic
-auth (``shared/reference/CELERY_RELIABILITY.md`` 4.2), hence the loopback default.
+auth (``shared/reference/CELERY_RELIABILITY.md`` 4.2); they show counts and liveness, and run
+nothing.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import secrets
 from collections.abc import Sequence
+from pathlib import Path
 
 from novaq.exceptions import ConfigError
+from novaq.launcher.private_files import make_private_dir, write_private_text
 from novaq.settings import Settings
 
 BASIC_AUTH_ENV = "FLOWER_BASIC_AUTH"
 BASIC_AUTH_OPTION = "[flower] basic_auth (NOVAQ_FLOWER__BASIC_AUTH)"
+OPERATOR_USER = "operator"
+CREDENTIALS_FILE = "flower-credentials"
 
 
 def is_loopback(address: str) -> bool:
@@ -46,10 +65,11 @@ def flower_command(
     """The argv that runs Flower, and the environment variables to add to the child's.
 
     ``celery_argv`` is how to invoke celery (the cluster passes ``python -m celery``).
-    Raises ``ConfigError`` for a non-loopback address without basic auth.
+    Raises ``ConfigError`` for a non-loopback address without basic auth. Without basic
+    auth on loopback, the run's operator credential is used (created if there is none yet).
     """
     flower = settings.flower
-    secret = flower.basic_auth.get_secret_value() if flower.basic_auth else ""
+    secret = configured_basic_auth(settings)
     if not secret and not is_loopback(flower.address):
         raise ConfigError(
             option=BASIC_AUTH_OPTION,
@@ -70,10 +90,47 @@ def flower_command(
         f"--address={flower.address}",
         f"--port={flower.port}",
     ]
-    # NOTE: Flower 2.x refuses its HTTP API without authentication unless told otherwise;
-    # on loopback with no credentials configured, the API is as open as the UI.
-    extra_env = {BASIC_AUTH_ENV: secret} if secret else {"FLOWER_UNAUTHENTICATED_API": "true"}
-    return argv, extra_env
+    if not secret:
+        secret = operator_credential(settings)
+    # NOTE: never FLOWER_UNAUTHENTICATED_API: with basic auth the API needs the credential.
+    return argv, {BASIC_AUTH_ENV: secret}
+
+
+def configured_basic_auth(settings: Settings) -> str:
+    """``[flower] basic_auth``'s value, or "" when it is not set."""
+    basic_auth = settings.flower.basic_auth
+    return basic_auth.get_secret_value() if basic_auth else ""
+
+
+def credentials_path(settings: Settings) -> Path | None:
+    """Where the generated operator credential lives; None when basic_auth is configured."""
+    if configured_basic_auth(settings):
+        return None
+    return settings.state_dir.resolve() / CREDENTIALS_FILE
+
+
+def new_operator_credential(settings: Settings) -> Path | None:
+    """Generate this run's ``operator:<random>`` credential into its 0600 file.
+
+    Returns the file, or None when ``[flower] basic_auth`` is configured (nothing is
+    generated then). A new run gets a new password, so a leaked one dies with its run.
+    """
+    path = credentials_path(settings)
+    if path is None:
+        return None
+    make_private_dir(path.parent)
+    write_private_text(path, f"{OPERATOR_USER}:{secrets.token_urlsafe(24)}\n")
+    return path
+
+
+def operator_credential(settings: Settings) -> str:
+    """The generated ``user:password`` (generating it if no run has yet)."""
+    path = credentials_path(settings)
+    if path is None:
+        return configured_basic_auth(settings)
+    if not path.is_file():
+        new_operator_credential(settings)
+    return path.read_text(encoding="utf-8").strip()
 
 
 def flower_url(settings: Settings) -> str:

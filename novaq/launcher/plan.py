@@ -18,6 +18,7 @@ from typing import Any
 import tomli_w
 
 from novaq.launcher.flower_guard import flower_command
+from novaq.launcher.private_files import make_private_dir, write_private_text
 from novaq.settings import Settings
 
 #: How children run celery: this interpreter, so the venv's celery even when its ``bin/`` is
@@ -162,9 +163,7 @@ def write_cluster_config(
             pci["device_spec"] = [dict(DEFAULT_PCI_DEVICE_SPEC)]
     data["hosts"] = hosts
     path = cluster_config_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     # 0600: the user's file may hold secrets ([flower] basic_auth, database passwords).
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(tomli_w.dumps(data))
+    write_private_text(path, tomli_w.dumps(data))
     return path, [h["name"] for h in hosts]

@@ -4,13 +4,16 @@ lists every worker and the build task with its instance."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,9 +44,21 @@ def _bare_env(state_dir: Path, flower_port: int) -> dict[str, str]:
     return env
 
 
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
+def _get(url: str, auth: str | None = None) -> Any:
+    request = urllib.request.Request(url)
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    with urllib.request.urlopen(request, timeout=5) as response:
         return json.loads(response.read())
+
+
+def _refused_without_credentials(url: str, method: str = "GET") -> bool:
+    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    try:
+        urllib.request.urlopen(request, timeout=5).close()
+    except urllib.error.HTTPError as exc:
+        return exc.code == 401
+    return False
 
 
 def _poll(what: str, check: Any, timeout_s: float = 60) -> Any:
@@ -98,10 +113,14 @@ def test_novaq_up_with_nothing_configured_boots_and_flower_sees_it(
     env, port, proc = novaq_up
     flower = f"http://127.0.0.1:{port}"
     wanted = {"compute@host1", "compute@host2"}
+    state = tmp_path / "state"
+    credentials = state / "flower-credentials"
+    _poll("the operator credential", credentials.is_file)
+    auth = credentials.read_text().strip()
 
     def workers() -> dict[str, Any] | None:
         assert proc.poll() is None, (tmp_path / "up.log").read_text()
-        seen = _get(f"{flower}/api/workers?refresh=1")
+        seen = _get(f"{flower}/api/workers?refresh=1", auth)
         names = set(seen)
         if wanted <= names and any(n.startswith("scheduler@") for n in names):
             return seen
@@ -110,13 +129,20 @@ def test_novaq_up_with_nothing_configured_boots_and_flower_sees_it(
     seen = _poll("Flower listing every worker", workers, timeout_s=90)
     assert [q["name"] for q in seen["compute@host1"]["active_queues"]] == ["compute.host1"]
     assert (tmp_path / "state" / "broker" / "url").read_text().startswith("redis://")
+    # Flower, as novaq up starts it, runs nothing for a caller without the credential.
+    assert _refused_without_credentials(
+        f"{flower}/api/task/async-apply/compute.build_and_run_instance", "POST"
+    )
+    assert _refused_without_credentials(f"{flower}/api/workers")
+    up_log = (tmp_path / "up.log").read_text()
+    assert str(credentials.resolve()) in up_log and auth.split(":")[1] not in up_log
 
     _cli(env, "flavor-create", "tiny", "--vcpus", "1", "--ram", "256", "--disk", "1")
     [server] = _cli(env, "boot", "vm1", "--flavor", "tiny", "--wait", "60")
     assert server["status"] == "ACTIVE" and server["host"] in {"host1", "host2"}
 
     def build_task() -> dict[str, Any] | None:
-        tasks = _get(f"{flower}/api/tasks")
+        tasks = _get(f"{flower}/api/tasks", auth)
         for task in tasks.values():
             if (
                 task["name"] == "compute.build_and_run_instance"
@@ -127,6 +153,14 @@ def test_novaq_up_with_nothing_configured_boots_and_flower_sees_it(
 
     task = _poll("Flower showing the build task", build_task)
     assert task["state"] == "SUCCESS" and task["worker"] == f"compute@{server['host']}"
+    # Everything the running cluster wrote (database, logs, beat's schedule, broker files,
+    # cluster.toml, the credential, the demo image) is its owner's alone.
+    opened = {
+        str(path.relative_to(state)): oct(stat.S_IMODE(path.lstat().st_mode))
+        for path in [state, *state.rglob("*")]
+        if stat.S_IMODE(path.lstat().st_mode) & 0o077
+    }
+    assert not opened
 
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(40) == 0

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from novaq.exceptions import ConfigError
-from novaq.launcher.flower_guard import BASIC_AUTH_ENV, flower_command, flower_url, is_loopback
+from novaq.launcher.flower_guard import (
+    BASIC_AUTH_ENV,
+    credentials_path,
+    flower_command,
+    flower_url,
+    is_loopback,
+    new_operator_credential,
+    operator_credential,
+)
 from novaq.settings import Settings
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith(("NOVAQ_", "FLOWER_")):
             monkeypatch.delenv(name)
+    # The generated operator credential goes to the state directory: a throwaway one.
+    monkeypatch.setenv("NOVAQ_STATE_DIR", str(tmp_path / "state"))
     yield
 
 
@@ -42,7 +54,40 @@ def test_is_loopback_rejects_everything_else(address: str) -> None:
 def test_flower_command_runs_flower_of_the_tasks_app_on_the_configured_address() -> None:
     argv, extra_env = flower_command(make_settings(address="127.0.0.1", port=5601))
     assert argv == ["celery", "-A", "tasks", "flower", "--address=127.0.0.1", "--port=5601"]
-    assert extra_env == {"FLOWER_UNAUTHENTICATED_API": "true"}
+    assert set(extra_env) == {BASIC_AUTH_ENV}  # never FLOWER_UNAUTHENTICATED_API
+
+
+def test_flower_on_loopback_without_basic_auth_gets_the_runs_private_credential(
+    tmp_path: Path,
+) -> None:
+    argv, extra_env = flower_command(make_settings(address="127.0.0.1"))
+    path = tmp_path / "state" / "flower-credentials"
+    user, password = extra_env[BASIC_AUTH_ENV].split(":")
+    assert user == "operator" and len(password) >= 24
+    assert path.read_text(encoding="utf-8") == f"operator:{password}\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert not any(password in arg for arg in argv)
+    # The same run (the pre-start check, then the plan) sees the same credential.
+    assert flower_command(make_settings())[1] == extra_env
+
+
+def test_each_run_gets_a_new_operator_password(tmp_path: Path) -> None:
+    settings = make_settings()
+    path = new_operator_credential(settings)
+    assert path == credentials_path(settings) == tmp_path / "state" / "flower-credentials"
+    first = operator_credential(settings)
+    assert new_operator_credential(settings) == path
+    assert operator_credential(settings) != first
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_configured_basic_auth_generates_no_credential(tmp_path: Path) -> None:
+    settings = make_settings(basic_auth="admin:s3cret")
+    assert new_operator_credential(settings) is None
+    assert credentials_path(settings) is None
+    assert flower_command(settings)[1] == {BASIC_AUTH_ENV: "admin:s3cret"}
+    assert not (tmp_path / "state").exists()
 
 
 def test_flower_command_uses_the_given_celery_invocation() -> None:
