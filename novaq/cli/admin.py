@@ -123,7 +123,9 @@ def periodic_list(long_: bool, as_json: bool) -> None:
             table.add_row("", "", "", "", "", "", escape(task["doc"]), "")
     console.print(table)
     if beat:
-        console.print(f"beat: running ({escape(beat['holder'])}, since {beat['since']})")
+        console.print(
+            f"beat: running ({escape(beat['holder'])}, since {escape(str(beat['since']))})"
+        )
     else:
         console.print("beat: [yellow]not running[/] (no one holds the beat lease)")
 
@@ -279,7 +281,7 @@ def _print_audit(report: dict[str, Any]) -> None:
     for node in report["nodes"]:
         usage = node["usage"]
         table.add_row(
-            f"{node['host']}/{node['node']}",
+            escape(f"{node['host']}/{node['node']}"),
             _resources(usage["allocations"]),
             _resources(usage["instances_and_migrations"]),
             _resources(usage["hypervisor"]) if usage["hypervisor"] else "unavailable",
@@ -289,12 +291,12 @@ def _print_audit(report: dict[str, Any]) -> None:
     console.print(table)
     for node in report["nodes"]:
         for note in node["overcommit"]:
-            console.print(f"[yellow]overcommit[/] {node['host']}: {escape(note)}")
+            console.print(f"[yellow]overcommit[/] {escape(node['host'])}: {escape(note)}")
         for f in node["discrepancies"]:
             colour = "red" if f["severity"] == "leak" else "yellow"
             console.print(
-                f"[{colour}]{f['severity']}[/] {node['host']} {f['kind']} "
-                f"{f['consumer'] or ''}: {f['detail']}"
+                f"[{colour}]{escape(f['severity'])}[/] {escape(node['host'])} "
+                f"{escape(f['kind'])} {escape(f['consumer'] or '')}: {escape(str(f['detail']))}"
             )
     verdict = "[red]LEAKS FOUND[/]" if report["leaks"] else "[green]no leak[/]"
     console.print(f"{verdict}: {report['leaks']} accounting discrepancies")

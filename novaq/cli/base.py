@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from novaq.exceptions import NovaqError
 
@@ -73,23 +74,29 @@ def render(
         click.echo(json.dumps(rows, indent=2, default=str))
         return
     if isinstance(rows, dict):
-        table = Table("Property", "Value", title=title)
+        table = Table("Property", "Value", title=_text(title))
         for key in columns:
-            table.add_row(key, _cell(rows.get(key)))
+            table.add_row(Text(key), _cell(rows.get(key)))
     else:
         cols = list(columns)
-        table = Table(*cols, title=title)
+        table = Table(*(escape(c) for c in cols), title=_text(title))
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in cols))
     console.print(table)
 
 
-def _cell(value: Any) -> str:
+def _text(value: str | None) -> Text | None:
+    return None if value is None else Text(value)
+
+
+def _cell(value: Any) -> Text:
+    """A value as literal text: a server named ``[/bold]`` or ``[link=...]`` is printed as
+    named, never read as rich markup (which would crash or make a hyperlink)."""
     if value is None:
-        return "-"
+        return Text("-")
     if isinstance(value, dict | list):
-        return json.dumps(value, default=str)
-    return str(value)
+        return Text(json.dumps(value, default=str))
+    return Text(str(value))
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import re
 from collections.abc import Callable
 
 LOG = logging.getLogger(__name__)
@@ -67,3 +68,33 @@ def match(value: str | None, req: str) -> bool:
 def _match_any(value: str, words: list[str]) -> bool:
     """``<or> a <or> b``: ``words`` alternate between candidates and ``<or>`` keywords."""
     return value in words[::2]
+
+
+#: A first word that looks like an operator but is none of Nova's (``=>``, ``<``, ``s=``,
+#: ``<not-in>``): the filters would take it for a literal value and never match.
+_OPERATOR_LIKE = re.compile(r"^(s?[<>=!]+|<[a-z-]+>)$")
+_NUMERIC = ("=", "==", "!=", ">=", "<=")
+
+
+def requirement_problem(req: str) -> str | None:
+    """Why the filters cannot evaluate ``req`` as Nova's would (None if they can): an
+    unknown operator, an operator with no operand, a numeric operator whose operand is not
+    a number. A requirement not starting with an operator is a literal value: fine."""
+    words = req.split()
+    if not words:
+        return None
+    op, operands = words[0], words[1:]
+    if op not in _OPERATORS and op not in (OR, ALL_IN):
+        if _OPERATOR_LIKE.match(op):
+            return f"one of Nova's operators ({', '.join([*_OPERATORS, OR, ALL_IN])}), not {op!r}"
+        return None
+    if not operands:
+        return f"an operator with its operand, not {op!r} alone"
+    if op in _NUMERIC:
+        try:
+            float(operands[0])
+        except ValueError:
+            return f"a number after {op!r}"
+    if op == OR and any(word != OR for word in operands[1::2]):
+        return "values separated by '<or>'"
+    return None

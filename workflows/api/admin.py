@@ -18,7 +18,7 @@ from models.db import session_scope
 from novaq.exceptions import InvalidInput
 from workflows import dispatch
 from workflows.api import aggregates, common, views
-from workflows.api.validation import Name, expect, validated
+from workflows.api.validation import Int, Name, Seconds, expect, validated
 from workflows.canvas import step
 from workflows.periodic import send_now
 
@@ -29,7 +29,7 @@ MetadataValue = Annotated[str | int | float | None, expect("a string")]
 class ServerGroupRules(TypedDict, total=False):
     """The rules a server group may have (Nova's, microversion 2.64)."""
 
-    max_server_per_host: int
+    max_server_per_host: Int
 
 
 @validated()
@@ -59,7 +59,9 @@ def list_services() -> list[dict[str, Any]]:
 
 
 @validated()
-def disable_service(host: str, reason: str | None = None, binary: str = COMPUTE) -> dict[str, Any]:
+def disable_service(
+    host: Name, reason: Name | None = None, binary: str = COMPUTE
+) -> dict[str, Any]:
     """Disable a service: the scheduler stops picking a disabled compute host, and beat
     stops sending it periodic tasks. Its servers keep running."""
     with session_scope(common.db_url()) as session:
@@ -68,14 +70,14 @@ def disable_service(host: str, reason: str | None = None, binary: str = COMPUTE)
 
 
 @validated()
-def enable_service(host: str, binary: str = COMPUTE) -> dict[str, Any]:
+def enable_service(host: Name, binary: str = COMPUTE) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         service = servicegroup.set_disabled(session, host, False, None, binary)
         return service_dict(service, common.settings())
 
 
 @validated()
-def force_down_service(host: str, forced_down: bool = True) -> dict[str, Any]:
+def force_down_service(host: Name, forced_down: bool = True) -> dict[str, Any]:
     """Mark a compute host down now (e.g. fenced) instead of waiting for
     ``service_down_time``; ``forced_down=False`` lets its heartbeats count again."""
     with session_scope(common.db_url()) as session:
@@ -125,7 +127,7 @@ def beat_status() -> dict[str, Any] | None:
 
 
 @validated()
-def run_periodic_task(name: str, host: str | None = None) -> list[str]:
+def run_periodic_task(name: str, host: Name | None = None) -> list[str]:
     """Send one periodic task now: to ``host``, or to every up and enabled compute host
     (a cluster task ignores ``host``). Returns the task ids."""
     if name not in BY_NAME:
@@ -149,7 +151,7 @@ def create_aggregate(name: Name, availability_zone: str | None = None) -> dict[s
 
 
 @validated(labels={"aggregate_id": "aggregate id"})
-def add_host_to_aggregate(aggregate_id: int, host: Name) -> dict[str, Any]:
+def add_host_to_aggregate(aggregate_id: Int, host: Name) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
         known = set(session.scalars(select(Service.host).where(Service.binary == COMPUTE)))
@@ -159,7 +161,7 @@ def add_host_to_aggregate(aggregate_id: int, host: Name) -> dict[str, Any]:
 
 
 @validated(labels={"aggregate_id": "aggregate id"})
-def remove_host_from_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
+def remove_host_from_aggregate(aggregate_id: Int, host: Name) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
         rows = [h for h in aggregate.hosts if h.host == host]
@@ -172,7 +174,7 @@ def remove_host_from_aggregate(aggregate_id: int, host: str) -> dict[str, Any]:
 
 @validated(labels={"aggregate_id": "aggregate id"}, items={"metadata": "metadata"})
 def set_aggregate_metadata(
-    aggregate_id: int, metadata: dict[Name, MetadataValue]
+    aggregate_id: Int, metadata: dict[Name, MetadataValue]
 ) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
@@ -210,7 +212,7 @@ def list_server_groups() -> list[dict[str, Any]]:
 
 
 @validated()
-def audit(timeout: float = 10.0) -> dict[str, Any]:
+def audit(timeout: Seconds = 10.0) -> dict[str, Any]:
     """The accounting check: per node, usage by allocations, by instances and moves, and by
     the hypervisor (asked live on every up host), with every discrepancy. ``leaks`` counts
     the discrepancies that are accounting errors (see ``compute.audit``)."""
@@ -239,8 +241,10 @@ def audit(timeout: float = 10.0) -> dict[str, Any]:
 
 
 @validated()
-def list_heals(host: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+def list_heals(host: Name | None = None, limit: Int = 100) -> list[dict[str, Any]]:
     """What ``update_available_resource`` corrected, newest first."""
+    if limit < 0:  # SQL would take a negative LIMIT for "no limit"
+        raise InvalidInput(reason=f"limit must be an integer >= 0, got {limit}", field="limit")
     query = select(ResourceHeal).order_by(ResourceHeal.id.desc()).limit(limit)
     if host:
         query = query.where(ResourceHeal.host == host)

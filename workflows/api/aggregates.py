@@ -14,6 +14,7 @@ from models.server_group import POLICIES
 from novaq.exceptions import InvalidInput, NotFound
 from novaq.settings import Settings
 from workflows.api.flavors import check_name
+from workflows.api.validation import shown, text_problem
 
 AZ_KEY = "availability_zone"
 
@@ -46,11 +47,20 @@ def create_aggregate(
         raise InvalidInput(reason=f"an aggregate named {name!r} already exists")
     aggregate = Aggregate(uuid=str(uuid_module.uuid4()), name=name)
     if availability_zone is not None:
-        check_name(availability_zone, "availability_zone")
+        check_zone(availability_zone)
         aggregate.metadata_items = [AggregateMetadata(key=AZ_KEY, value=availability_zone)]
     session.add(aggregate)
     session.flush()
     return aggregate
+
+
+def check_zone(zone: str) -> str:
+    """A zone a host can be put in: Nova refuses ':' in it, since ``zone:host`` at boot
+    forces a host."""
+    check_name(zone, "availability_zone")
+    if ":" in zone:
+        raise InvalidInput(reason=f"availability_zone must not contain ':', got {zone!r}")
+    return zone
 
 
 def get_aggregate(session: Session, aggregate_id: int) -> Aggregate:
@@ -101,7 +111,11 @@ def set_metadata(
             if key in items:
                 aggregate.metadata_items.remove(items[key])
             continue
+        problem = text_problem(str(value), minimum=0)  # Nova: 0 to 255 characters
+        if problem is not None:
+            raise InvalidInput(reason=f"metadata {key} must be {problem}, got {shown(value)}")
         if key == AZ_KEY:
+            check_zone(str(value))
             for host in aggregate.hosts:
                 _check_single_zone(session, host.host, str(value), aggregate.id)
         if key in items:

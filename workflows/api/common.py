@@ -11,7 +11,7 @@ from sqlalchemy import select
 from compute.servicegroup import COMPUTE, is_up
 from compute.sessions import Sessions, sessions_for
 from models import Instance, InstanceAction, Service
-from novaq.exceptions import InstanceNotFound, InvalidInput
+from novaq.exceptions import ComputeHostNotFound, InstanceNotFound, InvalidInput
 from novaq.settings import Settings, get_settings
 
 
@@ -45,6 +45,19 @@ def host_is_up(session: Any, host: str, s: Settings) -> bool:
         select(Service).where(Service.host == host, Service.binary == COMPUTE, Service.deleted == 0)
     ).first()
     return service is not None and is_up(service, s)
+
+
+def check_compute_host(session: Any, host: str) -> str:
+    """``host`` names a compute service, deleted or not up aside: a move or a forced
+    host naming none is refused before anything is written, as Nova does."""
+    found = session.scalars(
+        select(Service.id).where(
+            Service.host == host, Service.binary == COMPUTE, Service.deleted == 0
+        )
+    ).first()
+    if found is None:
+        raise ComputeHostNotFound(host=host)
+    return host
 
 
 def last_action(session: Any, uuid: str, action: str) -> InstanceAction | None:

@@ -37,7 +37,7 @@ from virt.console_log import check_length
 from workflows import dispatch, gate
 from workflows.api import common
 from workflows.api import servers as api_servers
-from workflows.api.validation import validated
+from workflows.api.validation import Int, Seconds, validated
 from workflows.canvas import step
 
 CONSOLE_VM_STATES = frozenset({VmState.ACTIVE, VmState.PAUSED, VmState.RESCUED, VmState.RESIZED})
@@ -80,7 +80,7 @@ def validate_console_token(token: str) -> dict[str, Any]:
 
 
 @validated()
-def console_log(server: str, length: int | None = None, timeout: float = 30.0) -> str:
+def console_log(server: str, length: Int | None = None, timeout: Seconds = 30.0) -> str:
     """The tail of ``server``'s console log (name or uuid): at most its last 100 KiB, then
     its last ``length`` lines when given; "" when the guest has logged nothing yet."""
     length = check_length(length)

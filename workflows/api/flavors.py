@@ -14,21 +14,27 @@ from models import Flavor, FlavorExtraSpec
 from models.flavor import FlavorSnapshot
 from novaq.exceptions import FlavorExists, FlavorNotFound, InvalidFlavor, InvalidInput
 from novaq.settings import Settings
+from scheduler.filters.extra_specs_ops import requirement_problem
+from workflows.api.validation import MAX_INT, shown, text_problem
 
 
 def _check_int(name: str, value: int, minimum: int) -> int:
     if value < minimum:
         raise InvalidFlavor(reason=f"{name} must be >= {minimum}, got {value}")
+    if value > MAX_INT:  # Nova's db.MAX_INT: the Integer column's limit
+        raise InvalidFlavor(reason=f"{name} must be <= {MAX_INT}, got {shown(value)}")
     return value
 
 
 def check_name(value: str, what: str = "name") -> str:
     """A name the API checked is a string (``workflows.api.validation``); here it must
-    also hold more than blanks, and fit its column."""
+    also hold more than blanks, fit its column and be printable (``text_problem``): a
+    host or a zone reaches here without the ``Name`` annotation."""
     if not value.strip():
         raise InvalidInput(reason=f"{what} must be a non-empty string, got {value!r}")
-    if len(value) > 255:
-        raise InvalidInput(reason=f"{what} must be at most 255 characters")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidInput(reason=f"{what} must be {problem}, got {shown(value)}")
     return value
 
 
@@ -39,9 +45,15 @@ def validate_extra_specs(
         return {}
     specs = {}
     for key, value in extra_specs.items():
-        if not key or len(key) > 255:
-            raise InvalidFlavor(reason=f"extra spec key {key!r} must be a string of 1-255 chars")
-        specs[key] = str(value)
+        if not key or text_problem(key) is not None:
+            raise InvalidFlavor(
+                reason=f"extra spec key {shown(key)} must be 1 to 255 printable characters"
+            )
+        text = str(value)
+        problem = text_problem(text, minimum=0) or requirement_problem(text)
+        if problem is not None:
+            raise InvalidFlavor(reason=f"extra spec {key} must be {problem}, got {shown(text)}")
+        specs[key] = text
     requests_from_extra_specs(specs, settings)  # refuses unknown aliases, malformed counts
     return specs
 

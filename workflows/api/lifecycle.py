@@ -37,7 +37,7 @@ from novaq.exceptions import (
 )
 from workflows import dispatch, gate
 from workflows.api import common, views
-from workflows.api.validation import validated
+from workflows.api.validation import Name, validated
 from workflows.delete import soft_delete_step
 from workflows.lifecycle import lifecycle_step
 from workflows.shelve import shelve_step, unshelve_workflow
@@ -222,7 +222,7 @@ def _shelve_step(action: str) -> Callable[[str, str, str], Signature]:
 
 
 @validated()
-def lock(uuid: str, reason: str | None = None) -> dict[str, Any]:
+def lock(uuid: str, reason: Name | None = None) -> dict[str, Any]:
     """Lock a server: every other operation of the gate is refused until ``unlock``.
     Locking a locked server changes nothing (Nova, for the owner). Returns the server."""
     if reason is not None and len(reason) > MAX_REASON_LENGTH:

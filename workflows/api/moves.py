@@ -22,7 +22,7 @@ from models.states import MigrationStatus
 from novaq.exceptions import InstanceInvalidState, InvalidInput, NotFound, ResizeError
 from workflows import dispatch
 from workflows.api import common, flavors
-from workflows.api.validation import Name, validated
+from workflows.api.validation import Name, Printable, validated
 from workflows.gate import check_instance_state
 from workflows.moves import confirm_workflow, revert_workflow, select_workflow
 
@@ -59,7 +59,7 @@ def resize(uuid: str, flavor: Name) -> str:
 
 
 @validated()
-def migrate(uuid: str, host: str | None = None) -> str:
+def migrate(uuid: str, host: Name | None = None) -> str:
     """Cold-migrate a server (same flavor, another host; optionally the one named)."""
     if host is not None:
         flavors.check_name(host, "host")
@@ -81,6 +81,8 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
             new_flavor = instance.flavor
         if host is not None and host == instance.host:
             raise InvalidInput(reason=f"the server is already on {host}")
+        if host is not None:
+            common.check_compute_host(session, host)
     new_pci = [
         r.to_dict() for r in requests_from_extra_specs(new_flavor.extra_specs, common.settings())
     ]
@@ -202,7 +204,7 @@ class MigrationFilters(TypedDict, total=False):
     instance_uuid: str
     status: str
     migration_type: str
-    host: str | None
+    host: Printable | None
 
 
 @validated(extra="filter")

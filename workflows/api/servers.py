@@ -30,7 +30,7 @@ from novaq.exceptions import (
 from scheduler.request_spec import RequestSpec
 from workflows import dispatch
 from workflows.api import aggregates, common, flavors, views
-from workflows.api.validation import Name, expect, validated
+from workflows.api.validation import Int, Name, Printable, Seconds, expect, validated
 from workflows.build import build_workflow
 from workflows.canvas import step
 from workflows.delete import delete_workflow, soft_delete_step
@@ -55,7 +55,7 @@ class Hints(TypedDict, total=False):
 
 
 class InstanceFilters(TypedDict, total=False):
-    host: str | None
+    host: Printable | None
     name: str
     vm_state: str
     status: str
@@ -68,11 +68,11 @@ class InstanceFilters(TypedDict, total=False):
 @validated(labels={"name": "flavor name"}, items={"extra_specs": "extra spec"})
 def create_flavor(
     name: Name,
-    vcpus: int,
-    memory_mb: int,
-    root_gb: int,
-    ephemeral_gb: int = 0,
-    swap: int = 0,
+    vcpus: Int,
+    memory_mb: Int,
+    root_gb: Int,
+    ephemeral_gb: Int = 0,
+    swap: Int = 0,
     extra_specs: dict[Name, SpecValue] | None = None,
 ) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
@@ -107,9 +107,9 @@ def boot(
     name: Name,
     flavor: Name,
     image: Name,
-    count: int = 1,
-    availability_zone: str | None = None,
-    group: str | None = None,
+    count: Int = 1,
+    availability_zone: Name | None = None,
+    group: Name | None = None,
     hints: Hints | None = None,
 ) -> list[str]:
     """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR)."""
@@ -130,6 +130,8 @@ def boot(
         flavor_row = flavors.get_flavor(session, flavor)
         snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
         boot_image = _boot_image(session, image, snapshot)
+        for forced in force_hosts:
+            common.check_compute_host(session, forced)
         if availability_zone is not None:
             flavors.check_name(availability_zone, "availability_zone")
             if availability_zone not in aggregates.known_zones(session, settings):
@@ -340,9 +342,15 @@ def list_actions(uuid: str) -> list[dict[str, Any]]:
 
 
 @validated()
-def wait(uuid: str, status: str, timeout: float = 120.0, interval: float = 0.2) -> dict[str, Any]:
+def wait(
+    uuid: str, status: str, timeout: Seconds = 120.0, interval: Seconds = 0.2
+) -> dict[str, Any]:
     """Poll until the server shows ``status``; raise with the fault if it goes to ERROR."""
     wanted = status.upper()
+    if wanted not in views.STATUSES:
+        raise InvalidInput(
+            reason=f"status must be one of Nova's server statuses, got {status!r}", field="status"
+        )
     deadline = time.monotonic() + timeout
     while True:
         view = show(uuid)
@@ -357,7 +365,7 @@ def wait(uuid: str, status: str, timeout: float = 120.0, interval: float = 0.2) 
 
 
 @validated()
-def diagnostics(uuid: str, timeout: float = 30.0) -> dict[str, Any]:
+def diagnostics(uuid: str, timeout: Seconds = 30.0) -> dict[str, Any]:
     """Ask the server's host for its live view of the guest (power state, vcpus, memory,
     PCI addresses, domain XML)."""
     uuid = common.check_uuid(uuid)

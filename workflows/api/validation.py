@@ -7,20 +7,24 @@ keyword arguments, filters and mapping keys refused), and any refusal becomes on
     property hw_vm_mode must be a string, got 1
     unknown scheduler hint 'near'
 
-The checks that need the database or Nova's rules (a known flavor, a name's length, an
-image property's allowed values) stay with the calls; this layer only guarantees types
-and shapes, before anything is read or written.
+Beyond types, the annotations here hold Nova's limits that need nothing else: a ``Name``
+is at most 255 printable characters (no NUL, ESC, newline or bidi override), an ``Int``
+fits Nova's ``Integer`` columns, ``Seconds`` is a finite, non-negative wait. The checks
+that need the database or Nova's other rules (a known flavor or host, an extra spec's
+operator, an image property's allowed values) stay with the calls, still before anything
+is written.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 from pydantic import ConfigDict, ValidationError, ValidatorFunctionWrapHandler, validate_call
-from pydantic.functional_validators import WrapValidator
+from pydantic.functional_validators import AfterValidator, WrapValidator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from novaq.exceptions import InvalidInput
@@ -58,8 +62,57 @@ def expect(phrase: str) -> WrapValidator:
     return WrapValidator(check)
 
 
-#: A string the call will refuse if empty (``check_name`` says why).
-Name = Annotated[str, expect("a non-empty string")]
+#: Nova's limit for a name, a key or a value (the columns are ``String(255)``).
+MAX_NAME = 255
+#: Nova's limit for a count or a size held in an ``Integer`` column (``db.MAX_INT``).
+MAX_INT = 2**31 - 1
+
+
+def text_problem(value: str, limit: int = MAX_NAME, minimum: int = 1) -> str | None:
+    """Why ``value`` cannot be a name, a key or a value (None if it can): longer than
+    ``limit``, or holding a character that is not printable (Unicode category C: control
+    characters such as NUL, ESC and newlines, format characters such as the bidi override
+    U+202E), as Nova's ``valid_name_regex`` refuses them."""
+    if len(value) > limit:  # (a blank name is refused by the call, which knows its field)
+        return f"{minimum} to {limit} characters"
+    for char in value:
+        if unicodedata.category(char)[0] == "C":
+            return f"printable characters only ({unicodedata.name(char, hex(ord(char)))!r} is not)"
+    return None
+
+
+def _printable(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise PydanticCustomError(_EXPECTED, problem)
+    return value
+
+
+def _in_int_range(value: int) -> int:
+    if not -MAX_INT - 1 <= value <= MAX_INT:
+        raise PydanticCustomError(_EXPECTED, f"an integer from {-MAX_INT - 1} to {MAX_INT}")
+    return value
+
+
+def _seconds(value: float) -> float:
+    if not 0 <= value <= MAX_SECONDS:  # NaN fails both comparisons
+        raise PydanticCustomError(_EXPECTED, f"a number of seconds from 0 to {MAX_SECONDS}")
+    return value
+
+
+#: The longest a call may be asked to wait (a day): ``inf`` or 1e300 would never return.
+MAX_SECONDS = 86400.0
+
+#: A name, a key or a short value: a string of at most 255 printable characters (a blank
+#: one is refused by the call, ``check_name``, which knows what it names).
+Name = Annotated[str, expect("a non-empty string"), AfterValidator(_printable)]
+#: A filter's value: any string of at most 255 printable characters (empty matches none).
+Printable = Annotated[str, expect("a string"), AfterValidator(_printable)]
+#: Any integer argument fits Nova's ``Integer`` columns: 10**30 is bad input, not an
+#: ``OverflowError`` from the database driver.
+Int = Annotated[int, expect("an integer"), AfterValidator(_in_int_range)]
+#: A timeout or an interval: a finite number of seconds, not negative.
+Seconds = Annotated[float, expect("a number"), AfterValidator(_seconds)]
 
 
 def _field(loc: tuple[int | str, ...], labels: Mapping[str, str], items: Mapping[str, str]) -> str:
@@ -92,8 +145,14 @@ def reason(
         return f"{_field(loc, labels, items)} is required"
     phrase = error["msg"] if kind == _EXPECTED else _PHRASES.get(kind)
     if phrase is None:
-        return f"{_field(loc, labels, items)}: {error['msg']}, got {error['input']!r}"
-    return f"{_field(loc, labels, items)} must be {phrase}, got {error['input']!r}"
+        return f"{_field(loc, labels, items)}: {error['msg']}, got {shown(error['input'])}"
+    return f"{_field(loc, labels, items)} must be {phrase}, got {shown(error['input'])}"
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``value``'s repr for a message, cut short: a 10 MB string is not echoed back."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _first(errors: list[ErrorDetails]) -> ErrorDetails:

@@ -96,3 +96,30 @@ def action_dict(action: InstanceAction) -> dict[str, Any]:
             for e in action.events
         ],
     }
+
+
+#: Nova's server statuses (``nova/api/openstack/common.py: _STATE_MAP``), what ``wait`` waits for.
+STATUSES = frozenset(
+    [
+        "ACTIVE",
+        "BUILD",
+        "DELETED",
+        "ERROR",
+        "HARD_REBOOT",
+        "MIGRATING",
+        "PASSWORD",
+        "PAUSED",
+        "REBOOT",
+        "REBUILD",
+        "RESCUE",
+        "RESIZE",
+        "REVERT_RESIZE",
+        "SHELVED",
+        "SHELVED_OFFLOADED",
+        "SHUTOFF",
+        "SOFT_DELETED",
+        "SUSPENDED",
+        "UNKNOWN",
+        "VERIFY_RESIZE",
+    ]
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.filters.extra_specs_ops import match
+from scheduler.filters.extra_specs_ops import match, requirement_problem
 
 
 @pytest.mark.parametrize(
@@ -120,3 +120,39 @@ def test_a_missing_value_matches_only_a_plain_requirement() -> None:
 def test_an_empty_requirement_matches_only_an_empty_value() -> None:
     assert match("", "") is True
     assert match("x", "") is False
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        "4",
+        "kvm",
+        "= 4",
+        ">= 2.5",
+        "<= 8",
+        "== 1",
+        "!= 0",
+        "s== kvm",
+        "s!= xen",
+        "s< b",
+        "s<= b",
+        "s> a",
+        "s>= a",
+        "<in> avx2",
+        "<all-in> avx avx2",
+        "<or> kvm <or> qemu",
+        "dedicated",
+        "True",
+        "",
+    ],
+)
+def test_a_requirement_the_filters_can_evaluate_is_accepted(req: str) -> None:
+    assert requirement_problem(req) is None
+
+
+@pytest.mark.parametrize(
+    "req",
+    [">=", "=> 4", "< 4", "> 4", "<in>", "<all-in>", "s==", "= many", "<or> a b", "<not-in> x"],
+)
+def test_a_requirement_the_filters_cannot_evaluate_is_refused(req: str) -> None:
+    assert requirement_problem(req) is not None
