@@ -79,13 +79,17 @@ class Operation:
     entry: str | None = None
 
 
+#: The errback of the power and lifecycle rows (``tasks/lifecycle.py``).
+LIFECYCLE_ERRBACK = "scheduler.on_lifecycle_error"
+
+
 def _host(
     action: str,
     gate: Rule | None,
     step: Step,
     notification: str,
     task: str | None = None,
-    errback: str = "scheduler.on_lifecycle_error",
+    errback: str = LIFECYCLE_ERRBACK,
     **more: Any,
 ) -> Operation:
     return Operation(
@@ -193,6 +197,12 @@ def operation(action: str) -> Operation:
         return OPERATIONS[action]
     except KeyError:
         raise ValueError(f"no operation {action!r}") from None
+
+
+def lifecycle_operations() -> list[Operation]:
+    """The power and lifecycle rows (those whose errback is ``on_lifecycle_error``): one
+    Celery task each, the hard reboot's row sharing the soft one's task."""
+    return [op for op in _ROWS if op.errback == LIFECYCLE_ERRBACK]
 
 
 def of_task(task: str, kwargs: Mapping[str, Any] | None = None) -> Operation | None:

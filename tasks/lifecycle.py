@@ -14,7 +14,7 @@ from typing import Any
 from celery.utils.log import get_task_logger
 
 from compute import operations
-from compute.operations import Operation
+from compute.operations import LIFECYCLE_ERRBACK, Operation
 from compute.steps import notified_step, run_step
 from novaq.celery_app import app
 from novaq.settings import Settings
@@ -59,16 +59,14 @@ def host_task(action: str, options: Options | None = None) -> Any:
 
 
 def _lifecycle_tasks() -> dict[str, Any]:
-    """One task per row of the table whose errback is ``on_lifecycle_error`` (the hard
-    reboot's row shares the soft one's task), by task name."""
+    """One task per lifecycle row of the table, by task name."""
     tasks: dict[str, Any] = {}
-    for op in operations.OPERATIONS.values():
-        if op.errback == LIFECYCLE_ERRBACK and op.task is not None and op.task not in tasks:
+    for op in operations.lifecycle_operations():
+        if op.task is not None and op.task not in tasks:
             tasks[op.task] = host_task(op.action)
     return tasks
 
 
-LIFECYCLE_ERRBACK = "scheduler.on_lifecycle_error"
 TASKS = _lifecycle_tasks()
 
 

@@ -7,16 +7,12 @@ from typing import Any
 
 from celery.canvas import Signature
 
-from compute.operations import OPERATIONS, operation
+from compute.operations import lifecycle_operations, operation
 from workflows.canvas import errback, step
 
-#: The power and lifecycle actions (the rows of ``compute.operations`` whose errback is
-#: ``on_lifecycle_error``) -> their task name (without the ``compute.`` prefix).
-TASKS = {
-    op.action: str(op.task).removeprefix("compute.")
-    for op in OPERATIONS.values()
-    if op.errback == "scheduler.on_lifecycle_error"
-}
+#: The power and lifecycle actions (the table's lifecycle rows) -> their task name
+#: (without the ``compute.`` prefix).
+TASKS = {op.action: str(op.task).removeprefix("compute.") for op in lifecycle_operations()}
 
 
 def lifecycle_step(
