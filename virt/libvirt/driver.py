@@ -304,8 +304,7 @@ class LibvirtDriver(DiskOperations, PowerOperations):
         guest = self._find(uuid)
         if guest is None:
             return
-        if guest.is_active():
-            guest.poweroff()
+        guest.poweroff_if_active()
         guest.delete_configuration()
         LOG.info("host %s: destroyed guest %s", self._host_name, uuid)
 
@@ -370,8 +369,7 @@ class LibvirtDriver(DiskOperations, PowerOperations):
         libvirt refuses a new name over an old definition, so a guest of another name
         (defined by something else) is undefined first."""
         if guest is not None:
-            if guest.is_active():
-                guest.poweroff()
+            guest.poweroff_if_active()
             if guest.has_saved_memory_state():
                 guest.discard_saved_memory_state()
             if guest.name != spec.name:

@@ -135,8 +135,7 @@ class DiskOperations:
         saved = directory / UNRESCUE_XML
         if is_rescue_domain(_disk_paths(guest)):
             xml = saved.read_text(encoding="utf-8")
-            if guest.is_active():
-                guest.poweroff()
+            guest.poweroff_if_active()
             guest = self._define(xml)
         info = self._settle(guest, power_on=True)
         (directory / RESCUE_DISK).unlink(missing_ok=True)

@@ -8,12 +8,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import libvirt
-
 from novaq.exceptions import HypervisorError
 from virt import power_state
 from virt.libvirt.guest import Guest
-from virt.libvirt.host import error_code
 from virt.libvirt.options import GuestOptions
 from virt.libvirt.power import clean_shutdown
 
@@ -36,8 +33,7 @@ class PowerOperations:
         guest = self._get(uuid)
         if timeout_s > 0 and guest.get_power_state() == power_state.RUNNING:
             clean_shutdown(guest, timeout_s, self.options.shutdown_retry_interval_s)
-        if guest.is_active():
-            _destroy(guest)
+        guest.poweroff_if_active()
 
     def power_on(self, uuid: str) -> None:
         guest = self._get(uuid)
@@ -45,8 +41,7 @@ class PowerOperations:
         if state == power_state.PAUSED:
             guest.resume()
         elif state != power_state.RUNNING:
-            if guest.is_active():  # crashed but kept by on_crash=preserve
-                guest.poweroff()
+            guest.poweroff_if_active()  # crashed but kept by on_crash=preserve
             guest.launch()
 
     def pause(self, uuid: str) -> None:
@@ -86,17 +81,6 @@ class PowerOperations:
         state = guest.get_power_state()
         if state != power_state.RUNNING:
             raise _refuse("resume", uuid, state)
-
-
-def _destroy(guest: Guest) -> None:
-    """Nova's ``_destroy``: a guest that went down by itself between the check and the
-    destroy (its clean shutdown finishing just then) is off, as wanted, not an error."""
-    try:
-        guest.poweroff()
-    except HypervisorError as exc:
-        if error_code(exc) != libvirt.VIR_ERR_OPERATION_INVALID or guest.is_active():
-            raise
-        LOG.info("Guest %s went down by itself before it was destroyed", guest.uuid)
 
 
 def _is_suspended(guest: Guest) -> bool:

@@ -55,6 +55,19 @@ class Guest:
         """Pull the plug: stop the domain at once (``virDomainDestroy``)."""
         self._call("power off", "destroy")
 
+    def poweroff_if_active(self) -> None:
+        """Nova's ``_destroy``: pull the plug if the domain runs. A guest that went down by
+        itself between the check and the destroy (its clean shutdown finishing just then)
+        is off, as wanted, not an error."""
+        if not self.is_active():
+            return
+        try:
+            self.poweroff()
+        except HypervisorError as exc:
+            if error_code(exc) != libvirt.VIR_ERR_OPERATION_INVALID or self.is_active():
+                raise
+            LOG.info("Guest %s went down by itself before it was destroyed", self.uuid)
+
     def shutdown(self) -> None:
         """Ask the guest OS to shut down (ACPI); returns before it has."""
         self._call("shutdown", "shutdown")

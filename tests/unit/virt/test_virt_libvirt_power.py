@@ -24,7 +24,6 @@ from virt.host_profile import HostProfile
 from virt.libvirt.config import LibvirtConfigGuest
 from virt.libvirt.designer import GuestPlatform, design_guest
 from virt.libvirt.driver import LibvirtDriver
-from virt.libvirt.driver_power import _destroy
 from virt.libvirt.guest import Guest
 from virt.libvirt.options import GuestOptions
 from virt.node_xml import test_uri, write_node_xml
@@ -257,17 +256,19 @@ def test_a_refused_nmi_is_nova_s_error(code: int, raised: type[Exception]) -> No
 
 
 class _ShutDownMeanwhile:
-    """A ``virDomain`` whose guest finished its clean shutdown just before the destroy:
-    libvirt refuses the destroy of a domain that is not running."""
+    """A ``virDomain`` running when asked, whose guest finished its clean shutdown just
+    before the destroy: libvirt refuses the destroy of a domain that is not running."""
 
     def __init__(self, still_running: bool) -> None:
         self.still_running = still_running
+        self.asked = 0
 
     def UUIDString(self) -> str:  # noqa: N802 - libvirt's name
         return "5b0f7b9e-2f0e-4c55-8d36-0a8e3f8e1d21"
 
     def isActive(self) -> int:  # noqa: N802 - libvirt's name
-        return int(self.still_running)
+        self.asked += 1
+        return int(self.asked == 1 or self.still_running)
 
     def destroy(self) -> None:
         error = libvirt.libvirtError("domain is not running")
@@ -276,6 +277,6 @@ class _ShutDownMeanwhile:
 
 
 def test_a_guest_that_went_down_by_itself_before_the_destroy_is_off_not_an_error() -> None:
-    _destroy(Guest(_ShutDownMeanwhile(still_running=False)))
+    Guest(_ShutDownMeanwhile(still_running=False)).poweroff_if_active()
     with pytest.raises(HypervisorError, match="not running"):
-        _destroy(Guest(_ShutDownMeanwhile(still_running=True)))
+        Guest(_ShutDownMeanwhile(still_running=True)).poweroff_if_active()
