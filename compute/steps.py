@@ -45,6 +45,7 @@ from compute.instance_state import cas_update
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.sessions import Sessions
 from models import Instance
+from novaq import fault_points
 from novaq.exceptions import DomainNotFound, InstanceNotFound, UnexpectedTaskStateError
 from virt import power_state
 from virt.driver import ComputeDriver
@@ -165,11 +166,14 @@ class Step:
 def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) -> str:
     """Run ``step`` on ``instance_uuid``: ``done``, ``skipped`` or ``superseded``; a
     failure of its act is undone and re-raised."""
+    fault_points.reach(f"{step.name}:begin")
     run = _begin(ctx, step, instance_uuid, params)
     if run is None:
         return SKIPPED
     try:
+        fault_points.reach(f"{step.name}:act")
         _act(ctx, step, run)
+        fault_points.reach(f"{step.name}:finish")
         return _finish(ctx, step, run)
     except Superseded as conflict:
         return _superseded(ctx, step, run, conflict.cause)

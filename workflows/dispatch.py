@@ -8,6 +8,7 @@ from typing import Any
 from celery.canvas import Signature
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from novaq import fault_points
 from novaq.celery_app import app
 from novaq.exceptions import ServiceUnavailable
 
@@ -23,7 +24,17 @@ def check_broker() -> None:
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
 
 
+def first_task(signature: Signature) -> str:
+    """The name of the task a workflow starts with (a chain's first, a group's first)."""
+    tasks = getattr(signature, "tasks", None)
+    while tasks:
+        signature = tasks[0]
+        tasks = getattr(signature, "tasks", None)
+    return str(signature.task)
+
+
 def send(signature: Signature) -> Any:
+    fault_points.reach(f"publish:{first_task(signature)}")
     try:
         return signature.apply_async()
     except _BROKER_ERRORS as exc:
