@@ -11,6 +11,7 @@ from models.flavor import Flavor, FlavorExtraSpec
 from models.heal import ResourceHeal
 from models.host_mapping import HostMapping
 from models.image import ContainerFormat, DiskFormat, Image, ImageStatus
+from models.in_flight import OperationInFlight
 from models.info_cache import InstanceInfoCache
 from models.instance import Instance
 from models.migration import Migration
@@ -51,6 +52,7 @@ __all__ = [
     "PciDevice",
     "ResourceHeal",
     "TaskDelivery",
+    "OperationInFlight",
     "Service",
     "utcnow",
 ]

@@ -22,3 +22,9 @@ class TaskDelivery(Base):
     attempts: Mapped[int] = mapped_column(default=1)
     first_at: Mapped[timestamp]
     last_at: Mapped[dt.datetime | None]
+    #: The Celery node running it (``compute@host1``) and that node's host: the reaper
+    #: knows the delivery's owner is gone when the host's service is down, or when a new
+    #: worker of the same node started (``orphaned_at``).
+    worker: Mapped[str | None] = mapped_column(String(255))
+    host: Mapped[str | None] = mapped_column(String(255))
+    orphaned_at: Mapped[dt.datetime | None]

@@ -8,6 +8,8 @@ variable ``NOVAQ_FAULT_POINTS_DIR`` names a directory. Then, for point ``P``:
   the worker, kills the broker, stops the database), then removes ``P.pause``.
 - ``<dir>/P.raise`` exists: ``FaultInjected`` is raised (once: the file is removed).
 
+``<family>:*`` (e.g. ``publish:*``) arms every point of a family.
+
 So a fault lands at an exact point of a step, not wherever a timer happens to fall.
 Point names: ``<step>:begin``, ``<step>:act``, ``<step>:finish`` (``compute.steps``) and
 ``publish:<task name>`` (``workflows.dispatch``, after the database write, before the
@@ -43,17 +45,17 @@ def reach(point: str) -> None:
     directory = _directory()
     if directory is None:
         return
-    name = _file_name(point)
-    raise_file = directory / f"{name}.raise"
-    try:
-        raise_file.unlink()
-    except FileNotFoundError:
-        pass
-    else:
+    names = (_file_name(point), _file_name(point.split(":", 1)[0] + ":*"))
+    for name in names:
+        try:
+            (directory / f"{name}.raise").unlink()
+        except FileNotFoundError:
+            continue
         raise FaultInjected(f"fault injected at {point}")
-    pause_file = directory / f"{name}.pause"
-    if not pause_file.exists():
+    name = next((n for n in names if (directory / f"{n}.pause").exists()), None)
+    if name is None:
         return
+    pause_file = directory / f"{name}.pause"
     (directory / f"{name}.reached").write_text(str(os.getpid()))
     deadline = time.monotonic() + MAX_PAUSE_S
     while pause_file.exists() and time.monotonic() < deadline:

@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     result_backend: str | None = None
     libvirt_uri: str | None = None
     hosts: tuple[SimulatedHost, ...] = ()
+    # The reaper of operations in flight (compute/in_flight.py): how often it looks, after
+    # how long without progress a queued message counts as lost and is sent again, and how
+    # many sends before the operation is undone with a fault.
+    operation_reap_interval: int = Field(default=10, gt=0)
+    operation_lost_after: int = Field(default=60, gt=0)
+    operation_max_resends: int = Field(default=3, ge=0)
 
     # -- [DEFAULT] (Nova names and defaults) ---------------------------------------------
     host: str = Field(default_factory=socket.gethostname, min_length=1)

@@ -12,6 +12,7 @@ from novaq.celery_app import app
 from novaq.exceptions import ConfigError
 from scheduler.request_spec import Selection
 from tasks import context
+from workflows import dispatch
 from workflows.build import build_step
 
 
@@ -61,7 +62,7 @@ def build_and_run_instance(
     if result.outcome == "rescheduled" and result.next_host is not None:
         next_host, next_node, next_id = result.next_host
         selection = Selection(next_host, next_node, next_id, result.alternates, instance_uuid)
-        build_step(request_id, selection, max_attempts, attempt + 1).apply_async()
+        dispatch.send(build_step(request_id, selection, max_attempts, attempt + 1))
     return result.to_dict()
 
 

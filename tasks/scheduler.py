@@ -13,6 +13,7 @@ from novaq.celery_app import app
 from novaq.exceptions import NoValidHost
 from scheduler.request_spec import RequestSpec
 from tasks import context
+from workflows import dispatch
 from workflows.build import build_step
 
 LOG = get_task_logger(__name__)
@@ -35,5 +36,5 @@ def select_destinations(
     if not builds:
         return {"instance_uuids": instance_uuids, "outcome": "skipped"}
     for build in builds[1:]:
-        build.apply_async()
+        dispatch.send(build)
     return self.replace(builds[0])

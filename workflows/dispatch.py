@@ -3,14 +3,18 @@ errors into ``ServiceUnavailable``, enqueue only after the database has committe
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from celery.canvas import Signature
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from compute import in_flight
+from compute.sessions import Sessions, sessions_for
 from novaq import fault_points
 from novaq.celery_app import app
 from novaq.exceptions import ServiceUnavailable
+from novaq.settings import get_settings
 
 _BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
 
@@ -33,17 +37,37 @@ def first_task(signature: Signature) -> str:
     return str(signature.task)
 
 
-def send(signature: Signature) -> Any:
+def send(signature: Signature, record: bool = True) -> Any:
+    """Publish a workflow. Unless it is a query (``record=False``), the operation's
+    durable record (``compute.in_flight``) is written first, with the task ids frozen
+    into the message, so the reaper can send it again should the broker lose it."""
     fault_points.reach(f"publish:{first_task(signature)}")
+    recorded: list[str] = []
+    task_id: str | None = None
+    if record:
+        signature.freeze()
+        message = in_flight.message_of_signature(json.loads(json.dumps(signature)))
+        recorded = in_flight.instances_of(message)
+        task_id = in_flight.task_id_of(message)
+        if recorded:
+            with _sessions()() as session:
+                in_flight.record(session, message)
     try:
         return signature.apply_async()
     except _BROKER_ERRORS as exc:
+        if recorded:
+            with _sessions()() as session:
+                in_flight.forget(session, recorded, task_id)
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+
+
+def _sessions() -> Sessions:
+    return sessions_for(get_settings().sqlalchemy_url)
 
 
 def call(signature: Signature, timeout_s: float) -> Any:
     """Send a query to a host and wait for its answer (from the API, never from a task)."""
-    result = send(signature)
+    result = send(signature, record=False)
     try:
         return result.get(timeout=timeout_s, propagate=True)
     finally:

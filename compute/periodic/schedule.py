@@ -275,6 +275,15 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         "for the cluster instead of once per host.",
     ),
     PeriodicTask(
+        "_reap_operations_in_flight",
+        "compute.periodic.reaper:reap_operations_in_flight",
+        CLUSTER,
+        "operation_reap_interval",
+        _option("operation_reap_interval"),
+        "novaq's own: sends again the step of an operation whose message was lost or whose "
+        "worker died, or undoes it with a fault when its host is down (compute/in_flight.py).",
+    ),
+    PeriodicTask(
         "_discover_hosts_in_cells",
         "scheduler.discover_hosts:discover_hosts_in_cells",
         CLUSTER,

@@ -228,7 +228,10 @@ def audit(timeout: Seconds = 10.0) -> dict[str, Any]:
     hypervisors: dict[str, dict[str, Any] | None] = {}
     if up_hosts:
         dispatch.check_broker()
-        pending = {h: dispatch.send(step("compute.hypervisor_view", host=h)) for h in up_hosts}
+        pending = {
+            h: dispatch.send(step("compute.hypervisor_view", host=h), record=False)
+            for h in up_hosts
+        }
         for host, result in pending.items():
             try:
                 hypervisors[host] = result.get(timeout=timeout)

@@ -42,7 +42,11 @@ NOVA_COMPUTE_TASKS = {
 def test_every_nova_periodic_task_but_manila_is_registered_once() -> None:
     names = [t.name for t in PERIODIC_TASKS]
     assert len(names) == len(set(names))
-    assert set(names) == NOVA_COMPUTE_TASKS | {"_discover_hosts_in_cells"}
+    # Nova's, the scheduler's host discovery, and novaq's own reaper of operations in flight.
+    assert set(names) == NOVA_COMPUTE_TASKS | {
+        "_discover_hosts_in_cells",
+        "_reap_operations_in_flight",
+    }
 
 
 @pytest.mark.parametrize("task", PERIODIC_TASKS, ids=lambda t: t.name)
@@ -70,6 +74,7 @@ def test_nova_defaults_give_novas_spacings() -> None:
         "_run_pending_deletes": 300,
         "_cleanup_incomplete_migrations": 300,
         "_cleanup_expired_console_auth_tokens": 300,
+        "_reap_operations_in_flight": 10,  # novaq's own (operation_reap_interval)
     }  # heal cache (-1) and discover hosts (-1) are off by default
 
 

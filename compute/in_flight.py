@@ -1,0 +1,337 @@
+"""The durable record of each operation in flight, and the reaper that finishes or undoes
+the operations whose message or owner is gone (DESIGN.md, Durability).
+
+A record (``models.OperationInFlight``, one per instance) holds the message that moves
+its operation on next, as a Celery signature in JSON (``{"signature": ..., "chain": ...,
+"root_id": ..., "parent_id": ...}``):
+
+- written when the API publishes the operation (``workflows.dispatch.send``);
+- replaced as each step starts by the step's own message (with the rest of its chain
+  and its error callbacks), in the same transaction as its delivery count;
+- replaced as a step ends by its successor in the chain, or removed when it was the last.
+
+The reaper (a cluster periodic task on beat, ``reap_operations_in_flight``) looks at the
+records nobody touched for a while:
+
+=======================================  ===========================================
+what it finds                            what it does
+=======================================  ===========================================
+instance deleted, gone, or no longer in  the record is stale: removed
+the record's task_state
+the step is running (a delivery row)     nothing: a long step on a live worker
+and its worker's host is up
+the step's worker is gone: a new worker  sent again at once (the step is idempotent:
+of the same node started (the delivery   it resumes or is ``skipped``), so a killed
+is *orphaned*)                           worker's step does not wait out the broker's
+                                         visibility timeout
+its host's service is down (no           undone with a fault by the operation's own
+heartbeat in ``service_down_time``)      error callback (the errbacks' undo)
+no delivery and no progress for          sent again (a message the broker lost); after
+``operation_lost_after`` seconds         ``operation_max_resends`` sends, undone
+=======================================  ===========================================
+
+Sending again reuses the message's task id, so a copy the broker still held is
+recognised (``worker_deduplicate_successful_tasks``) or finds its step done (every step
+compare-and-swaps the instance's task_state and is ``skipped`` on a redelivery).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from compute.servicegroup import is_up
+from compute.sessions import Sessions
+from models import Instance, OperationInFlight, Service, TaskDelivery, utcnow
+from novaq.exceptions import NovaqError
+from novaq.settings import Settings
+
+LOG = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+
+
+class OperationLost(NovaqError):
+    msg_fmt = "%(task)s did not complete: %(reason)s"
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+def message_of_signature(signature: dict[str, Any]) -> Message:
+    """The record of a workflow as the API publishes it (a frozen signature, as a dict)."""
+    return {"signature": signature}
+
+
+def message_of_request(
+    task: str,
+    task_id: str,
+    kwargs: dict[str, Any],
+    chain: list[dict[str, Any]] | None,
+    errbacks: list[dict[str, Any]] | None,
+    root_id: str | None,
+    parent_id: str | None,
+) -> Message:
+    """The record of a step as it starts (from its Celery request)."""
+    options: dict[str, Any] = {"task_id": task_id}
+    if errbacks:
+        options["link_error"] = list(errbacks)
+    return {
+        "signature": {
+            "task": task,
+            "args": [],
+            "kwargs": dict(kwargs),
+            "options": options,
+            "subtask_type": None,
+            "immutable": True,
+        },
+        "chain": list(chain) if chain else None,
+        "root_id": root_id,
+        "parent_id": parent_id,
+    }
+
+
+def successor_of(
+    chain: list[dict[str, Any]] | None, root_id: str | None, task_id: str
+) -> Message | None:
+    """The record once a step of a chain succeeded: the next step with the rest (Celery
+    keeps the rest of a chain last-first, and sends ``chain[-1]`` next)."""
+    if not chain:
+        return None
+    return {
+        "signature": dict(chain[-1]),
+        "chain": list(chain[:-1]) or None,
+        "root_id": root_id,
+        "parent_id": task_id,
+    }
+
+
+def first_task(signature: dict[str, Any]) -> dict[str, Any]:
+    """The task a signature starts with (a chain's first)."""
+    while signature.get("task") == "celery.chain":
+        signature = dict(signature["kwargs"]["tasks"][0])
+    return signature
+
+
+def task_id_of(message: Message) -> str | None:
+    options = first_task(message.get("signature") or {}).get("options") or {}
+    task_id = options.get("task_id")
+    return str(task_id) if task_id else None
+
+
+def instances_of(message: Message) -> list[str]:
+    """The instances a message acts on (``instance_uuid`` or a boot's ``instance_uuids``)."""
+    kwargs = first_task(message.get("signature") or {}).get("kwargs") or {}
+    if kwargs.get("instance_uuid"):
+        return [str(kwargs["instance_uuid"])]
+    return [str(u) for u in kwargs.get("instance_uuids") or ()]
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+def record(session: Session, message: Message, request_id: str = "") -> None:
+    """Write (or replace) the record of every instance ``message`` acts on, with the
+    task_state the instance is in now (the operation's)."""
+    task_id = task_id_of(message)
+    kwargs = first_task(message.get("signature") or {}).get("kwargs") or {}
+    request_id = request_id or str(kwargs.get("request_id") or "")
+    now = utcnow()
+    for uuid in instances_of(message):
+        instance = _instance(session, uuid)
+        if instance is None:
+            continue
+        row = session.get(OperationInFlight, uuid)
+        if row is None:
+            row = OperationInFlight(instance_uuid=uuid, resent=0)
+            session.add(row)
+        elif row.request_id != request_id:
+            row.resent = 0
+        row.request_id = request_id
+        row.task_state = instance.task_state
+        row.message = message
+        row.task_id = task_id
+        row.updated_at = now
+
+
+def step_ended(session: Session, task_id: str, successor: Message | None) -> None:
+    """The step ``task_id`` returned: its records pass to ``successor`` or go. Only the
+    records this step owns: a step that sent another (a reschedule) has handed over."""
+    rows = session.scalars(
+        select(OperationInFlight).where(OperationInFlight.task_id == task_id)
+    ).all()
+    for row in rows:
+        if successor is None:
+            session.delete(row)
+            continue
+        row.message = successor
+        row.task_id = task_id_of(successor)
+        row.updated_at = utcnow()
+
+
+def forget(session: Session, instance_uuids: list[str], task_id: str | None) -> None:
+    """Drop the records a failed publish wrote (the API undoes its write too)."""
+    if not instance_uuids:
+        return
+    session.execute(
+        delete(OperationInFlight).where(
+            OperationInFlight.instance_uuid.in_(instance_uuids),
+            OperationInFlight.task_id == task_id,
+        )
+    )
+
+
+def orphan_deliveries(sessions: Sessions, worker: str) -> int:
+    """A worker of node ``worker`` has started: whatever deliveries a former worker of
+    that node left in flight died with it (a Celery node name is unique while it runs)."""
+    with sessions() as session:
+        result = session.execute(
+            update(TaskDelivery)
+            .where(TaskDelivery.worker == worker, TaskDelivery.orphaned_at.is_(None))
+            .values(orphaned_at=utcnow())
+        )
+        return int(getattr(result, "rowcount", 0) or 0)
+
+
+# -- the reaper -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: str  # "stale", "running", "resend", "undo", "wait"
+    reason: str = ""
+
+
+RESEND, UNDO, STALE, RUNNING, WAIT = "resend", "undo", "stale", "running", "wait"
+
+
+def judge(
+    row: OperationInFlight,
+    instance: Instance | None,
+    delivery: TaskDelivery | None,
+    host_up: bool | None,
+    settings: Settings,
+    now: dt.datetime,
+) -> Verdict:
+    """What the reaper does with one record (the table of the module's docstring).
+    ``host_up``: the step's host's service is up (None: the step has no host, e.g. the
+    scheduler's)."""
+    if instance is None or instance.deleted:
+        return Verdict(STALE, "instance deleted")
+    if row.task_state is not None and instance.task_state is None:
+        # The operation ended (or was undone) without passing the record on: a failed
+        # step whose errback undid it, a last step that could not write its end. (A step
+        # moving through its own task_states, spawning, resize_migrating..., is not None.)
+        return Verdict(STALE, "the operation ended")
+    if delivery is not None and delivery.orphaned_at is not None:
+        return Verdict(RESEND, f"its worker {delivery.worker} died and was restarted")
+    if host_up is False:
+        return Verdict(UNDO, "its host's compute service is down")
+    if delivery is not None and delivery.worker is not None:
+        return Verdict(RUNNING)
+    idle = (now - row.updated_at).total_seconds()
+    if idle < settings.operation_lost_after:
+        return Verdict(WAIT)
+    if not row.message:
+        return Verdict(UNDO, "its next message is not known")
+    if row.resent >= settings.operation_max_resends:
+        return Verdict(UNDO, f"sent {row.resent} times without progress")
+    return Verdict(RESEND, f"no progress for {idle:.0f} s (message lost?)")
+
+
+def reap(
+    sessions: Sessions,
+    settings: Settings,
+    resend: Callable[[Message], None],
+    undo: Callable[[Message, BaseException], None],
+    now: dt.datetime | None = None,
+) -> dict[str, list[str]]:
+    """One pass of the reaper: judge every record, act, and report what was done."""
+    now = now or utcnow()
+    summary: dict[str, list[str]] = {RESEND: [], UNDO: [], STALE: [], RUNNING: []}
+    with sessions() as session:
+        rows = session.scalars(select(OperationInFlight)).all()
+        plans = []
+        for row in rows:
+            instance = _instance(session, row.instance_uuid)
+            delivery = (
+                session.scalars(
+                    select(TaskDelivery).where(TaskDelivery.task_id == row.task_id)
+                ).first()
+                if row.task_id
+                else None
+            )
+            host = _step_host(row.message) or (delivery.host if delivery else None)
+            host_up = _host_up(session, host, settings, now) if host else None
+            verdict = judge(row, instance, delivery, host_up, settings, now)
+            plans.append((row.instance_uuid, row.task_id, dict(row.message or {}), verdict))
+    sent: set[str | None] = set()
+    for uuid, task_id, message, verdict in plans:
+        if verdict.action == STALE:
+            _drop(sessions, uuid, task_id)
+        elif verdict.action == RESEND:
+            if task_id not in sent:  # one boot's message covers all its instances
+                LOG.warning("Operation on %s: %s; sending its step again", uuid, verdict.reason)
+                resend(message)
+                sent.add(task_id)
+            _bump(sessions, uuid, task_id)
+        elif verdict.action == UNDO:
+            task = str(first_task(message.get("signature") or {}).get("task") or "operation")
+            LOG.warning("Operation on %s: %s; undoing it", uuid, verdict.reason)
+            undo(message, OperationLost(task=task, reason=verdict.reason))
+            _drop(sessions, uuid, task_id)
+        else:
+            continue
+        summary.setdefault(verdict.action, []).append(uuid)
+    return {k: v for k, v in summary.items() if v}
+
+
+def _instance(session: Session, uuid: str) -> Instance | None:
+    return session.scalars(select(Instance).where(Instance.uuid == uuid)).first()
+
+
+def _step_host(message: Message) -> str | None:
+    kwargs = first_task(message.get("signature") or {}).get("kwargs") or {}
+    host = kwargs.get("host")
+    return str(host) if host else None
+
+
+def _host_up(session: Session, host: str, settings: Settings, now: dt.datetime) -> bool | None:
+    services = session.scalars(
+        select(Service).where(Service.host == host, Service.deleted == 0)
+    ).all()
+    if not services:
+        return None
+    return any(is_up(s, settings, now) for s in services)
+
+
+def _drop(sessions: Sessions, uuid: str, task_id: str | None) -> None:
+    with sessions() as session:
+        session.execute(
+            delete(OperationInFlight).where(
+                OperationInFlight.instance_uuid == uuid, OperationInFlight.task_id == task_id
+            )
+        )
+
+
+def _bump(sessions: Sessions, uuid: str, task_id: str | None) -> None:
+    """Count a send; the delivery of the dead worker, if any, is now only a count of
+    attempts (no owner) until the copy starts."""
+    with sessions() as session:
+        if task_id:
+            session.execute(
+                update(TaskDelivery)
+                .where(TaskDelivery.task_id == task_id)
+                .values(worker=None, orphaned_at=None)
+            )
+        session.execute(
+            update(OperationInFlight)
+            .where(OperationInFlight.instance_uuid == uuid, OperationInFlight.task_id == task_id)
+            .values(resent=OperationInFlight.resent + 1, updated_at=utcnow())
+        )

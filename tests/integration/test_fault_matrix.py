@@ -1,0 +1,244 @@
+"""The fault matrix: for each step of build, delete, a cold migration (prep, resize,
+finish), confirm, revert and a lifecycle operation (stop), a fault lands at an exact point
+of the step (``novaq.fault_points``), and the operation must end completed or undone with
+a fault: nothing stuck in a task_state, nothing left in flight, no leak.
+
+Faults here: the worker SIGKILLed in the middle of the step (then restarted, as a
+supervisor would), and the publish failing after the API's database write. The broker's
+SIGKILL and the database refusing connections have their own files
+(``test_broker_restart.py``, ``test_database_outage.py``), which need a broker and a
+database of their own to kill.
+
+The reaper of operations in flight is run by the test (``compute.periodic.reaper``, the
+body of the beat task ``_reap_operations_in_flight``) every second, as beat would every
+``operation_reap_interval``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from compute import in_flight
+from compute.periodic.reaper import resend, undo
+from compute.sessions import sessions_for
+from models import OperationInFlight
+from models.db import session_scope
+from novaq import fault_points
+from novaq.exceptions import FlavorExists
+from novaq.settings import get_settings
+from tests.integration.checks import assert_no_leaks
+from tests.integration.workers import Cluster, Worker
+from workflows import api
+
+pytestmark = pytest.mark.integration
+
+HOSTS = ("fm1", "fm2")
+FLAVOR = "fm.small"
+
+
+@pytest.fixture(scope="module")
+def faults(two_hosts: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Two compute hosts of the matrix's own, whose workers honour fault points."""
+    directory = tmp_path_factory.mktemp("fault-points")
+    env = {fault_points.ENV: str(directory)}
+    for host in HOSTS:
+        two_hosts.add(host, f"compute.{host}", f"compute@{host}", host, extra_env=env)
+    two_hosts.wait_ready({f"compute@{h}" for h in HOSTS})
+    with contextlib.suppress(FlavorExists):
+        api.create_flavor(FLAVOR, 1, 512, 1)
+    yield directory
+    for host in HOSTS:
+        worker = two_hosts.workers.pop(host, None)
+        if worker is not None:
+            worker.stop()
+        with contextlib.suppress(Exception):
+            api.disable_service(host, "fault matrix over")
+
+
+def _boot(host: str = "fm1") -> str:
+    [uuid] = api.boot("fm", FLAVOR, "cirros", availability_zone=f"nova:{host}")
+    api.wait(uuid, "ACTIVE", timeout=60)
+    return uuid
+
+
+def _migrated() -> str:
+    uuid = _boot()
+    api.migrate(uuid, host="fm2")
+    api.wait(uuid, "VERIFY_RESIZE", timeout=60)
+    return uuid
+
+
+@dataclass(frozen=True)
+class Case:
+    """One operation: how to get the server ready, how to ask for it, the point where the
+    fault lands, and the statuses the operation may end in (done, or undone)."""
+
+    name: str
+    point: str
+    prepare: Callable[[], str | None]
+    request: Callable[[str | None], str]
+    ends: tuple[str, ...]
+
+
+def _request_boot(_: str | None) -> str:
+    [uuid] = api.boot("fm", FLAVOR, "cirros", availability_zone="nova:fm1")
+    return uuid
+
+
+def _on(call: Callable[[str], Any]) -> Callable[[str | None], str]:
+    def request(uuid: str | None) -> str:
+        assert uuid is not None
+        call(uuid)
+        return uuid
+
+    return request
+
+
+CASES = [
+    Case("build", "build:act", lambda: None, _request_boot, ("ACTIVE", "ERROR")),
+    Case("delete", "terminate:act", _boot, _on(api.delete), ("DELETED",)),
+    Case(
+        "migrate-prep",
+        "prep_resize:act",
+        _boot,
+        _on(lambda u: api.migrate(u, host="fm2")),
+        ("VERIFY_RESIZE", "ACTIVE"),
+    ),
+    Case(
+        "migrate-resize",
+        "resize_instance:act",
+        _boot,
+        _on(lambda u: api.migrate(u, host="fm2")),
+        ("VERIFY_RESIZE", "ACTIVE"),
+    ),
+    Case(
+        "migrate-finish",
+        "finish_resize:act",
+        _boot,
+        _on(lambda u: api.migrate(u, host="fm2")),
+        ("VERIFY_RESIZE", "ACTIVE", "ERROR"),
+    ),
+    Case("confirm", "confirm_resize:act", _migrated, _on(api.confirm_resize), ("ACTIVE",)),
+    Case("revert", "revert_resize:act", _migrated, _on(api.revert_resize), ("ACTIVE",)),
+    Case("stop", "stop:act", _boot, _on(api.stop), ("SHUTOFF", "ACTIVE")),
+]
+
+
+def _reap_until_settled(uuid: str, ends: tuple[str, ...], timeout_s: float = 90) -> dict[str, Any]:
+    """Run the reaper every second until the server rests in one of ``ends`` with no
+    task_state and its operation's record is gone."""
+    sessions = sessions_for(get_settings().sqlalchemy_url)
+    deadline = time.monotonic() + timeout_s
+    view: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        in_flight.reap(sessions, get_settings(), resend, undo)
+        view = api.show(uuid)
+        if view["status"] in ends and view.get("task_state") is None and not _records(uuid):
+            return view
+        time.sleep(1)
+    raise AssertionError(f"stuck: {view} records={_records(uuid)}")
+
+
+def _records(uuid: str) -> list[str]:
+    with session_scope(get_settings().sqlalchemy_url) as session:
+        return list(
+            session.scalars(
+                select(OperationInFlight.task_id).where(OperationInFlight.instance_uuid == uuid)
+            )
+        )
+
+
+def _worker_of(cluster: Cluster, pid: int) -> Worker:
+    for host in HOSTS:
+        worker = cluster.workers[host]
+        if worker.proc is not None and worker.proc.pid == pid:
+            return worker
+    # A prefork child: its worker is its parent (threads pool: the worker itself).
+    for host in HOSTS:
+        worker = cluster.workers[host]
+        if worker.proc is not None and Path(f"/proc/{pid}/status").exists():
+            status = Path(f"/proc/{pid}/status").read_text()
+            if f"PPid:\t{worker.proc.pid}\n" in status:
+                return worker
+    raise AssertionError(f"no matrix worker has pid {pid}")
+
+
+def _cleanup(uuid: str | None) -> None:
+    if uuid is None:
+        return
+    with contextlib.suppress(Exception):
+        if api.show(uuid)["status"] != "DELETED":
+            api.delete(uuid)
+            api.wait(uuid, "DELETED", timeout=60)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_worker_killed_mid_step(case: Case, faults: Path, two_hosts: Cluster) -> None:
+    uuid = case.prepare()
+    fault_points.arm_pause(faults, case.point)
+    try:
+        uuid = case.request(uuid)
+        pid = fault_points.wait_reached(faults, case.point, timeout_s=60)
+        victim = _worker_of(two_hosts, pid)
+        victim.stop(signal.SIGKILL)
+    finally:
+        fault_points.release(faults, case.point)
+    victim.start()
+    two_hosts.wait_ready({f"compute@{victim.name}"})
+    view = _reap_until_settled(uuid, case.ends)
+    if view["status"] in ("ERROR",) or (case.ends[0] != view["status"]):
+        assert view.get("fault"), view  # undone: with a fault that says why
+    assert_no_leaks(HOSTS)
+    _cleanup(uuid)
+    assert_no_leaks(HOSTS)
+
+
+PUBLISH_CASES = [c for c in CASES if c.name in ("build", "delete", "confirm", "revert", "stop")]
+PUBLISH_CASES.append(
+    Case("migrate", "publish:*", _boot, _on(lambda u: api.migrate(u, host="fm2")), ())
+)
+
+
+@pytest.mark.parametrize("case", PUBLISH_CASES, ids=[c.name for c in PUBLISH_CASES])
+def test_a_publish_failing_after_the_write_changes_nothing(
+    case: Case, faults: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from novaq.exceptions import ServiceUnavailable
+
+    uuid = case.prepare()
+    before = api.show(uuid) if uuid else None
+    servers_before = {s["uuid"] for s in api.list_instances()}
+    monkeypatch.setenv(fault_points.ENV, str(faults))
+    fault_points.arm_raise(faults, "publish:*")
+    with pytest.raises(ServiceUnavailable):
+        case.request(uuid)
+    monkeypatch.delenv(fault_points.ENV)
+    if uuid is None:  # a boot: no server left behind
+        assert {s["uuid"] for s in api.list_instances()} == servers_before
+    else:
+        after = api.show(uuid)
+        assert before is not None
+        assert (after["status"], after["task_state"]) == (before["status"], before["task_state"])
+        assert not _records(uuid)
+    # Once the broker answers again, the same request goes through.
+    uuid = case.request(uuid)
+    expected = {
+        "build": "ACTIVE",
+        "delete": "DELETED",
+        "confirm": "ACTIVE",
+        "revert": "ACTIVE",
+        "stop": "SHUTOFF",
+        "migrate": "VERIFY_RESIZE",
+    }[case.name]
+    api.wait(uuid, expected, timeout=60)
+    assert_no_leaks(HOSTS)
+    _cleanup(uuid)
