@@ -52,11 +52,11 @@ def reach(point: str) -> None:
         except FileNotFoundError:
             continue
         raise FaultInjected(f"fault injected at {point}")
-    name = next((n for n in names if (directory / f"{n}.pause").exists()), None)
-    if name is None:
+    armed = next((n for n in names if (directory / f"{n}.pause").exists()), None)
+    if armed is None:
         return
-    pause_file = directory / f"{name}.pause"
-    (directory / f"{name}.reached").write_text(str(os.getpid()))
+    pause_file = directory / f"{armed}.pause"
+    (directory / f"{armed}.reached").write_text(str(os.getpid()))
     deadline = time.monotonic() + MAX_PAUSE_S
     while pause_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
