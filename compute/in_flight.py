@@ -254,7 +254,7 @@ def reap(
 ) -> dict[str, list[str]]:
     """One pass of the reaper: judge every record, act, and report what was done."""
     now = now or utcnow()
-    summary: dict[str, list[str]] = {RESEND: [], UNDO: [], STALE: [], RUNNING: []}
+    summary: dict[str, list[str]] = {RESEND: [], UNDO: [], STALE: []}
     with sessions() as session:
         rows = session.scalars(select(OperationInFlight)).all()
         plans = []
@@ -273,23 +273,42 @@ def reap(
             plans.append((row.instance_uuid, row.task_id, dict(row.message or {}), verdict))
     sent: set[str | None] = set()
     for uuid, task_id, message, verdict in plans:
-        if verdict.action == STALE:
-            _drop(sessions, uuid, task_id)
-        elif verdict.action == RESEND:
-            if task_id not in sent:  # one boot's message covers all its instances
-                LOG.warning("Operation on %s: %s; sending its step again", uuid, verdict.reason)
-                resend(message)
-                sent.add(task_id)
-            _bump(sessions, uuid, task_id)
-        elif verdict.action == UNDO:
-            task = str(first_task(message.get("signature") or {}).get("task") or "operation")
-            LOG.warning("Operation on %s: %s; undoing it", uuid, verdict.reason)
-            undo(message, OperationLost(task=task, reason=verdict.reason))
-            _drop(sessions, uuid, task_id)
-        else:
+        if verdict.action not in (STALE, RESEND, UNDO):
             continue
-        summary.setdefault(verdict.action, []).append(uuid)
+        try:
+            _act(sessions, uuid, task_id, message, verdict, resend, undo, sent)
+        except Exception:  # noqa: BLE001 - one record's trouble must not stop the pass
+            LOG.exception("Reaping the operation on %s failed; the next pass tries again", uuid)
+            continue
+        summary[verdict.action].append(uuid)
     return {k: v for k, v in summary.items() if v}
+
+
+def _act(
+    sessions: Sessions,
+    uuid: str,
+    task_id: str | None,
+    message: Message,
+    verdict: Verdict,
+    resend: Callable[[Message], None],
+    undo: Callable[[Message, BaseException], None],
+    sent: set[str | None],
+) -> None:
+    if verdict.action == STALE:
+        _drop(sessions, uuid, task_id)
+    elif verdict.action == RESEND:
+        # Counted before it is sent, so the copy's own start is never mistaken for the
+        # dead worker's delivery.
+        _bump(sessions, uuid, task_id)
+        if task_id not in sent:  # one boot's message covers all its instances
+            LOG.warning("Operation on %s: %s; sending its step again", uuid, verdict.reason)
+            resend(message)
+            sent.add(task_id)
+    else:
+        task = str(first_task(message.get("signature") or {}).get("task") or "operation")
+        LOG.warning("Operation on %s: %s; undoing it", uuid, verdict.reason)
+        undo(message, OperationLost(task=task, reason=verdict.reason))
+        _drop(sessions, uuid, task_id)
 
 
 def _instance(session: Session, uuid: str) -> Instance | None:
@@ -322,16 +341,17 @@ def _drop(sessions: Sessions, uuid: str, task_id: str | None) -> None:
 
 def _bump(sessions: Sessions, uuid: str, task_id: str | None) -> None:
     """Count a send; the delivery of the dead worker, if any, is now only a count of
-    attempts (no owner) until the copy starts."""
+    attempts (no owner) until the copy starts. (Rows in the order a step's start writes
+    them, the record first, so the two transactions cannot deadlock.)"""
     with sessions() as session:
+        session.execute(
+            update(OperationInFlight)
+            .where(OperationInFlight.instance_uuid == uuid, OperationInFlight.task_id == task_id)
+            .values(resent=OperationInFlight.resent + 1, updated_at=utcnow())
+        )
         if task_id:
             session.execute(
                 update(TaskDelivery)
                 .where(TaskDelivery.task_id == task_id)
                 .values(worker=None, orphaned_at=None)
             )
-        session.execute(
-            update(OperationInFlight)
-            .where(OperationInFlight.instance_uuid == uuid, OperationInFlight.task_id == task_id)
-            .values(resent=OperationInFlight.resent + 1, updated_at=utcnow())
-        )
