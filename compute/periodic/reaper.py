@@ -4,7 +4,6 @@ callback to undo it (the same idempotent undo the errback runs when a step fails
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from celery.app.task import Context
@@ -12,8 +11,6 @@ from celery.app.task import Context
 from compute import in_flight
 from compute.periodic import PeriodicContext
 from novaq.celery_app import app
-
-LOG = logging.getLogger(__name__)
 
 
 def resend(message: in_flight.Message) -> None:
@@ -29,7 +26,8 @@ def resend(message: in_flight.Message) -> None:
 
 def undo(message: in_flight.Message, exc: BaseException) -> None:
     """Run the operation's error callbacks in this process, as Celery runs a new-style
-    errback (``request, exc, traceback``) when a step fails."""
+    errback (``request, exc, traceback``) when a step fails. Raises when there is none
+    to run, so the record stays for the next pass."""
     first = in_flight.first_task(message.get("signature") or {})
     options = first.get("options") or {}
     request = Context(
@@ -38,12 +36,15 @@ def undo(message: in_flight.Message, exc: BaseException) -> None:
         args=[],
         kwargs=dict(first.get("kwargs") or {}),
     )
-    for errback in options.get("link_error") or ():
-        name = errback.get("task") if isinstance(errback, dict) else None
-        task = app.tasks.get(name) if name else None
+    names = [e.get("task") for e in options.get("link_error") or () if isinstance(e, dict)]
+    if not names:
+        raise LookupError(f"{first.get('task')} has no error callback to undo it with")
+    for name in names:
+        task = app.tasks.get(name)
         if task is None:
-            LOG.error("Cannot undo %s: no errback task %r here", first.get("task"), name)
-            continue
+            # Not loaded in this process yet (a worker loads the task modules on start).
+            app.loader.import_default_modules()
+            task = app.tasks[name]
         task(request, exc, None)
 
 

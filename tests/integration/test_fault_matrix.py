@@ -202,8 +202,10 @@ def test_a_worker_killed_mid_step(case: Case, faults: Path, two_hosts: Cluster) 
         victim.stop(signal.SIGKILL)
     finally:
         fault_points.release(faults, case.point)
-    victim.start()
-    two_hosts.wait_ready({f"compute@{victim.name}"})
+        for worker in (two_hosts.workers[h] for h in HOSTS):
+            if not worker.alive():
+                worker.start()
+        two_hosts.wait_ready({f"compute@{h}" for h in HOSTS})
     view, reaped = _reap_until_settled(uuid, case.ends)
     fault = (view.get("fault") or {}).get("message")
     print(f"{case.name}: {view['status']} fault={fault} reaper={sorted(reaped)}")
@@ -256,3 +258,37 @@ def test_a_publish_failing_after_the_write_changes_nothing(
     api.wait(uuid, expected, timeout=60)
     assert_no_leaks(HOSTS)
     _cleanup(uuid)
+
+
+LOST_HOST_CASES = [c for c in CASES if c.name in ("stop", "migrate-resize", "confirm", "build")]
+
+
+@pytest.mark.parametrize("case", LOST_HOST_CASES, ids=[c.name for c in LOST_HOST_CASES])
+def test_a_host_lost_mid_step(case: Case, faults: Path, two_hosts: Cluster) -> None:
+    """The worker dies and does not come back: once its service is down
+    (``service_down_time``), the reaper undoes the operation with a fault; when the host
+    returns, its late message finds nothing to do and nothing leaks."""
+    uuid = case.prepare()
+    fault_points.arm_pause(faults, case.point)
+    try:
+        uuid = case.request(uuid)
+        pid = fault_points.wait_reached(faults, case.point, timeout_s=60)
+        victim = _worker_of(two_hosts, pid)
+        victim.stop(signal.SIGKILL)
+    finally:
+        fault_points.release(faults, case.point)
+    try:
+        settled = ("ACTIVE", "ERROR", "SHUTOFF", "VERIFY_RESIZE")
+        view, reaped = _reap_until_settled(uuid, settled)
+        fault = (view.get("fault") or {}).get("message")
+        print(f"{case.name} (host lost): {view['status']} fault={fault} reaper={sorted(reaped)}")
+        assert "undo" in reaped, reaped
+        assert fault and "did not complete" in fault, view
+    finally:
+        victim.start()
+        two_hosts.wait_ready({f"compute@{victim.name}"})
+    view, _ = _reap_until_settled(uuid, ("ACTIVE", "ERROR", "SHUTOFF", "VERIFY_RESIZE"))
+    print(f"{case.name} (host back): {view['status']} task={view.get('task_state')}")
+    assert_no_leaks(HOSTS)
+    _cleanup(uuid)
+    assert_no_leaks(HOSTS)
