@@ -36,13 +36,15 @@ _BROKER_ERRORS: tuple[type[BaseException], ...] = (KombuOperationalError, Connec
 PUBLISH_ATTEMPTS = 4
 PUBLISH_BACKOFF_S = 0.2
 PUBLISH_BACKOFF_MAX_S = 2.0
+#: How long one try may spend connecting to the broker.
+CONNECT_TIMEOUT_S = 3.0
 
 
 def check_broker() -> None:
     """Fail fast, before any write, when the broker cannot be reached."""
     try:
         with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, interval_start=0, timeout=3)
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=CONNECT_TIMEOUT_S)
     except _BROKER_ERRORS as exc:
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
 
@@ -92,11 +94,20 @@ def send(signature: Signature) -> Any:
         reraise=True,
     )
     try:
-        # NOTE: Celery's own publish retry is off: these attempts are the only ones, so
-        # the bound above is the whole bound.
-        return retrying(signature.apply_async, retry=False)
+        return retrying(_publish_once, signature)
     except errors as exc:
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+
+
+def _publish_once(signature: Signature) -> Any:
+    """One try: connect once (kombu alone would keep trying for its connect timeout, about
+    6 s, on every try), then publish with Celery's own retry off, so the attempts of
+    ``send`` are the whole bound."""
+    with app.producer_or_acquire() as producer:
+        producer.connection.ensure_connection(
+            max_retries=1, interval_start=0, timeout=CONNECT_TIMEOUT_S
+        )
+        return signature.apply_async(producer=producer, retry=False)
 
 
 def call(signature: Signature, timeout_s: float) -> Any:
