@@ -19,6 +19,7 @@ from compute.claims import (
 from compute.instance_state import get_instance
 from compute.migrations import (
     IN_PROGRESS,
+    MigrationNotFound,
     get_migration,
     give_back_source,
     new_request,
@@ -55,7 +56,12 @@ def abort_move(
     the source) only errors the instance out. Idempotent: False once nothing is left."""
 
     def work(session: Session) -> bool:
-        migration = get_migration(session, migration_uuid)
+        try:
+            migration = get_migration(session, migration_uuid)
+        except MigrationNotFound:
+            # A move the API took back after its publish failed (the migration row went
+            # with it) although its message still reached the broker: nothing to undo.
+            return False
         instance = get_instance(session, migration.instance_uuid)
         in_flight = migration.status in IN_PROGRESS
         if not in_flight and instance.task_state not in MOVE_TASK_STATES:

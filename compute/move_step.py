@@ -67,10 +67,12 @@ def take_down_guest(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
 
 def move_step(name: str, task: str, act: Act, final: Final, **options: Any) -> Step:
     """A move step: its event ``compute_<name>``, run wherever the instance is recorded,
-    whatever its task_state (the step's own compare-and-swaps check it), its action left
-    open at the end; a failure closes the event and is re-raised."""
+    whatever its task_state unless ``options`` say otherwise (the step's own
+    compare-and-swaps check it), its action left open at the end; a failure closes the
+    event and is re-raised."""
     options.setdefault("undo", close_failed)
     options.setdefault("on_superseded", reraise_conflict)
+    options.setdefault("any_task", True)
     return Step(
         name,
         f"compute_{name}",
@@ -78,7 +80,6 @@ def move_step(name: str, task: str, act: Act, final: Final, **options: Any) -> S
         MOVE_TASK_STATES,
         act,
         final,
-        any_task=True,
         check_host=False,
         skip_deleted=False,
         read_power=False,

@@ -270,8 +270,16 @@ def _confirmed(session: Session, instance: Instance, run: StepRun) -> None:
 
 
 #: On the source: drop what the migration holds there; the server settles as ACTIVE, or
-#: SHUTOFF if its guest is off (Nova).
-CONFIRM_RESIZE = move_step("confirm_resize", TaskState.RESIZE_MIGRATED, _drop_originals, _confirmed)
+#: SHUTOFF if its guest is off (Nova). Nova's confirm sets no task_state, so the step
+#: knows its request is still wanted by the request's action: one the API took back
+#: after its publish failed (``workflows.api.submit``) has none, and the step is skipped.
+CONFIRM_RESIZE = move_step(
+    "confirm_resize",
+    TaskState.RESIZE_MIGRATED,
+    _drop_originals,
+    _confirmed,
+    once_per_request=True,
+)
 
 
 def _take_down_new_guest(ctx: StepContext, run: StepRun) -> None:
@@ -290,10 +298,15 @@ def _reverted(session: Session, instance: Instance, run: StepRun) -> None:
     return None
 
 
+#: Both steps of a revert begin by compare-and-swap on the ``resize_reverting`` the API
+#: set: a revert the API took back after its publish failed (``workflows.api.submit``),
+#: or one a delete took over, is skipped instead of taking a guest down.
+REVERTING = {"any_task": False, "begin_tasks": (TaskState.RESIZE_REVERTING,)}
+
 #: On the destination: take the new guest down, free the destination and give the source
 #: back to the instance, in one transaction (so no audit ever sees a gap).
 REVERT_RESIZE = move_step(
-    "revert_resize", TaskState.RESIZE_REVERTING, _take_down_new_guest, _reverted
+    "revert_resize", TaskState.RESIZE_REVERTING, _take_down_new_guest, _reverted, **REVERTING
 )
 
 
@@ -332,6 +345,7 @@ FINISH_REVERT_RESIZE = move_step(
     _start_on_source,
     _back_on_source,
     on_superseded=take_down_guest,
+    **REVERTING,
 )
 
 

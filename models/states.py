@@ -115,7 +115,9 @@ INITIAL_MIGRATION_STATUSES: Final = frozenset((_S.PRE_MIGRATING, _S.ACCEPTED))
 #: pre-migrating -> migrating -> post-migrating -> finished, then confirming -> confirmed
 #: or reverting -> reverted; a delete confirms a same-host move that waits (finished ->
 #: confirmed); any step in flight can fail to error, and the periodic cleanup of a deleted
-#: instance's leftovers fails an error. Evacuation: accepted -> pre-migrating -> done.
+#: instance's leftovers fails an error; a confirm or revert whose publish failed is taken
+#: back by the API (confirming or reverting -> finished, ``workflows.api.submit``).
+#: Evacuation: accepted -> pre-migrating -> done.
 #: Live migration: accepted -> queued -> preparing -> running -> post-migrating ->
 #: completed, or cancelled.
 MIGRATION_TRANSITIONS: Final[Mapping[MigrationStatus, frozenset[MigrationStatus]]] = {
@@ -124,8 +126,8 @@ MIGRATION_TRANSITIONS: Final[Mapping[MigrationStatus, frozenset[MigrationStatus]
     _S.MIGRATING: frozenset((_S.POST_MIGRATING, _S.ERROR)),
     _S.POST_MIGRATING: frozenset((_S.FINISHED, _S.COMPLETED, _S.ERROR, _S.FAILED)),
     _S.FINISHED: frozenset((_S.CONFIRMING, _S.REVERTING, _S.CONFIRMED, _S.ERROR)),
-    _S.CONFIRMING: frozenset((_S.CONFIRMED, _S.ERROR)),
-    _S.REVERTING: frozenset((_S.REVERTED, _S.ERROR)),
+    _S.CONFIRMING: frozenset((_S.CONFIRMED, _S.ERROR, _S.FINISHED)),
+    _S.REVERTING: frozenset((_S.REVERTED, _S.ERROR, _S.FINISHED)),
     _S.QUEUED: frozenset((_S.PREPARING, _S.CANCELLED, _S.ERROR, _S.FAILED)),
     _S.PREPARING: frozenset((_S.RUNNING, _S.CANCELLED, _S.ERROR, _S.FAILED)),
     _S.RUNNING: frozenset((_S.POST_MIGRATING, _S.CANCELLED, _S.ERROR, _S.FAILED)),

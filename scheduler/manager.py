@@ -106,7 +106,20 @@ class Scheduler:
             candidates = load_candidates(session, self.settings, first.resources, targets)
             hosts = candidates.hosts
             group = load_instance_group(session, specs[0].group) if specs[0].group else None
-            placed = {s.instance_uuid: _existing_selection(session, s.instance_uuid) for s in specs}
+            gone = {s.instance_uuid for s in specs if not _exists(session, s.instance_uuid)}
+            placed = {
+                s.instance_uuid: _existing_selection(session, s.instance_uuid)
+                for s in specs
+                if s.instance_uuid not in gone
+            }
+        # NOTE: an instance with no row is a boot the API took back after its publish
+        # failed (``workflows.api.submit``) while the message still reached the broker:
+        # nothing to place, and nothing claimed for it.
+        specs = [s for s in specs if s.instance_uuid not in gone]
+        if gone:
+            LOG.info("Instances %s no longer exist: not scheduled", sorted(gone))
+        if not specs:
+            return []
         selections: list[Selection] = []
         rankings: list[list[HostState]] = []
         claimed: list[str] = []
@@ -296,6 +309,10 @@ def check_group_policy(
         raise ResourcesUnavailable(
             node=host, reason=f"affinity group is on {sorted({h for h in hosts if h})}"
         )
+
+
+def _exists(session: Session, instance_uuid: str) -> bool:
+    return session.scalar(select(Instance.id).where(Instance.uuid == instance_uuid)) is not None
 
 
 def _existing_selection(session: Session, instance_uuid: str) -> Selection | None:

@@ -1,13 +1,26 @@
-"""Publishing workflows: check the broker before anything is written, translate broker
-errors into ``ServiceUnavailable``, enqueue only after the database has committed."""
+"""Publishing workflows: check the broker before anything is written, publish only after
+the database has committed, retry a failed publish a few times with backoff, and
+translate what is left of a broker error into ``ServiceUnavailable``.
+
+A publish that fails after the API's write is taken back by ``workflows.api.submit``;
+this module only decides when the broker has failed for good.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from celery.canvas import Signature
 from kombu.exceptions import OperationalError as KombuOperationalError
+from tenacity import (
+    Retrying,
+    before_sleep_log,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from compute import in_flight
 from compute.sessions import Sessions, sessions_for
@@ -16,14 +29,26 @@ from novaq.celery_app import app
 from novaq.exceptions import ServiceUnavailable
 from novaq.settings import get_settings
 
-_BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
+LOG = logging.getLogger(__name__)
+
+_BROKER_ERRORS: tuple[type[BaseException], ...] = (KombuOperationalError, ConnectionError, OSError)
+
+#: How often one publish is tried, and the backoff between tries (0.2 s, 0.4 s, 0.8 s):
+#: a dropped connection or a broker restarting is ridden out in about 1.5 s; a longer
+#: outage is the caller's ``ServiceUnavailable`` (its write taken back) rather than an
+#: API call that hangs.
+PUBLISH_ATTEMPTS = 4
+PUBLISH_BACKOFF_S = 0.2
+PUBLISH_BACKOFF_MAX_S = 2.0
+#: How long one try may spend connecting to the broker.
+CONNECT_TIMEOUT_S = 3.0
 
 
 def check_broker() -> None:
     """Fail fast, before any write, when the broker cannot be reached."""
     try:
         with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, interval_start=0, timeout=3)
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=CONNECT_TIMEOUT_S)
     except _BROKER_ERRORS as exc:
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
 
@@ -37,28 +62,76 @@ def first_task(signature: Signature) -> str:
     return str(signature.task)
 
 
+def broker_errors() -> tuple[type[BaseException], ...]:
+    """What a publish raises when the broker fails: the connection errors (kombu wraps
+    them in its ``OperationalError``) and the transport's channel errors, such as Redis
+    refusing a write when it is out of memory (a full broker)."""
+    with app.connection_for_write() as conn:
+        return (*_BROKER_ERRORS, *conn.channel_errors)
+
+
 def send(signature: Signature, record: bool = True) -> Any:
-    """Publish a workflow. Unless it is a query (``record=False``), the operation's
-    durable record (``compute.in_flight``) is written first, with the task ids frozen
-    into the message, so the reaper can send it again should the broker lose it."""
-    fault_points.reach(f"publish:{first_task(signature)}")
-    recorded: list[str] = []
-    task_id: str | None = None
-    if record:
-        signature.freeze()
-        message = in_flight.message_of_signature(json.loads(json.dumps(signature)))
-        recorded = in_flight.instances_of(message)
-        task_id = in_flight.task_id_of(message)
-        if recorded:
-            with _sessions()() as session:
-                in_flight.record(session, message)
+    """Publish ``signature``, retried ``PUBLISH_ATTEMPTS`` times with backoff; raises
+    ``ServiceUnavailable`` once the broker has failed for good.
+
+    Unless it is a query (``record=False``), the operation's durable record
+    (``compute.in_flight``) is written first, with the task ids frozen into the message,
+    so the reaper can send it again should the broker lose it; a publish that failed for
+    good takes its record back.
+
+    NOTE: a publish that raised may still have reached the broker (the connection dropped
+    after the broker took the message), so a retry can publish a workflow twice, and a
+    publish reported failed can still run. Both are safe because every step is
+    idempotent: it compare-and-swaps the task_state the API set, so a second copy, or a
+    copy whose request was taken back (``workflows.api.submit``), finds the state moved
+    and is ``skipped``.
+
+    The test-only fault point ``publish:<first task>`` raising ``FaultInjected`` stands
+    for a broker that failed for good (after every retry), so the undo of the caller is
+    exercised deterministically.
+    """
     try:
-        return signature.apply_async()
-    except _BROKER_ERRORS as exc:
+        fault_points.reach(f"publish:{first_task(signature)}")
+    except fault_points.FaultInjected as exc:
+        raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+    recorded, task_id = _record(signature) if record else ([], None)
+    errors = broker_errors()
+    retrying = Retrying(
+        stop=stop_after_attempt(PUBLISH_ATTEMPTS),
+        wait=wait_exponential(multiplier=PUBLISH_BACKOFF_S, max=PUBLISH_BACKOFF_MAX_S),
+        retry=retry_if_exception_type(errors),
+        before_sleep=before_sleep_log(LOG, logging.WARNING),
+        reraise=True,
+    )
+    try:
+        return retrying(_publish_once, signature)
+    except errors as exc:
         if recorded:
             with _sessions()() as session:
                 in_flight.forget(session, recorded, task_id)
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+
+
+def _record(signature: Signature) -> tuple[list[str], str | None]:
+    """Write the record of the operation ``signature`` starts (instances it acts on)."""
+    signature.freeze()
+    message = in_flight.message_of_signature(json.loads(json.dumps(signature)))
+    recorded = in_flight.instances_of(message)
+    if recorded:
+        with _sessions()() as session:
+            in_flight.record(session, message)
+    return recorded, in_flight.task_id_of(message)
+
+
+def _publish_once(signature: Signature) -> Any:
+    """One try: connect once (kombu alone would keep trying for its connect timeout, about
+    6 s, on every try), then publish with Celery's own retry off, so the attempts of
+    ``send`` are the whole bound."""
+    with app.producer_or_acquire() as producer:
+        producer.connection.ensure_connection(
+            max_retries=1, interval_start=0, timeout=CONNECT_TIMEOUT_S
+        )
+        return signature.apply_async(producer=producer, retry=False)
 
 
 def _sessions() -> Sessions:

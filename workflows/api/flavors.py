@@ -15,6 +15,7 @@ from models.flavor import FlavorSnapshot
 from novaq.exceptions import FlavorExists, FlavorNotFound, InvalidFlavor, InvalidInput
 from novaq.settings import Settings
 from scheduler.filters.extra_specs_ops import requirement_problem
+from workflows.api.extra_specs import name_problem
 from workflows.api.validation import MAX_INT, shown, text_problem
 
 
@@ -49,6 +50,9 @@ def validate_extra_specs(
             raise InvalidFlavor(
                 reason=f"extra spec key {shown(key)} must be 1 to 255 printable characters"
             )
+        unknown = name_problem(key)
+        if unknown is not None:
+            raise InvalidFlavor(reason=f"extra spec key {key!r} must be {unknown}")
         text = str(value)
         problem = text_problem(text, minimum=0) or requirement_problem(text)
         if problem is not None:

@@ -14,12 +14,11 @@ lock and unlock never leave the API: they write ``locked`` / ``locked_reason`` i
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from celery.canvas import Signature
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
@@ -27,7 +26,7 @@ from compute.images import find_image
 from compute.instance_state import cas_update, get_instance
 from compute.operations import operation
 from compute.states import TaskState, VmState
-from models import ImageStatus, Instance, InstanceAction
+from models import ImageStatus, Instance
 from models.db import session_scope
 from novaq.exceptions import (
     ImageNotActive,
@@ -36,7 +35,8 @@ from novaq.exceptions import (
     UnexpectedTaskStateError,
 )
 from workflows import dispatch, gate
-from workflows.api import common, views
+from workflows.api import common, submit, views
+from workflows.api.submit import Written
 from workflows.api.validation import Name, validated
 from workflows.delete import soft_delete_step
 from workflows.lifecycle import lifecycle_step
@@ -64,6 +64,9 @@ def force_stop(uuid: str) -> str:
     request_id = common.new_request_id()
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
+        written = Written(
+            request_id, (uuid,), TaskState.POWERING_OFF, submit.columns(instance, "task_state")
+        )
         try:
             cas_update(session, uuid, expected_task_state=[None], task_state=TaskState.POWERING_OFF)
         except UnexpectedTaskStateError:
@@ -74,12 +77,8 @@ def force_stop(uuid: str) -> str:
                 task_state=instance.task_state,
             ) from None
         actions.start_action(session, uuid, "stop", request_id)
-    try:
-        # NOTE: Nova's force_stop is unclean: the guest is destroyed, not asked.
-        dispatch.send(lifecycle_step("stop", uuid, request_id, host, clean_shutdown=False))
-    except Exception:
-        _undo_request(uuid, request_id, TaskState.POWERING_OFF, None)
-        raise
+    # NOTE: Nova's force_stop is unclean: the guest is destroyed, not asked.
+    submit.publish(lifecycle_step("stop", uuid, request_id, host, clean_shutdown=False), written)
     return request_id
 
 
@@ -182,13 +181,12 @@ def unshelve(uuid: str) -> str:
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         gate.check_instance_state(instance, "unshelve")
+        written = Written(
+            request_id, (uuid,), TaskState.UNSHELVING, submit.columns(instance, "task_state")
+        )
         _set_task_state(session, instance, "unshelve", TaskState.UNSHELVING)
         actions.start_action(session, uuid, "unshelve", request_id)
-    try:
-        dispatch.send(unshelve_workflow(uuid, request_id))
-    except Exception:
-        _undo_request(uuid, request_id, TaskState.UNSHELVING, None)
-        raise
+    submit.publish(unshelve_workflow(uuid, request_id), written)
     return request_id
 
 
@@ -207,13 +205,11 @@ def restore(uuid: str) -> str:
             session.flush()
             actions.record_event(session, uuid, request_id, "api_restore", None)
             return request_id
-        deleted_at = instance.deleted_at
     return _request(
         uuid,
         "restore",
         step=lambda u, r, h: soft_delete_step("restore", u, r, h),
         values={"deleted_at": None},
-        undo_values={"deleted_at": deleted_at},
     )
 
 
@@ -247,7 +243,6 @@ def _request(
     action: str | None = None,
     step: Callable[[str, str, str], Signature] | None = None,
     values: dict[str, Any] | None = None,
-    undo_values: dict[str, Any] | None = None,
     **extra: Any,
 ) -> str:
     """The request of the operation table's row ``gate_action``: gate, host, broker; then
@@ -265,18 +260,19 @@ def _request(
         # NOTE: checked again under the write: a concurrent request may have won meanwhile.
         instance = get_instance(session, uuid, with_deleted=False)
         gate.check_instance_state(instance, gate_action)
-        previous = instance.task_state
+        written = Written(
+            request_id,
+            (uuid,),
+            task_state,
+            submit.columns(instance, "task_state", *(values or {})),
+        )
         _set_task_state(session, instance, gate_action, task_state, **(values or {}))
         actions.start_action(session, uuid, action, request_id)
     if step is None:
         signature = lifecycle_step(gate_action, uuid, request_id, host, **extra)
     else:
         signature = step(uuid, request_id, host)
-    try:
-        dispatch.send(signature)
-    except Exception:
-        _undo_request(uuid, request_id, task_state, previous, **(undo_values or {}))
-        raise
+    submit.publish(signature, written)
     return request_id
 
 
@@ -319,23 +315,6 @@ def _set_task_state(
             vm_state=instance.vm_state,
             task_state=instance.task_state,
         ) from None
-
-
-def _undo_request(
-    uuid: str, request_id: str, task_state: str | None, previous: str | None, **values: Any
-) -> None:
-    """The broker failed after the commit: put the task_state (and ``values``) back and
-    drop the action, so a failed request leaves nothing behind."""
-    with session_scope(common.db_url()) as session:
-        with contextlib.suppress(UnexpectedTaskStateError, InstanceNotFound):
-            cas_update(
-                session, uuid, expected_task_state=[task_state], task_state=previous, **values
-            )
-        session.execute(
-            delete(InstanceAction).where(
-                InstanceAction.instance_uuid == uuid, InstanceAction.request_id == request_id
-            )
-        )
 
 
 def _set_lock(uuid: str, action: str, reason: str | None) -> dict[str, Any]:

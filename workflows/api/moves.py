@@ -21,7 +21,8 @@ from models.migration_context import MigrationContext
 from models.states import MigrationStatus
 from novaq.exceptions import InstanceInvalidState, InvalidInput, NotFound, ResizeError
 from workflows import dispatch
-from workflows.api import common, flavors
+from workflows.api import common, flavors, submit
+from workflows.api.submit import MigrationWritten, Written
 from workflows.api.validation import Name, Printable, validated
 from workflows.gate import check_instance_state
 from workflows.moves import confirm_workflow, revert_workflow, select_workflow
@@ -91,6 +92,13 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
     migration_uuid = str(uuid_module.uuid4())
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
+        written = Written(
+            request_id,
+            (uuid,),
+            TaskState.RESIZE_PREP,
+            submit.columns(instance, "task_state", "system_metadata"),
+            migration=MigrationWritten(migration_uuid, MigrationStatus.PRE_MIGRATING),
+        )
         cas_update(
             session,
             uuid,
@@ -121,7 +129,7 @@ def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
             )
         )
         actions.start_action(session, uuid, action, request_id)
-    dispatch.send(select_workflow(migration_uuid, uuid, request_id))
+    submit.publish(select_workflow(migration_uuid, uuid, request_id), written)
     return request_id
 
 
@@ -151,6 +159,20 @@ def _finish_move(uuid: str, action: str) -> str:
     with session_scope(common.db_url()) as session:
         migration = active_migration(session, uuid)
         assert migration is not None
+        instance = get_instance(session, uuid, with_deleted=False)
+        written = Written(
+            request_id,
+            (uuid,),
+            None if action == "confirmResize" else TaskState.RESIZE_REVERTING,
+            submit.columns(instance, "task_state"),
+            migration=MigrationWritten(
+                migration.uuid,
+                MigrationStatus.CONFIRMING
+                if action == "confirmResize"
+                else MigrationStatus.REVERTING,
+                submit.columns(migration, "status", "request_id"),
+            ),
+        )
         if action == "confirmResize":
             cas_update(
                 session, uuid, expected_task_state=[None], expected_vm_state=[VmState.RESIZED]
@@ -177,7 +199,7 @@ def _finish_move(uuid: str, action: str) -> str:
             )
         migration.request_id, migration.updated_at = request_id, utcnow()
         actions.start_action(session, uuid, action, request_id)
-    dispatch.send(workflow)
+    submit.publish(workflow, written)
     return request_id
 
 

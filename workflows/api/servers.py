@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
 from pydantic import BeforeValidator
-from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
 from typing_extensions import TypedDict, Unpack
 
@@ -29,7 +28,8 @@ from novaq.exceptions import (
 )
 from scheduler.request_spec import RequestSpec
 from workflows import dispatch
-from workflows.api import aggregates, common, flavors, views
+from workflows.api import aggregates, common, flavors, submit, views
+from workflows.api.submit import Written
 from workflows.api.validation import Int, Name, Printable, Seconds, expect, validated
 from workflows.build import build_workflow
 from workflows.canvas import step
@@ -166,8 +166,9 @@ def boot(
             aggregates.add_members(
                 aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
             )
-    _send_or_undo([build_workflow(request_id, specs)], specs)
-    return [s.instance_uuid for s in specs]
+    created = tuple(s.instance_uuid for s in specs)
+    submit.publish(build_workflow(request_id, specs), Written(request_id, created, created=True))
+    return list(created)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,21 +215,6 @@ def _new_instance(
     )
 
 
-def _send_or_undo(workflows: list[Any], specs: list[RequestSpec]) -> None:
-    """Publish; if the broker fails after the commit, delete the rows just written, so a
-    failed request leaves nothing behind."""
-    try:
-        for workflow in workflows:
-            dispatch.send(workflow)
-    except Exception:
-        with session_scope(common.db_url()) as session:
-            for spec in specs:
-                instance = get_instance(session, spec.instance_uuid)
-                if instance.task_state == TaskState.SCHEDULING and instance.host is None:
-                    session.delete(instance)
-        raise
-
-
 @validated()
 def delete(uuid: str) -> str:
     """Delete a server (any state). Returns the action's request id."""
@@ -263,10 +249,13 @@ def delete(uuid: str) -> str:
         return _soft_delete(uuid, request_id, host)
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
+        written = Written(
+            request_id, (uuid,), TaskState.DELETING, submit.columns(instance, "task_state")
+        )
         instance.task_state = TaskState.DELETING
         instance.updated_at = utcnow()
         actions.start_action(session, uuid, "delete", request_id)
-    dispatch.send(delete_workflow(uuid, request_id, host))
+    submit.publish(delete_workflow(uuid, request_id, host), written)
     return request_id
 
 
@@ -275,7 +264,12 @@ def _soft_delete(uuid: str, request_id: str, host: str) -> str:
     compare-and-swap, as Nova's ``_delete``), action "delete", then the host step."""
     with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
-        previous = (instance.task_state, instance.deleted_at)
+        written = Written(
+            request_id,
+            (uuid,),
+            TaskState.SOFT_DELETING,
+            submit.columns(instance, "task_state", "deleted_at"),
+        )
         now = utcnow()
         instance.task_state, instance.deleted_at, instance.updated_at = (
             TaskState.SOFT_DELETING,
@@ -283,19 +277,7 @@ def _soft_delete(uuid: str, request_id: str, host: str) -> str:
             now,
         )
         actions.start_action(session, uuid, "delete", request_id)
-    try:
-        dispatch.send(soft_delete_step("soft_delete", uuid, request_id, host))
-    except Exception:
-        with session_scope(common.db_url()) as session:
-            instance = get_instance(session, uuid, with_deleted=False)
-            if instance.task_state == TaskState.SOFT_DELETING:
-                instance.task_state, instance.deleted_at = previous
-            session.execute(
-                sa_delete(InstanceAction).where(
-                    InstanceAction.instance_uuid == uuid, InstanceAction.request_id == request_id
-                )
-            )
-        raise
+    submit.publish(soft_delete_step("soft_delete", uuid, request_id, host), written)
     return request_id
 
 

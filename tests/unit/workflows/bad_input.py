@@ -128,6 +128,22 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ],
         "extra spec",
     ),
+    (
+        "flavor-unknown-hw-name",
+        [
+            "flavor-create",
+            "m2",
+            "--vcpus",
+            "1",
+            "--ram",
+            "1",
+            "--disk",
+            "1",
+            "--property",
+            "hw:cpu_polcy=dedicated",
+        ],
+        "hw:cpu_polcy",
+    ),
     ("aggregate-zone-colon", ["aggregate-create", "a2", "az:1"], "availability_zone"),
     ("aggregate-name-esc", ["aggregate-create", "a\x1b2"], "aggregate name"),
     (

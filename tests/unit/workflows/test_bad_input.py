@@ -81,11 +81,11 @@ API_CASES: list[tuple[str, str, tuple[Any, ...], dict[str, Any], type[NovaqError
             "extra spec",
         )
         for label, key, value in [
-            ("value-10mb", "capabilities:x", BIG),
-            ("value-long", "capabilities:x", "v" * 256),
+            ("value-10mb", "aggregate_instance_extra_specs:x", BIG),
+            ("value-long", "aggregate_instance_extra_specs:x", "v" * 256),
             ("key-long", "k" * 256, "1"),
             ("key-nul", "capabilities:\x00", "1"),
-            ("value-esc", "capabilities:x", "a\x1bb"),
+            ("value-esc", "aggregate_instance_extra_specs:x", "a\x1bb"),
             ("missing-operand", "capabilities:vcpus", ">="),
             ("unknown-operator", "capabilities:vcpus", "=> 4"),
             ("unknown-lt", "capabilities:vcpus", "< 4"),
@@ -95,6 +95,21 @@ API_CASES: list[tuple[str, str, tuple[Any, ...], dict[str, Any], type[NovaqError
             ("numeric-not-number", "capabilities:vcpus", ">= many"),
             ("or-malformed", "capabilities:hypervisor_type", "<or> kvm qemu"),
             ("eq-alone", "capabilities:vcpus", "="),
+            # Nova's namespaces (strict validation, API 2.86): a name it does not know
+            ("hw-unknown", "hw:cpu_polcy", "dedicated"),
+            ("hw-numa-not-a-number", "hw:numa_cpus.first", "0-1"),
+            ("hw-rng-unknown", "hw_rng:rate", "10"),
+            ("hw-video-unknown", "hw_video:ram_mb", "64"),
+            ("capabilities-unknown", "capabilities:cpu_flags", "<in> avx"),
+            ("aggregate-specs-empty", "aggregate_instance_extra_specs:", "ssd"),
+            ("pci-passthrough-unknown", "pci_passthrough:aliases", "gpu:1"),
+            ("resources-lower-case", "resources:vcpu", "1"),
+            ("resources-group-unknown", "resources1:GPU", "1"),
+            ("trait-lower-case", "trait:hw_cpu_x86_avx", "required"),
+            ("quota-unknown", "quota:cpu_sharez", "10"),
+            ("os-unknown", "os:secure", "required"),
+            ("accel-unknown", "accel:profile", "p"),
+            ("vmware-unknown", "vmware:hw", "vmx-13"),
         ]
     ),
     # aggregates and their metadata
