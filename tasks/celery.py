@@ -1,7 +1,7 @@
 """The Celery application as a worker runs it: the app of ``novaq.celery_app`` (the one
 the public API publishes through), plus the task modules a worker loads, novaq's worker
-bootstep (service registration, heartbeats, compute-node record) and the fork-safety
-hook."""
+bootsteps (service registration, heartbeats, compute-node record; the run-immediately
+periodic tasks once connected to the broker) and the fork-safety hook."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from celery.signals import worker_process_init
 
 from models.db import dispose_after_fork
 from novaq.celery_app import app
-from tasks.bootsteps import NovaqServiceStep
+from tasks.bootsteps import NovaqServiceStep, RunImmediately
 
 app.conf.include = [
     "tasks.scheduler",
@@ -22,6 +22,7 @@ app.conf.include = [
     "tasks.periodic",
 ]
 app.steps["worker"].add(NovaqServiceStep)
+app.steps["consumer"].add(RunImmediately)
 
 
 @worker_process_init.connect
