@@ -308,19 +308,6 @@ def test_wait_ready_reports_a_child_that_exited_with_its_log_tail(tmp_path: Path
     assert "ImportError: no tasks" in str(caught.value)
 
 
-def test_run_forever_stops_every_child_when_one_exits(tmp_path: Path) -> None:
-    specs = [
-        python_spec("sleeper", "import time; time.sleep(60)"),
-        python_spec("quitter", "import time; time.sleep(0.5); raise SystemExit(4)"),
-    ]
-    output = io.StringIO()
-    cluster = ScriptedCluster(Settings(state_dir=tmp_path), specs, output=output)
-    assert cluster.run_forever() == 4
-    assert "quitter exited (rc=4); stopping" in output.getvalue()
-    assert "sending SIGTERM to sleeper" in output.getvalue()
-    assert cluster.processes == []
-
-
 def test_stop_kills_a_child_that_ignores_sigterm_after_the_grace_period(tmp_path: Path) -> None:
     code = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
