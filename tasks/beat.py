@@ -49,8 +49,15 @@ RENEW_EVERY_S = 5.0
 DATABASE_RETRY_S = 2.0
 
 
-#: One holder per beat process (the scheduler object may be built more than once).
-_PROCESS_HOLDER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+#: One holder per beat process (the scheduler object may be built more than once), or the
+#: one its supervisor names: ``novaq up`` gives every beat it (re)starts the same holder,
+#: so a beat restarted after a SIGKILL takes back the lease its dead predecessor left
+#: instead of being refused for the lease's TTL (the supervisor has reaped that one, so
+#: there is still one beat).
+HOLDER_ENV = "NOVAQ_BEAT_LEASE_HOLDER"
+_PROCESS_HOLDER = (
+    os.environ.get(HOLDER_ENV) or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+)
 
 
 class SecondBeatError(SystemExit):

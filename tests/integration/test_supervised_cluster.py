@@ -1,6 +1,6 @@
 """``novaq up`` restarts what dies instead of stopping the cluster, and says so (issue
-14): a SIGKILLed compute worker and a SIGKILLed embedded broker come back, and the
-cluster boots a server afterwards; Ctrl-C still stops everything.
+14): a SIGKILLed compute worker, beat (its lease left behind) and embedded broker come
+back, and the cluster boots a server afterwards; Ctrl-C still stops everything.
 
 The cluster is the real command with nothing configured (embedded broker, SQLite, two
 simulated hosts), as a user runs it.
@@ -135,7 +135,7 @@ def _cli(env: dict[str, str], *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-def test_novaq_up_restarts_a_killed_worker_and_a_killed_broker_and_still_boots(up: Up) -> None:
+def test_novaq_up_restarts_a_killed_worker_beat_and_broker_and_still_boots(up: Up) -> None:
     hosts = {"compute@host1", "compute@host2"}
     up.until("the workers answering", up.answering(hosts))
 
@@ -152,6 +152,14 @@ def test_novaq_up_restarts_a_killed_worker_and_a_killed_broker_and_still_boots(u
     )
     up.until("the restart reported", up.printed("compute-host1 restarted (pid "))
     up.until("the restarted worker answering", up.answering(hosts))
+
+    # Beat dies without releasing its lease: the one restarted takes it back at once.
+    os.kill(_started_pid(up.output(), "beat"), signal.SIGKILL)
+    up.until("beat's death reported", up.printed("beat was killed by SIGKILL; restarting"))
+    up.until("beat's restart reported", up.printed("beat restarted (pid "))
+    beat_log = up.state / "logs" / "beat.log"
+    up.until("beat's lease taken again", lambda: beat_log.read_text().count("lease taken") == 2)
+    assert "another celery beat" not in beat_log.read_text()
 
     # The embedded broker dies: it is restarted on the same URL; the workers reconnect (or
     # are restarted in turn).

@@ -19,6 +19,7 @@ from honcho.environ import parse_procfile
 from novaq.exceptions import ConfigError, ServiceUnavailable
 from novaq.launcher.cluster import Cluster
 from novaq.launcher.plan import (
+    BEAT_HOLDER_ENV,
     CELERY_ARGV,
     ProcessSpec,
     cluster_config_path,
@@ -101,6 +102,18 @@ def test_plan_runs_beat_with_its_schedule_in_the_state_dir(tmp_path: Path) -> No
     assert beat.argv[len(CELERY_ARGV) + 2] == "beat"
     assert option(beat.argv, "--schedule") == str(tmp_path.resolve() / "celerybeat-schedule")
     assert beat.node is None
+
+
+def test_plan_gives_every_beat_of_one_launcher_the_same_lease_holder(tmp_path: Path) -> None:
+    from tasks.beat import HOLDER_ENV
+
+    settings = Settings(state_dir=tmp_path)
+    first, again = (by_name(plan_processes(settings, ["host1"], BROKER, {})) for _ in range(2))
+    holder = first["beat"].env[BEAT_HOLDER_ENV]
+    assert BEAT_HOLDER_ENV == HOLDER_ENV
+    assert holder == again["beat"].env[BEAT_HOLDER_ENV]  # a restarted beat takes it back
+    assert f"novaq-up-{os.getpid()}" in holder
+    assert all(BEAT_HOLDER_ENV not in first[n].env for n in ("scheduler", "compute-host1"))
 
 
 def test_plan_passes_flower_basic_auth_only_to_flower_and_only_by_env(tmp_path: Path) -> None:

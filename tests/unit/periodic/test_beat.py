@@ -75,6 +75,18 @@ def test_a_second_beat_refuses_to_start_and_names_the_first(
     second.close()
 
 
+def test_a_beat_restarted_under_its_holder_takes_back_the_lease_its_killed_predecessor_left(
+    beat_app: Celery, tmp_path: Path
+) -> None:
+    # The first beat is "SIGKILLed": it never closes, its lease stays live.
+    _scheduler(beat_app, tmp_path / "a", holder="novaq-up-1")
+    (tmp_path / "b").mkdir()
+    with pytest.raises(SecondBeatError):  # another holder is refused for the lease's TTL
+        _scheduler(beat_app, tmp_path / "b", holder="someone-else")
+    again = _scheduler(beat_app, tmp_path / "b", holder="novaq-up-1")  # as novaq up restarts it
+    again.close()
+
+
 def test_the_banner_instance_beat_builds_first_takes_no_lease(
     beat_app: Celery, tmp_path: Path, db_url: str
 ) -> None:
