@@ -6,17 +6,30 @@ file in the state directory) plus two things Nova's periodic runner had and beat
 - **run_immediately**: entries of the scheduler's tasks Nova marks ``run_immediately``
   are due at start instead of one spacing later (the compute ones run at each compute
   worker's own start).
+
+Beat outlives the database being down: at start it waits for the database before taking
+the lease (``tasks/waiting.py``), and while it runs a renewal that cannot reach the
+database publishes nothing until the lease is renewed again (a beat that cannot prove it
+holds the lease must not tick; the lease, kept by ``holder``, survives its expiry until
+another beat takes it). A broker that is down is Celery's business: the scheduler's
+producer waits for the connection (``broker_connection_max_retries``) and then sends what
+is due.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from celery.beat import PersistentScheduler
@@ -25,16 +38,26 @@ from compute.periodic import beat_lease
 from compute.periodic.schedule import BY_NAME
 from compute.sessions import sessions_for
 from novaq.settings import get_settings
+from tasks.waiting import database_unreachable, until_database_answers
 
 LOG = logging.getLogger(__name__)
 
 #: How long a lease lives without renewal, and how often beat renews it.
 LEASE_TTL_S = 30.0
 RENEW_EVERY_S = 5.0
+#: How often a beat that lost the database tries to renew its lease.
+DATABASE_RETRY_S = 2.0
 
 
-#: One holder per beat process (the scheduler object may be built more than once).
-_PROCESS_HOLDER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+#: One holder per beat process (the scheduler object may be built more than once), or the
+#: one its supervisor names: ``novaq up`` gives every beat it (re)starts the same holder,
+#: so a beat restarted after a SIGKILL takes back the lease its dead predecessor left
+#: instead of being refused for the lease's TTL (the supervisor has reaped that one, so
+#: there is still one beat).
+HOLDER_ENV = "NOVAQ_BEAT_LEASE_HOLDER"
+_PROCESS_HOLDER = (
+    os.environ.get(HOLDER_ENV) or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+)
 
 
 class SecondBeatError(SystemExit):
@@ -47,6 +70,7 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
         self._sessions = sessions_for(get_settings().sqlalchemy_url)
         self._renewed_at = 0.0
         self._holds_lease = False
+        self._database_lost_at: float | None = None
         if kwargs.get("lazy"):
             # Beat builds a lazy instance only to print its banner: no lease, no schedule.
             super().__init__(*args, **kwargs)
@@ -54,7 +78,8 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
         filename = kwargs.get("schedule_filename")
         if filename:
             Path(filename).parent.mkdir(parents=True, exist_ok=True)
-        self._take_lease()
+        with _exit_on_stop_signals():
+            until_database_answers("Taking the beat lease", self._take_lease, logger=LOG)
         try:
             super().__init__(*args, **kwargs)
         except BaseException:
@@ -93,13 +118,42 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if time.monotonic() - self._renewed_at >= RENEW_EVERY_S:
-            if not beat_lease.renew(self._sessions, self.lease_holder, LEASE_TTL_S):
+            try:
+                renewed = beat_lease.renew(self._sessions, self.lease_holder, LEASE_TTL_S)
+            except Exception as exc:
+                if not database_unreachable(exc):
+                    raise
+                self._lost_database(exc)
+                return DATABASE_RETRY_S  # nothing published without the lease
+            if not renewed:
                 message = f"beat {self.lease_holder} lost its lease; stopping"
                 LOG.error(message)
                 raise SecondBeatError(message)
             self._renewed_at = time.monotonic()
+            self._found_database()
         interval: float = super().tick(*args, **kwargs)
         return min(interval, RENEW_EVERY_S)
+
+    def _lost_database(self, exc: BaseException) -> None:
+        if self._database_lost_at is not None:
+            return
+        self._database_lost_at = time.monotonic()
+        LOG.warning(
+            "beat cannot renew its lease: the database is unreachable (%s); nothing is "
+            "published until it answers, retrying every %g s",
+            " ".join(str(exc).split())[:300],
+            DATABASE_RETRY_S,
+        )
+
+    def _found_database(self) -> None:
+        if self._database_lost_at is None:
+            return
+        LOG.warning(
+            "beat renewed its lease after the database was unreachable for %.0f s; "
+            "publishing again",
+            time.monotonic() - self._database_lost_at,
+        )
+        self._database_lost_at = None
 
     def close(self) -> None:
         super().close()
@@ -110,6 +164,29 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
             beat_lease.release(self._sessions, self.lease_holder)
         except Exception:  # noqa: BLE001 - the lease expires on its own
             LOG.exception("could not release the beat lease")
+
+
+@contextlib.contextmanager
+def _exit_on_stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT exit at once while the scheduler is being built.
+
+    Beat's own handler (``install_sync_handler``) syncs the scheduler first; while it is
+    still being built (waiting for the database), that sync would build a second one and
+    wait inside the signal handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, _exit) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _make_private(schedule: Path) -> None:

@@ -2,9 +2,13 @@
 
 It runs the plan of ``novaq/launcher/plan.py`` (the processes and the cluster's TOML file)
 and owns the embedded broker when no ``NOVAQ_BROKER_URL`` is set, the database upgrade,
-and the children's lives and output. It refuses to be a supervisor: when one child exits,
-:meth:`Cluster.run_forever` stops them all (as honcho does) rather than restarting
-anything.
+and the children's lives and output. In the foreground (:meth:`Cluster.run_forever`) it
+supervises: a child or the embedded broker that dies is restarted with backoff and one
+line saying so, and only a process that keeps dying stops the cluster
+(``novaq/launcher/supervisor.py``). Before that, :meth:`Cluster.wait_ready` (``novaq
+demo``) fails fast instead: a child that dies before it first answers a ping is a broken
+setting or install, which a restart would only repeat, and the operator wants its log
+tail at once.
 
 NOTE: children are ``subprocess.Popen``'d here, each in a session of its own; honcho supplies
 only the look of the output (its ``Printer`` and colours). ``honcho.manager.Manager`` does
@@ -56,6 +60,7 @@ from novaq.launcher.private_files import (
     open_private_append,
     tighten_tree,
 )
+from novaq.launcher.supervisor import Member, RestartPolicy, Supervisor, describe_exit
 from novaq.settings import Settings
 
 LOG = logging.getLogger(__name__)
@@ -80,28 +85,67 @@ class _Child:
         self._colour = colour
         self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
         self._log: IO[bytes] = os.fdopen(open_private_append(self.log_path), "ab")
+        self.proc, self._reader = self._spawn()
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], threading.Thread]:
         # PRIVATE_UMASK: what a child creates (the database's -wal/-shm, beat's schedule)
         # is its owner's alone.
-        self.proc = subprocess.Popen(
-            spec.argv,
-            env=spec.env,
+        proc = subprocess.Popen(
+            self.spec.argv,
+            env=self.spec.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             umask=PRIVATE_UMASK,
         )
-        self._reader = threading.Thread(
-            target=self._pump, name=f"novaq-{spec.name}-output", daemon=True
+        reader = threading.Thread(
+            target=self._pump, args=(proc,), name=f"novaq-{self.name}-output", daemon=True
         )
-        self._reader.start()
+        reader.start()
+        return proc, reader
 
     @property
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def exit_status(self) -> int | None:
+        """The main process's exit status once it has ended, else None.
+
+        What it leaves behind in its process group (a prefork pool) is SIGKILLed first:
+        the exit is seen without reaping (``waitid`` with ``WNOWAIT``), so the zombie still
+        holds the group id and no other process can have been given it.
+        """
+        if self.proc.returncode is not None:
+            return self.proc.returncode
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        try:
+            ended = os.waitid(os.P_PID, self.proc.pid, flags) is not None
+        except ChildProcessError:  # reaped already
+            return self.proc.poll()
+        if not ended:
+            return None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait()
+
+    def restart(self) -> None:
+        """Run the spec again (after its process ended), appending to the same log."""
+        self._reader.join(timeout=5.0)
+        self._log.write(f"--- restarted by novaq up after it {self._ended()} ---\n".encode())
+        self._log.flush()
+        self.proc, self._reader = self._spawn()
+
+    def _ended(self) -> str:
+        status = self.proc.returncode
+        return "ended" if status is None else describe_exit(status)
 
     def tail(self) -> str:
         return "".join(self._tail).rstrip()
@@ -128,15 +172,38 @@ class _Child:
         self._reader.join(timeout=2.0)
         self._log.close()
 
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
+    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in iter(proc.stdout.readline, b""):
             self._log.write(raw)
             self._log.flush()
             line = raw.decode("utf-8", "replace")
             self._tail.append(line)
             self._sink(self.name, self._colour, line)
-        self.proc.stdout.close()
+        proc.stdout.close()
+
+
+class _BrokerMember:
+    """The embedded broker as the supervisor sees it (restarted on the same URL)."""
+
+    name = "broker"
+
+    def __init__(self, broker: EmbeddedRedis) -> None:
+        self.broker = broker
+
+    @property
+    def pid(self) -> int | None:
+        return self.broker.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.broker.log_path
+
+    def exit_status(self) -> int | None:
+        return self.broker.exit_status()
+
+    def restart(self) -> None:
+        self.broker.restart()
 
 
 # -- the cluster ---------------------------------------------------------------------------
@@ -158,7 +225,8 @@ def _prepare_database(settings: Settings, url: str) -> None:
 
 class Cluster:
     """A local cluster: a context manager, ``start()`` (non-blocking), ``wait_ready()``,
-    ``run_forever()`` (foreground, until Ctrl-C, SIGTERM or a child's exit) and ``stop()``.
+    ``run_forever()`` (foreground, restarting what dies, until Ctrl-C, SIGTERM or a
+    process that keeps dying; ``restart_policy`` says how) and ``stop()``.
 
     Output goes to ``<state_dir>/logs/<name>.log`` and, unless ``quiet``, to ``output``
     (default stdout) prefixed with the process name. ``migrate`` (default
@@ -176,8 +244,10 @@ class Cluster:
         migrate: Callable[[str], None] | None = None,
         env: Mapping[str, str] | None = None,
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+        restart_policy: RestartPolicy | None = None,
     ) -> None:
         self.settings = settings
+        self.restart_policy = restart_policy or RestartPolicy()
         self.n_hosts = n_hosts
         self.state_dir = settings.state_dir.resolve()
         self.log_dir = self.state_dir / "logs"
@@ -248,7 +318,10 @@ class Cluster:
         return self
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Return once the scheduler and every compute worker answer a broadcast ping."""
+        """Return once the scheduler and every compute worker answer a broadcast ping.
+
+        A child that exits meanwhile raises ``ServiceUnavailable`` with its log's tail (no
+        restart here: see the module's docstring)."""
         expected = {spec.node for spec in self.processes if spec.node}
         app = Celery("novaq-cluster-probe", broker=self.broker_url, set_as_current=False)
         deadline = time.monotonic() + timeout_s
@@ -265,21 +338,22 @@ class Cluster:
             raise self._not_ready(missing, timeout_s)
 
     def run_forever(self) -> int:
-        """Run in the foreground until Ctrl-C, SIGTERM, SIGHUP or a child's exit; then stop.
+        """Run in the foreground, restarting whatever dies, until Ctrl-C, SIGTERM or SIGHUP,
+        or until one process dies too often (``restart_policy``); then stop everything.
 
-        Returns 0 after a requested stop, else the exit status of the child that ended
-        (1 if it ended with 0).
+        Returns 0 after a requested stop, else the status of the process that kept dying
+        (its exit status, 128+N for signal N, 1 if it exited with 0).
         """
         self.start()
         requested = threading.Event()
         previous = _install_stop_handlers(requested, self._system)
+        supervisor = Supervisor(self._warn, self.restart_policy)
         status = 0
         try:
             while not requested.wait(0.2):
-                ended = next((c for c in self._children if not c.alive()), None)
-                if ended is not None:
-                    status = ended.proc.returncode or 1
-                    self._system(f"{ended.name} exited (rc={ended.proc.returncode}); stopping")
+                stop = supervisor.poll(self._members())
+                if stop is not None:
+                    status = stop
                     break
         finally:
             for signum, handler in previous.items():
@@ -315,6 +389,11 @@ class Cluster:
         self.stop()
 
     # -- internals -------------------------------------------------------------------------
+    def _members(self) -> list[Member]:
+        """What the supervisor watches: the embedded broker first, then the children."""
+        members: list[Member] = [] if self._broker is None else [_BrokerMember(self._broker)]
+        return [*members, *self._children]
+
     def _launch(self, specs: list[ProcessSpec]) -> None:
         if self._printer is not None:
             self._printer.width = max([len(_SYSTEM), *(len(s.name) for s in specs)])
@@ -366,6 +445,14 @@ class Cluster:
     def _system(self, text: str) -> None:
         LOG.debug("%s", text)
         self._emit(_SYSTEM, None, text)
+
+    def _warn(self, text: str) -> None:
+        """A supervisor's line: on the console, or logged as a warning when the cluster is
+        quiet (``novaq demo --keep``), so that a death is always seen."""
+        if self._printer is None:
+            LOG.warning("%s", text)
+        else:
+            self._system(text)
 
 
 def _ping(app: Celery) -> set[str]:

@@ -8,11 +8,17 @@ When no ``NOVAQ_BROKER_URL`` is configured, ``novaq up`` runs its own Redis:
   ``<state_dir>/broker``: ``redis.conf`` (mode 0600, holds the password so that it never
   appears in ``ps``), ``redis.log`` (the server's output) and ``url`` (mode 0600, the broker
   URL, so that ``novaq`` commands in another terminal can find the running broker);
-* with no persistence (``--save "" --appendonly no``) and ``noeviction``, so that Redis
-  refuses writes rather than silently dropping queued tasks when memory runs out.
+* with an append-only file for the life of one cluster (``--appendonly yes``, fsync every
+  second, no RDB snapshots) and ``noeviction``, so that Redis refuses writes rather than
+  silently dropping queued tasks when memory runs out.
 
-It refuses to be anything but a throw-away broker for one local cluster: no persistence, no
-replication, no tuning knobs.
+It refuses to be anything but a broker for one local cluster: no replication, no tuning
+knobs, and nothing kept from one cluster to the next (``start()`` removes the last run's
+append-only file). Within a run, the append-only file is what lets ``novaq up`` restart a
+server that died (:meth:`EmbeddedRedis.restart`: same port, same password, so the URL
+the children hold stays valid) without losing the queued and unacknowledged messages.
+A process that dies leaves its writes in the kernel's page cache, so "every second" only
+matters if the machine itself goes down.
 
 NOTE: not fakeredis. Its TCP server does not carry a Celery worker reliably: kombu's Redis
 transport needs EVALSHA, MULTI/WATCH and pub/sub, and with fakeredis a worker logged a
@@ -136,6 +142,10 @@ class EmbeddedRedis:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def exit_status(self) -> int | None:
+        """The server's exit status once it has died, None while it runs or when stopped."""
+        return None if self._proc is None else self._proc.poll()
+
     def client(self) -> redis.Redis:
         """A redis-py client for the server that fails fast (the caller closes it)."""
         if self.port is None:
@@ -155,6 +165,7 @@ class EmbeddedRedis:
         make_private_dir(self.directory)
         write_private_text(self.directory / "redis.conf", f"requirepass {self._password}\n")
         write_private_text(self.log_path, "")  # one run per log, so error tails are this run's
+        self._forget_last_run()
         for attempt in range(1, _PORT_ATTEMPTS + 1):
             self.port = free_loopback_port()
             self._spawn()
@@ -168,6 +179,25 @@ class EmbeddedRedis:
             self.pid,
             self.port,
         )
+        return self
+
+    def restart(self) -> EmbeddedRedis:
+        """Start the server again after it died: same port, password and append-only file.
+
+        Raises ``ServiceUnavailable`` (with the log's tail) if it cannot, e.g. when another
+        process took the port meanwhile.
+        """
+        if self.running():
+            return self
+        if self.port is None or self.executable is None:
+            raise RuntimeError("EmbeddedRedis was never started")
+        with self.log_path.open("a", encoding="utf-8") as log:
+            log.write("--- restarted by novaq up ---\n")
+        self._spawn()
+        self._wait_for_ping(last_attempt=True)
+        write_private_text(self.url_path, self.url + "\n")
+        atexit.register(self.stop)
+        LOG.info("Embedded Redis restarted (pid %s) on 127.0.0.1:%s", self.pid, self.port)
         return self
 
     def stop(self) -> None:
@@ -202,11 +232,18 @@ class EmbeddedRedis:
             "--bind", "127.0.0.1",
             "--protected-mode", "yes",
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
             "--maxmemory-policy", "noeviction",
             "--daemonize", "no",
             "--dir", str(self.directory),
         ]  # fmt: skip
+
+    def _forget_last_run(self) -> None:
+        """Remove the append-only file(s) an earlier cluster left (Redis 7 keeps them in
+        ``appendonlydir``, older versions in ``appendonly.aof``)."""
+        shutil.rmtree(self.directory / "appendonlydir", ignore_errors=True)
+        (self.directory / "appendonly.aof").unlink(missing_ok=True)
 
     def _spawn(self) -> None:
         with self.log_path.open("ab") as log:

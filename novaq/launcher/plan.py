@@ -7,6 +7,7 @@ hosts, their GPUs, the PCI alias). ``novaq/launcher/cluster.py`` runs the plan.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 import tomllib
@@ -79,10 +80,22 @@ def plan_processes(
     specs += [_compute_spec(settings, celery, common, host) for host in hosts]
     schedule = settings.state_dir.resolve() / "celerybeat-schedule"
     beat = [*celery, "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(schedule)]
-    specs.append(ProcessSpec("beat", beat, dict(common)))
+    specs.append(ProcessSpec("beat", beat, {**common, BEAT_HOLDER_ENV: beat_lease_holder()}))
     flower_argv, flower_env = flower_command(settings, celery)
     specs.append(ProcessSpec("flower", flower_argv, {**common, **flower_env}))
     return specs
+
+
+#: How the launcher names beat's lease holder (read by ``tasks/beat.py``).
+BEAT_HOLDER_ENV = "NOVAQ_BEAT_LEASE_HOLDER"
+_RUN_TOKEN = secrets.token_hex(4)
+
+
+def beat_lease_holder() -> str:
+    """One holder for every beat this launcher (re)starts: a beat restarted after a
+    SIGKILL takes back its predecessor's lease at once rather than being refused until
+    it expires (the supervisor restarts beat only once the old one is reaped)."""
+    return f"{socket.gethostname()}:novaq-up-{os.getpid()}:{_RUN_TOKEN}"
 
 
 def _common_env(settings: Settings, broker_url: str, env: Mapping[str, str]) -> dict[str, str]:

@@ -19,6 +19,7 @@ from honcho.environ import parse_procfile
 from novaq.exceptions import ConfigError, ServiceUnavailable
 from novaq.launcher.cluster import Cluster
 from novaq.launcher.plan import (
+    BEAT_HOLDER_ENV,
     CELERY_ARGV,
     ProcessSpec,
     cluster_config_path,
@@ -101,6 +102,18 @@ def test_plan_runs_beat_with_its_schedule_in_the_state_dir(tmp_path: Path) -> No
     assert beat.argv[len(CELERY_ARGV) + 2] == "beat"
     assert option(beat.argv, "--schedule") == str(tmp_path.resolve() / "celerybeat-schedule")
     assert beat.node is None
+
+
+def test_plan_gives_every_beat_of_one_launcher_the_same_lease_holder(tmp_path: Path) -> None:
+    from tasks.beat import HOLDER_ENV
+
+    settings = Settings(state_dir=tmp_path)
+    first, again = (by_name(plan_processes(settings, ["host1"], BROKER, {})) for _ in range(2))
+    holder = first["beat"].env[BEAT_HOLDER_ENV]
+    assert BEAT_HOLDER_ENV == HOLDER_ENV
+    assert holder == again["beat"].env[BEAT_HOLDER_ENV]  # a restarted beat takes it back
+    assert f"novaq-up-{os.getpid()}" in holder
+    assert all(BEAT_HOLDER_ENV not in first[n].env for n in ("scheduler", "compute-host1"))
 
 
 def test_plan_passes_flower_basic_auth_only_to_flower_and_only_by_env(tmp_path: Path) -> None:
@@ -306,19 +319,6 @@ def test_wait_ready_reports_a_child_that_exited_with_its_log_tail(tmp_path: Path
         cluster.wait_ready(timeout_s=30)
     assert "crasher exited with status 3" in str(caught.value)
     assert "ImportError: no tasks" in str(caught.value)
-
-
-def test_run_forever_stops_every_child_when_one_exits(tmp_path: Path) -> None:
-    specs = [
-        python_spec("sleeper", "import time; time.sleep(60)"),
-        python_spec("quitter", "import time; time.sleep(0.5); raise SystemExit(4)"),
-    ]
-    output = io.StringIO()
-    cluster = ScriptedCluster(Settings(state_dir=tmp_path), specs, output=output)
-    assert cluster.run_forever() == 4
-    assert "quitter exited (rc=4); stopping" in output.getvalue()
-    assert "sending SIGTERM to sleeper" in output.getvalue()
-    assert cluster.processes == []
 
 
 def test_stop_kills_a_child_that_ignores_sigterm_after_the_grace_period(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -60,7 +61,8 @@ def test_embedded_redis_answers_ping_and_stop_leaves_no_process(tmp_path: Path) 
             assert client.get("novaq") == b"up"
             config = client.config_get("*")
         assert config["save"] == ""
-        assert config["appendonly"] == "no"
+        assert config["appendonly"] == "yes"
+        assert config["appendfsync"] == "everysec"
         assert config["maxmemory-policy"] == "noeviction"
         assert config["protected-mode"] == "yes"
         assert config["dir"] == str(tmp_path.resolve() / "broker")
@@ -98,6 +100,29 @@ def test_stop_is_idempotent_and_removes_the_url_file(tmp_path: Path) -> None:
     assert not server.url_path.exists()
     server.stop()
     server.stop()
+
+
+def test_a_dead_server_restarts_on_its_url_with_its_data_and_a_new_one_starts_empty(
+    tmp_path: Path,
+) -> None:
+    server = EmbeddedRedis(tmp_path).start()
+    try:
+        url = server.url
+        with redis.Redis.from_url(url) as client:
+            client.rpush("compute.host1", "queued")
+        assert server._proc is not None
+        server._proc.kill()
+        server._proc.wait(timeout=10)
+        assert server.exit_status() == -signal.SIGKILL
+        server.restart()
+        assert server.url == url and server.url_path.read_text().strip() == url
+        with redis.Redis.from_url(url) as client:
+            assert client.lrange("compute.host1", 0, -1) == [b"queued"]
+        assert "--- restarted by novaq up ---" in server.log_path.read_text()
+    finally:
+        server.stop()
+    with EmbeddedRedis(tmp_path) as fresh, redis.Redis.from_url(fresh.url) as client:
+        assert client.lrange("compute.host1", 0, -1) == []  # nothing kept between clusters
 
 
 def test_a_server_killed_behind_our_back_still_stops_cleanly(tmp_path: Path) -> None:

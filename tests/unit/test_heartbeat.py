@@ -1,6 +1,7 @@
 """The service heartbeat runs on the worker's own timer (``celery.utils.timer2.Timer`` in
 a worker without an event loop, as the unit tier's in-thread workers are): it reports
-every interval, survives a failed report, and stops when the bootstep stops."""
+every interval, survives a failed report (a database outage is logged once, and its end),
+and stops when the bootstep stops."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from compute import servicegroup
 from compute.servicegroup import COMPUTE, register_service
 from models import Service
 from models.db import session_scope
+from novaq.exceptions import ServiceUnavailable
 from tasks.bootsteps import Heartbeat
 from tests.factories import make_settings
 
@@ -77,3 +79,26 @@ def test_a_failed_report_is_logged_and_the_next_one_counts(
     _wait_for(db_url, service_id, 3)
     beat.stop()
     assert f"Heartbeat of service {service_id} failed" in caplog.text
+
+
+def test_a_database_outage_is_logged_once_and_so_is_its_end(
+    db_url: str, timer: Timer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    service_id = _service(db_url)
+    real = servicegroup.heartbeat
+    outage = iter([True, True, True])
+
+    def refused(session: object, sid: int) -> None:
+        if next(outage, False):
+            raise ServiceUnavailable(service="database", reason="Connection refused")
+        real(session, sid)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(servicegroup, "heartbeat", refused)
+    beat = Heartbeat(timer, db_url, service_id, INTERVAL_S)
+    beat.start()
+    _wait_for(db_url, service_id, 3)
+    beat.stop()
+    lost = [r for r in caplog.records if "lost connection to the database" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].exc_info is None  # one line, no traceback
+    assert "Connection refused" in lost[0].getMessage()
+    assert f"Heartbeat of service {service_id}: recovered, reporting again" in caplog.text

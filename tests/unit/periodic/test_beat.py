@@ -75,6 +75,18 @@ def test_a_second_beat_refuses_to_start_and_names_the_first(
     second.close()
 
 
+def test_a_beat_restarted_under_its_holder_takes_back_the_lease_its_killed_predecessor_left(
+    beat_app: Celery, tmp_path: Path
+) -> None:
+    # The first beat is "SIGKILLed": it never closes, its lease stays live.
+    _scheduler(beat_app, tmp_path / "a", holder="novaq-up-1")
+    (tmp_path / "b").mkdir()
+    with pytest.raises(SecondBeatError):  # another holder is refused for the lease's TTL
+        _scheduler(beat_app, tmp_path / "b", holder="someone-else")
+    again = _scheduler(beat_app, tmp_path / "b", holder="novaq-up-1")  # as novaq up restarts it
+    again.close()
+
+
 def test_the_banner_instance_beat_builds_first_takes_no_lease(
     beat_app: Celery, tmp_path: Path, db_url: str
 ) -> None:
@@ -141,3 +153,34 @@ def test_beat_publishes_fan_outs_that_expire_after_one_spacing(
         "periodic.discover_hosts_in_cells": {""},  # the scheduler's: sent as it is
     }
     assert all(m.headers["expires"] for m in sent)
+
+
+def test_a_beat_that_cannot_reach_the_database_publishes_nothing_until_it_renews(
+    beat_app: Celery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tasks import beat as beat_module
+
+    beat = _scheduler(beat_app, tmp_path)
+    reachable = beat._sessions
+    try:
+        entry = beat.schedule["_sync_power_states"]
+        entry.last_run_at -= dt.timedelta(seconds=entry.schedule.seconds)  # due
+        # A real database that cannot be opened: the directory does not exist.
+        beat._sessions = sessions_for(f"sqlite:///{tmp_path}/gone/db.sqlite")
+        for _ in range(3):
+            beat._renewed_at = 0.0  # due for renewal
+            assert beat.tick() == beat_module.DATABASE_RETRY_S
+        assert drain(beat_app, "celery") == []
+        lost = [r for r in caplog.records if "cannot renew its lease" in r.getMessage()]
+        assert len(lost) == 1
+
+        beat._sessions = reachable  # the database is back: the lease is still ours
+        beat._renewed_at = 0.0
+        beat.tick()
+        beat.tick()
+        sent = drain(beat_app, "celery")
+        assert "renewed its lease after the database was unreachable" in caplog.text
+        assert "compute.sync_power_states" in {m.decode()[1].get("task_name") for m in sent}
+    finally:
+        beat._sessions = reachable
+        beat.close()
