@@ -23,8 +23,10 @@ from typing import Any
 from tests.integration import soak_faults
 from tests.integration.soak_faults import Fault
 from tests.integration.soak_findings import (
+    FaultWindow,
     Request,
     describe_server,
+    fault_context,
     open_events,
     stuck_line,
     unfinished,
@@ -72,6 +74,9 @@ class SoakReport:
     #: Requests accepted whose action never finished (nor was superseded).
     lost: list[str] = field(default_factory=list)
     lost_kinds: Counter[str] = field(default_factory=Counter)
+    #: Lost requests by the fault they met ("during db outage", "after ...", ...).
+    lost_by_fault: Counter[str] = field(default_factory=Counter)
+    windows: list[FaultWindow] = field(default_factory=list)
     #: Instance-action events that never ended (a gap in the record, not a loss).
     open_events: set[str] = field(default_factory=set)
     #: Servers of the soak it was never told about (written by a refused request).
@@ -178,6 +183,7 @@ class Soak:
             self._boot(f"soak-{cycle}", name, self.rng.choice((1, 1, 2)), cycle)
 
     def _boot(self, name: str, flavor: str, count: int, cycle: int) -> list[str]:
+        sent_s = self._now()
         try:
             uuids: list[str] = self.api.boot(name, flavor, "cirros", count=count)
         except Exception as exc:  # noqa: BLE001 - a refusal during a fault is counted
@@ -186,13 +192,14 @@ class Soak:
         self.live.extend(uuids)
         self.every.extend(uuids)
         self.report.operations["boot"] += len(uuids)
-        self.report.requests.extend(Request("boot", u, None, cycle) for u in uuids)
+        self.report.requests.extend(Request("boot", u, None, cycle, sent_s) for u in uuids)
         return uuids
 
     def _request(
         self, kind: str, uuid: str, call: Callable[..., Any], *args: Any, cycle: int
     ) -> bool:
         """Send one request; count it as accepted (and remember it) or as refused."""
+        sent_s = self._now()
         try:
             request_id = call(*args)
         except Exception as exc:  # noqa: BLE001 - a state race or a fault's refusal
@@ -200,7 +207,7 @@ class Soak:
             return False
         self.report.operations[kind] += 1
         rid = request_id if isinstance(request_id, str) else None
-        self.report.requests.append(Request(kind, uuid, rid, cycle))
+        self.report.requests.append(Request(kind, uuid, rid, cycle, sent_s))
         return True
 
     def _try_move(self, uuid: str, cycle: int) -> None:
@@ -254,8 +261,11 @@ class Soak:
 
     # -- faults -----------------------------------------------------------------------
 
+    def _now(self) -> float:
+        return time.monotonic() - self.started
+
     def _elapsed(self) -> str:
-        return f"t={time.monotonic() - self.started:.1f}s"
+        return f"t={self._now():.1f}s"
 
     def _wait_faults_over(self) -> None:
         """One fault at a time: wait (bounded) until the ones injected before have ended."""
@@ -269,7 +279,14 @@ class Soak:
         # A burst first, so the fault lands while steps are in flight.
         self._boot(f"soak-burst-{cycle}", FLAVORS[0][0], 6, cycle)
         time.sleep(self.rng.uniform(0.0, 0.08))
-        line = fault.inject(lambda over: self._note(f"{self._elapsed()}: {over}"))
+        window = FaultWindow(fault.kind, self._now())
+        self.report.windows.append(window)
+
+        def ended(line: str) -> None:
+            window.end_s = self._now()
+            self._note(f"{self._elapsed()}: {line}")
+
+        line = fault.inject(ended)
         self.report.injected[fault.kind] += 1
         self._note(f"cycle {cycle} {self._elapsed()}: {line}")
 
@@ -279,6 +296,8 @@ class Soak:
         self._boot(f"soak-burst-{cycle}", FLAVORS[0][0], 6, cycle)
         time.sleep(self.rng.uniform(0.0, 0.08))
         worker = self.cluster.workers[self.victim]
+        window = FaultWindow("worker SIGKILL", self._now())
+        self.report.windows.append(window)
         worker.stop(signal.SIGKILL)
         self.report.kills += 1
         self.report.injected["worker SIGKILL"] += 1
@@ -286,6 +305,7 @@ class Soak:
         time.sleep(self.down_s)
         worker.start()
         self._wait_ready({f"compute@{self.victim}"})
+        window.end_s = self._now()
 
     def _tally(self) -> str:
         accepted = sum(self.report.operations.values())
@@ -404,8 +424,13 @@ class Soak:
                 self.report.open_events.update(open_events(actions))
             why = unfinished(request, *seen[request.uuid])
             if why is not None:
+                context = fault_context(request.at_s, self.report.windows)
                 self.report.lost_kinds[request.kind] += 1
-                lost.append(f"{request.kind} of {request.uuid} (cycle {request.cycle}): {why}")
+                self.report.lost_by_fault[context] += 1
+                lost.append(
+                    f"{request.kind} of {request.uuid} (cycle {request.cycle}, "
+                    f"t={request.at_s:.1f}s, {context}): {why}"
+                )
         return lost
 
 

@@ -24,6 +24,30 @@ class Request:
     #: The action's request id (None for a boot: found later by its ``create`` action).
     request_id: str | None
     cycle: int
+    #: When it was sent, in seconds from the start of the run.
+    at_s: float = 0.0
+
+
+@dataclass(slots=True)
+class FaultWindow:
+    """When a fault was in effect, in seconds from the start of the run (``end_s`` None:
+    it never ended)."""
+
+    kind: str
+    start_s: float
+    end_s: float | None = None
+
+
+def fault_context(at_s: float, windows: list[FaultWindow]) -> str:
+    """Which fault a request met: "during X" if sent while X was in effect, "after X" if
+    X was the last fault before it, else "before any fault"."""
+    before = [w for w in windows if w.start_s <= at_s]
+    if not before:
+        return "before any fault"
+    last = max(before, key=lambda w: w.start_s)
+    if last.end_s is None or at_s <= last.end_s:
+        return f"during {last.kind}"
+    return f"after {last.kind}"
 
 
 def describe_server(

@@ -53,6 +53,7 @@ def print_report(report: SoakReport | None, crashed: str | None = None) -> bool:
     print(f"STUCK servers per phase and state: {_dict(states)}")
     _lines("STUCK servers", report.stuck)
     print(f"LOST operations per kind: {_dict(report.lost_kinds)}")
+    print(f"LOST operations per fault met: {_dict(report.lost_by_fault)}")
     _lines("LOST operations (accepted, never finished)", report.lost)
     print(f"events left open (a gap in the record, not counted): {len(report.open_events)}")
     for title, audit, mismatches in (

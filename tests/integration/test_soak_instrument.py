@@ -16,7 +16,14 @@ import pytest
 
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.soak_faults import BrokerRestart, DbOutage, schedule
-from tests.integration.soak_findings import Request, describe_server, open_events, unfinished
+from tests.integration.soak_findings import (
+    FaultWindow,
+    Request,
+    describe_server,
+    fault_context,
+    open_events,
+    unfinished,
+)
 from tests.integration.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
@@ -203,3 +210,13 @@ def test_a_stuck_server_is_described_with_its_last_action_event_and_migration() 
     assert open_events([_action("resize", "r2", "Success", None)]) == [
         "resize r2: compute_resize on soak1"
     ]
+
+
+def test_a_lost_request_is_put_in_the_window_of_the_fault_it_met() -> None:
+    windows = [FaultWindow("worker SIGKILL", 5.0, 8.0), FaultWindow("db outage", 20.0, 30.0),
+               FaultWindow("broker restart (empty)", 40.0)]  # fmt: skip
+    assert fault_context(1.0, windows) == "before any fault"
+    assert fault_context(6.0, windows) == "during worker SIGKILL"
+    assert fault_context(12.0, windows) == "after worker SIGKILL"
+    assert fault_context(30.0, windows) == "during db outage"
+    assert fault_context(99.0, windows) == "during broker restart (empty)"
