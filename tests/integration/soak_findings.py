@@ -15,6 +15,10 @@ from typing import Any
 SETTLED_STATUSES = frozenset({"ACTIVE", "ERROR", "DELETED", "SHUTOFF", "VERIFY_RESIZE"})
 
 
+#: A request sent this long before a fault began is taken as in flight when it hit.
+IN_FLIGHT_S = 5.0
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One operation the soak asked for and the API accepted."""
@@ -39,15 +43,17 @@ class FaultWindow:
 
 
 def fault_context(at_s: float, windows: list[FaultWindow]) -> str:
-    """Which fault a request met: "during X" if sent while X was in effect, "after X" if
-    X was the last fault before it, else "before any fault"."""
+    """Which fault a request met: "during X" if sent while X was in effect, "just before
+    X" if X began within ``IN_FLIGHT_S`` after it (the soak's bursts: still in flight
+    when X hit), "after X" if X was the last fault before it, else "before any fault"."""
     before = [w for w in windows if w.start_s <= at_s]
-    if not before:
-        return "before any fault"
-    last = max(before, key=lambda w: w.start_s)
-    if last.end_s is None or at_s <= last.end_s:
+    last = max(before, key=lambda w: w.start_s) if before else None
+    if last is not None and (last.end_s is None or at_s <= last.end_s):
         return f"during {last.kind}"
-    return f"after {last.kind}"
+    soon = [w for w in windows if at_s < w.start_s <= at_s + IN_FLIGHT_S]
+    if soon:
+        return f"just before {min(soon, key=lambda w: w.start_s).kind}"
+    return "before any fault" if last is None else f"after {last.kind}"
 
 
 def describe_server(

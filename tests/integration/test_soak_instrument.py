@@ -215,8 +215,10 @@ def test_a_stuck_server_is_described_with_its_last_action_event_and_migration() 
 def test_a_lost_request_is_put_in_the_window_of_the_fault_it_met() -> None:
     windows = [FaultWindow("worker SIGKILL", 5.0, 8.0), FaultWindow("db outage", 20.0, 30.0),
                FaultWindow("broker restart (empty)", 40.0)]  # fmt: skip
-    assert fault_context(1.0, windows) == "before any fault"
+    assert fault_context(-9.0, windows) == "before any fault"
+    assert fault_context(1.0, windows) == "just before worker SIGKILL"
     assert fault_context(6.0, windows) == "during worker SIGKILL"
     assert fault_context(12.0, windows) == "after worker SIGKILL"
+    assert fault_context(17.0, windows) == "just before db outage"
     assert fault_context(30.0, windows) == "during db outage"
     assert fault_context(99.0, windows) == "during broker restart (empty)"
