@@ -1,7 +1,13 @@
-"""The leak soak: random boots and deletes on real workers, with spawn failures injected
-and a compute worker SIGKILLed and restarted mid-run; then the accounting must be exact.
+"""The leak soak: random boots, deletes and moves (and, in the long form, stops, starts and
+reboots) on real workers, with spawn failures injected, a compute worker SIGKILLed and
+restarted mid-run, and optionally faults of the broker and the database
+(``soak_faults``); then nothing may be stuck or lost and the accounting must be exact.
 
 Used in a short form by ``test_leak_soak.py`` and in a long form by ``bench/leak_soak.py``.
+
+Every wait is bounded: a server that has not settled by the deadline is reported as stuck
+(with its states, host, last action and event, migration), a request the API accepted
+whose action never finished is reported as lost, and the run goes on to the audit.
 """
 
 from __future__ import annotations
@@ -10,20 +16,51 @@ import random
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.integration import soak_faults
+from tests.integration.soak_faults import Fault
+from tests.integration.soak_findings import (
+    FaultWindow,
+    Request,
+    describe_server,
+    fault_context,
+    open_events,
+    stuck_line,
+    unfinished,
+    usage_mismatches,
+)
 from tests.integration.workers import Cluster
 
 SETTLED = {"ACTIVE", "ERROR", "DELETED", "SHUTOFF"}
 FLAVORS = (("soak.small", 1, 512, 1), ("soak.medium", 2, 1024, 2), ("soak.large", 4, 4096, 5))
+#: Upper bounds of the roll for delete, move, power operation; the rest boots.
+MIX = (0.35, 0.55, 0.55)
+MIX_WITH_POWER = (0.30, 0.45, 0.60)
+#: How long a fault may take to end beyond its own duration before the soak goes on.
+FAULT_GRACE_S = 60.0
+#: How long restarted workers may take to answer a ping.
+READY_TIMEOUT_S = 60.0
 
 
 @dataclass
 class SoakReport:
+    #: Requests the API accepted, per kind (a boot of N servers counts N).
     operations: Counter[str] = field(default_factory=Counter)
+    #: Requests the API refused, as "kind: error".
+    refused: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
+    #: The fault messages of the servers in ERROR.
     faults: Counter[str] = field(default_factory=Counter)
+    #: Faults injected, per kind ("worker SIGKILL", "broker restart ...", "db outage").
+    injected: Counter[str] = field(default_factory=Counter)
+    fault_log: list[str] = field(default_factory=list)
+    #: What went wrong with a fault itself, or with the cluster around one.
+    fault_errors: list[str] = field(default_factory=list)
+    #: Workers that died without the soak killing them (each restarted once faults end).
+    worker_exits: list[str] = field(default_factory=list)
     kills: int = 0
     seconds: float = 0.0
     settle_seconds: float = 0.0
@@ -31,8 +68,20 @@ class SoakReport:
     usage_mismatches_live: list[str] = field(default_factory=list)
     audit: dict[str, Any] = field(default_factory=dict)
     usage_mismatches: list[str] = field(default_factory=list)
+    #: One line per server and phase that did not settle by the deadline.
     stuck: list[str] = field(default_factory=list)
     stuck_details: list[dict[str, Any]] = field(default_factory=list)
+    #: Requests accepted whose action never finished (nor was superseded).
+    lost: list[str] = field(default_factory=list)
+    lost_kinds: Counter[str] = field(default_factory=Counter)
+    #: Lost requests by the fault they met ("during db outage", "after ...", ...).
+    lost_by_fault: Counter[str] = field(default_factory=Counter)
+    windows: list[FaultWindow] = field(default_factory=list)
+    #: Instance-action events that never ended (a gap in the record, not a loss).
+    open_events: set[str] = field(default_factory=set)
+    #: Servers of the soak it was never told about (written by a refused request).
+    unknown_servers: list[str] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
 
 
 def ensure_flavors(api: Any) -> None:
@@ -51,153 +100,351 @@ def run_soak(
     seed: int = 7,
     settle_timeout_s: float = 120.0,
     down_s: float = 0.5,
+    faults: Sequence[Fault] = (),
+    power_ops: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> SoakReport:
     """``down_s``: how long the victim stays dead. Past ``service_down_time`` the API
-    deletes its servers locally meanwhile, and its restart meets their guests."""
-    rng = random.Random(seed)
-    report = SoakReport()
-    ensure_flavors(api)
-    kill_at = {int(cycles * (k + 1) / (kills + 1)) for k in range(kills)}
-    live: list[str] = []
-    every: list[str] = []
-    resizing: set[str] = set()
-    started = time.monotonic()
-    for cycle in range(cycles):
-        if cycle in kill_at:
-            # A burst first, so the kill lands while steps are in flight on the victim.
-            burst = api.boot(f"soak-burst-{cycle}", FLAVORS[0][0], "cirros", count=6)
-            live.extend(burst)
-            every.extend(burst)
-            report.operations["boot"] += len(burst)
-            time.sleep(rng.uniform(0.0, 0.08))
-            _kill_and_restart(cluster, victim, down_s)
-            report.kills += 1
-        _resolve_one(api, resizing, rng, report)
-        roll = rng.random()
-        if live and roll < 0.35:
-            uuid = live.pop(rng.randrange(len(live)))
-            resizing.discard(uuid)
-            api.delete(uuid)
-            report.operations["delete"] += 1
-        elif live and roll < 0.55:
-            _try_resize(api, rng.choice(live), rng, resizing, report)
+    deletes its servers locally meanwhile, and its restart meets their guests.
+    ``faults`` are injected once each at random cycles; ``power_ops`` adds stop, start
+    and reboot to the mix."""
+    soak = Soak(api, cluster, victim, seed, settle_timeout_s, down_s, power_ops, log)
+    soak.run(cycles, kills, faults)
+    return soak.report
+
+
+class Soak:
+    """One run; ``report`` holds what is known so far even if the run raises."""
+
+    def __init__(
+        self,
+        api: Any,
+        cluster: Cluster,
+        victim: str,
+        seed: int = 7,
+        settle_timeout_s: float = 120.0,
+        down_s: float = 0.5,
+        power_ops: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.api, self.cluster, self.victim = api, cluster, victim
+        self.seed, self.settle_timeout_s, self.down_s = seed, settle_timeout_s, down_s
+        self.power_ops = power_ops
+        self.mix = MIX_WITH_POWER if power_ops else MIX
+        self.log = log or (lambda line: None)
+        self.rng = random.Random(seed)
+        self.report = SoakReport()
+        self.live: list[str] = []
+        self.every: list[str] = []
+        self.resizing: set[str] = set()
+        self.faults: list[Fault] = []
+        self.dead: set[str] = set()
+        self.cycle = 0
+        self.started = time.monotonic()
+
+    # -- the run ----------------------------------------------------------------------
+
+    def run(self, cycles: int, kills: int, faults: Sequence[Fault] = ()) -> None:
+        ensure_flavors(self.api)
+        self.faults = list(faults)
+        kill_at = {int(cycles * (k + 1) / (kills + 1)) for k in range(kills)}
+        plan = soak_faults.schedule(self.faults, cycles, self.seed, kill_at)
+        self.started = time.monotonic()
+        for cycle in range(cycles):
+            self.cycle = cycle
+            self._supervise()
+            for fault in plan.get(cycle, []):
+                self._inject(cycle, fault)
+            if cycle in kill_at:
+                self._kill_victim(cycle)
+            self._resolve_one()
+            self._operate(cycle)
+            time.sleep(self.rng.uniform(0, 0.05))
+            if cycles >= 10 and (cycle + 1) % (cycles // 10) == 0:
+                self.log(f"cycle {cycle + 1}/{cycles} {self._elapsed()}: {self._tally()}")
+        self.report.seconds = time.monotonic() - self.started
+        self._recover_cluster()
+        self._finish()
+
+    def _operate(self, cycle: int) -> None:
+        roll = self.rng.random()
+        if self.live and roll < self.mix[0]:
+            index = self.rng.randrange(len(self.live))
+            uuid = self.live[index]
+            if self._request("delete", uuid, self.api.delete, uuid, cycle=cycle):
+                self.live.pop(index)
+                self.resizing.discard(uuid)
+        elif self.live and roll < self.mix[1]:
+            self._try_move(self.rng.choice(self.live), cycle)
+        elif self.live and roll < self.mix[2]:
+            self._try_power(self.rng.choice(self.live), cycle)
         else:
-            name = rng.choice(FLAVORS)[0]
-            uuids = api.boot(f"soak-{cycle}", name, "cirros", count=rng.choice((1, 1, 2)))
-            live.extend(uuids)
-            every.extend(uuids)
-            report.operations["boot"] += len(uuids)
-        time.sleep(rng.uniform(0, 0.05))
-    report.seconds = time.monotonic() - started
-    _settle(api, every, settle_timeout_s, report, also={"VERIFY_RESIZE"})
-    while resizing:  # confirm or revert every resize still waiting
-        _resolve_one(api, resizing, rng, report, force=True)
-    _settle(api, every, settle_timeout_s, report)
-    views = [api.show(u) for u in every]
-    report.statuses = Counter(v["status"] for v in views)
-    report.faults = Counter(v["fault"]["message"][:70] for v in views if v["status"] == "ERROR")
-    report.audit_live = api.audit()
-    report.usage_mismatches_live = usage_mismatches(api)
-    for uuid in every:  # clean up what is left, then the accounting must still be exact
-        if api.show(uuid)["status"] != "DELETED":
-            api.delete(uuid)
-    _settle(api, every, settle_timeout_s, report)
-    report.audit = api.audit()
-    report.usage_mismatches = usage_mismatches(api)
-    return report
+            name = self.rng.choice(FLAVORS)[0]
+            self._boot(f"soak-{cycle}", name, self.rng.choice((1, 1, 2)), cycle)
 
+    def _boot(self, name: str, flavor: str, count: int, cycle: int) -> list[str]:
+        sent_s = self._now()
+        try:
+            uuids: list[str] = self.api.boot(name, flavor, "cirros", count=count)
+        except Exception as exc:  # noqa: BLE001 - a refusal during a fault is counted
+            self.report.refused[f"boot: {type(exc).__name__}"] += 1
+            return []
+        self.live.extend(uuids)
+        self.every.extend(uuids)
+        self.report.operations["boot"] += len(uuids)
+        self.report.requests.extend(Request("boot", u, None, cycle, sent_s) for u in uuids)
+        return uuids
 
-def _try_resize(
-    api: Any, uuid: str, rng: random.Random, resizing: set[str], report: SoakReport
-) -> None:
-    view = api.show(uuid)
-    if view["status"] != "ACTIVE" or view["task_state"] is not None or uuid in resizing:
-        return
-    choices = [f[0] for f in FLAVORS if f[0] != view["flavor"]["name"]]
-    try:
-        if rng.random() < 0.3:
-            api.migrate(uuid)
-            report.operations["migrate"] += 1
-        else:
-            api.resize(uuid, rng.choice(choices))
-            report.operations["resize"] += 1
-    except Exception as exc:  # noqa: BLE001 - a state race with the soak's own steps
-        report.operations[f"refused: {type(exc).__name__}"] += 1
-        return
-    resizing.add(uuid)
+    def _request(
+        self, kind: str, uuid: str, call: Callable[..., Any], *args: Any, cycle: int
+    ) -> bool:
+        """Send one request; count it as accepted (and remember it) or as refused."""
+        sent_s = self._now()
+        try:
+            request_id = call(*args)
+        except Exception as exc:  # noqa: BLE001 - a state race or a fault's refusal
+            self.report.refused[f"{kind}: {type(exc).__name__}"] += 1
+            return False
+        self.report.operations[kind] += 1
+        rid = request_id if isinstance(request_id, str) else None
+        self.report.requests.append(Request(kind, uuid, rid, cycle, sent_s))
+        return True
 
-
-def _resolve_one(
-    api: Any, resizing: set[str], rng: random.Random, report: SoakReport, force: bool = False
-) -> None:
-    """Confirm or revert one resize that reached VERIFY_RESIZE; forget ended ones."""
-    for uuid in list(resizing):
-        view = api.show(uuid)
-        if view["status"] in ("ACTIVE", "ERROR", "DELETED") and view["task_state"] is None:
-            resizing.discard(uuid)
-            continue
-        if view["status"] == "VERIFY_RESIZE" and view["task_state"] is None:
-            if rng.random() < 0.5:
-                api.confirm_resize(uuid)
-                report.operations["confirm"] += 1
-            else:
-                api.revert_resize(uuid)
-                report.operations["revert"] += 1
-            resizing.discard(uuid)
+    def _try_move(self, uuid: str, cycle: int) -> None:
+        view = self.api.show(uuid)
+        movable = ("ACTIVE", "SHUTOFF") if self.power_ops else ("ACTIVE",)
+        if view["status"] not in movable or view["task_state"] is not None:
             return
-    if force and resizing:
-        time.sleep(0.2)
+        if uuid in self.resizing:
+            return
+        choices = [f[0] for f in FLAVORS if f[0] != view["flavor"]["name"]]
+        if self.rng.random() < 0.3:
+            accepted = self._request("migrate", uuid, self.api.migrate, uuid, cycle=cycle)
+        else:
+            flavor = self.rng.choice(choices)
+            accepted = self._request("resize", uuid, self.api.resize, uuid, flavor, cycle=cycle)
+        if accepted:
+            self.resizing.add(uuid)
 
+    def _try_power(self, uuid: str, cycle: int) -> None:
+        view = self.api.show(uuid)
+        if view["task_state"] is not None or uuid in self.resizing:
+            return
+        if view["status"] == "SHUTOFF":
+            self._request("start", uuid, self.api.start, uuid, cycle=cycle)
+        elif view["status"] == "ACTIVE" and self.rng.random() < 0.7:
+            self._request("stop", uuid, self.api.stop, uuid, cycle=cycle)
+        elif view["status"] == "ACTIVE":
+            hard = self.rng.random() < 0.5
+            kind = "reboot (hard)" if hard else "reboot"
+            self._request(kind, uuid, self.api.reboot, uuid, hard, cycle=cycle)
 
-def _kill_and_restart(cluster: Cluster, victim: str, down_s: float) -> None:
-    worker = cluster.workers[victim]
-    worker.stop(signal.SIGKILL)
-    time.sleep(down_s)
-    worker.start()
-    cluster.wait_ready({f"compute@{victim}"})
+    def _resolve_one(self, force: bool = False) -> None:
+        """Confirm or revert one resize that reached VERIFY_RESIZE; forget ended ones."""
+        for uuid in list(self.resizing):
+            view = self.api.show(uuid)
+            if view["task_state"] is None and view["status"] in ("ACTIVE", "SHUTOFF", "ERROR"):
+                self.resizing.discard(uuid)
+                continue
+            if view["status"] == "DELETED" and view["task_state"] is None:
+                self.resizing.discard(uuid)
+                continue
+            if view["status"] == "VERIFY_RESIZE" and view["task_state"] is None:
+                if self.rng.random() < 0.5:
+                    self._request("confirm", uuid, self.api.confirm_resize, uuid, cycle=self.cycle)
+                else:
+                    self._request("revert", uuid, self.api.revert_resize, uuid, cycle=self.cycle)
+                self.resizing.discard(uuid)
+                return
+        if force and self.resizing:
+            time.sleep(0.2)
 
+    # -- faults -----------------------------------------------------------------------
 
-def _settle(
-    api: Any, uuids: list[str], timeout_s: float, report: SoakReport, also: set[str] | None = None
-) -> None:
-    started = time.monotonic()
-    deadline = started + timeout_s
-    pending = list(uuids)
-    while pending and time.monotonic() < deadline:
-        pending = [u for u in pending if not _settled(api.show(u), also or set())]
-        time.sleep(0.5)
-    report.settle_seconds += time.monotonic() - started
-    report.stuck = [f"{u}: {api.show(u)['status']}/{api.show(u)['task_state']}" for u in pending]
-    for uuid in pending:
-        report.stuck_details.append(
-            {
-                "show": api.show(uuid),
-                "actions": api.list_actions(uuid),
-                "migrations": api.list_migrations(instance_uuid=uuid),
-            }
+    def _now(self) -> float:
+        return time.monotonic() - self.started
+
+    def _elapsed(self) -> str:
+        return f"t={self._now():.1f}s"
+
+    def _wait_faults_over(self) -> None:
+        """One fault at a time: wait (bounded) until the ones injected before have ended."""
+        for fault in self.faults:
+            if fault.active() and not fault.wait_over(_bound(fault)):
+                self.report.fault_errors.append(f"{fault.kind}: still in effect after its bound")
+
+    def _inject(self, cycle: int, fault: Fault) -> None:
+        self._wait_faults_over()
+        self._supervise()
+        # A burst first, so the fault lands while steps are in flight.
+        self._boot(f"soak-burst-{cycle}", FLAVORS[0][0], 6, cycle)
+        time.sleep(self.rng.uniform(0.0, 0.08))
+        window = FaultWindow(fault.kind, self._now())
+        self.report.windows.append(window)
+
+        def ended(line: str) -> None:
+            window.end_s = self._now()
+            self._note(f"{self._elapsed()}: {line}")
+
+        line = fault.inject(ended)
+        self.report.injected[fault.kind] += 1
+        self._note(f"cycle {cycle} {self._elapsed()}: {line}")
+
+    def _kill_victim(self, cycle: int) -> None:
+        self._wait_faults_over()
+        # A burst first, so the kill lands while steps are in flight on the victim.
+        self._boot(f"soak-burst-{cycle}", FLAVORS[0][0], 6, cycle)
+        time.sleep(self.rng.uniform(0.0, 0.08))
+        worker = self.cluster.workers[self.victim]
+        window = FaultWindow("worker SIGKILL", self._now())
+        self.report.windows.append(window)
+        worker.stop(signal.SIGKILL)
+        self.report.kills += 1
+        self.report.injected["worker SIGKILL"] += 1
+        self._note(f"cycle {cycle} {self._elapsed()}: worker {self.victim} SIGKILLed")
+        time.sleep(self.down_s)
+        worker.start()
+        self._wait_ready({f"compute@{self.victim}"})
+        window.end_s = self._now()
+
+    def _tally(self) -> str:
+        accepted = sum(self.report.operations.values())
+        return f"{accepted} requests accepted, {sum(self.report.refused.values())} refused"
+
+    def _note(self, line: str) -> None:
+        self.report.fault_log.append(line)
+        self.log(line)
+
+    def _wait_ready(self, nodes: set[str], timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait (bounded) until ``nodes`` answer a ping. A worker found dead meanwhile is
+        reported and restarted; a broker error on the way (this process's connection from
+        before a broker restart) is retried, not raised."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            self._supervise()
+            try:
+                self.cluster.wait_ready(nodes, timeout_s=min(10.0, deadline - time.monotonic()))
+                return
+            except Exception as exc:  # noqa: BLE001 - retried until the bound, then reported
+                last = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                time.sleep(0.5)
+        self.report.fault_errors.append(f"{self._elapsed()}: not ready: {last}")
+
+    def _supervise(self) -> None:
+        """A worker that died without the soak killing it is reported, and restarted
+        once no fault is in effect (a worker may be unable to start meanwhile)."""
+        for name, worker in self.cluster.workers.items():
+            if worker.proc is None or worker.alive():
+                continue
+            if name not in self.dead:
+                self.dead.add(name)
+                line = f"{self._elapsed()}: {name} exited ({worker.proc.returncode}): "
+                line += _last_words(worker.tail(20000))
+                self.report.worker_exits.append(line)
+                self.log(f"worker exit: {line}")
+            if not any(f.active() for f in self.faults):
+                worker.start()
+                self.dead.discard(name)
+
+    def _recover_cluster(self) -> None:
+        """After the last cycle: every fault over, every worker running and answering."""
+        self._wait_faults_over()
+        for fault in self.faults:
+            self.report.fault_errors.extend(fault.errors)
+        self._supervise()
+        if self.faults or self.report.worker_exits:
+            nodes = {w.argv[w.argv.index("-n") + 1] for w in self.cluster.workers.values()}
+            self._wait_ready(nodes)
+
+    # -- the end: settle, resolve, report, clean up, audit --------------------------------
+
+    def _finish(self) -> None:
+        api, report = self.api, self.report
+        known = set(self.every)
+        for server in api.list_instances():
+            if server["name"].startswith("soak-") and server["uuid"] not in known:
+                report.unknown_servers.append(server["uuid"])
+                self.every.append(server["uuid"])
+        stuck = self._settle("after the run", self.every, also={"VERIFY_RESIZE"})
+        self.resizing -= stuck
+        deadline = time.monotonic() + self.settle_timeout_s
+        while self.resizing and time.monotonic() < deadline:  # confirm or revert the rest
+            self._resolve_one(force=True)
+        stuck |= self._settle("after confirm/revert", [u for u in self.every if u not in stuck])
+        views = [api.show(u) for u in self.every]
+        report.statuses = Counter(v["status"] for v in views)
+        report.faults = Counter(
+            v["fault"]["message"][:70] for v in views if v["status"] == "ERROR" and v["fault"]
         )
+        report.audit_live = api.audit()
+        report.usage_mismatches_live = usage_mismatches(api)
+        report.lost.extend(self._lost(report.requests))
+        cleanup_from = len(report.requests)
+        for uuid in self.every:  # clean up what is left, then the accounting must still be exact
+            if api.show(uuid)["status"] != "DELETED":
+                self._request("delete (cleanup)", uuid, api.delete, uuid, cycle=self.cycle)
+        self._settle("after deleting all", self.every)
+        report.lost.extend(self._lost(report.requests[cleanup_from:]))
+        report.audit = api.audit()
+        report.usage_mismatches = usage_mismatches(api)
+
+    def _settle(self, phase: str, uuids: list[str], also: set[str] | None = None) -> set[str]:
+        """Wait until every server settles, at most ``settle_timeout_s``; report the rest."""
+        started = time.monotonic()
+        deadline = started + self.settle_timeout_s
+        pending = list(uuids)
+        self.log(f"settling {phase}: {len(pending)} servers, at most {self.settle_timeout_s:g} s")
+        while pending and time.monotonic() < deadline:
+            pending = [u for u in pending if not _settled(self.api.show(u), also or set())]
+            if pending:
+                time.sleep(0.5)
+        pending = [u for u in pending if not _settled(self.api.show(u), also or set())]
+        self.report.settle_seconds += time.monotonic() - started
+        for uuid in pending:
+            details = describe_server(
+                self.api.show(uuid),
+                self.api.list_actions(uuid),
+                self.api.list_migrations(instance_uuid=uuid),
+            )
+            details["phase"] = phase
+            self.report.stuck.append(stuck_line(phase, details))
+            self.report.stuck_details.append(details)
+        return set(pending)
+
+    def _lost(self, requests: list[Request]) -> list[str]:
+        """The requests that never finished (``soak_findings.unfinished``); also notes
+        the events left open on the servers they touched."""
+        seen: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        lost = []
+        for request in requests:
+            if request.uuid not in seen:
+                actions = self.api.list_actions(request.uuid)
+                seen[request.uuid] = (self.api.show(request.uuid), actions)
+                self.report.open_events.update(open_events(actions))
+            why = unfinished(request, *seen[request.uuid])
+            if why is not None:
+                context = fault_context(request.at_s, self.report.windows)
+                self.report.lost_kinds[request.kind] += 1
+                self.report.lost_by_fault[context] += 1
+                lost.append(
+                    f"{request.kind} of {request.uuid} (cycle {request.cycle}, "
+                    f"t={request.at_s:.1f}s, {context}): {why}"
+                )
+        return lost
+
+
+def _last_words(log: str) -> str:
+    """The line of a worker's log that says why it died: its last CRITICAL line (Celery's
+    "Unrecoverable error"), else its last line."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    critical = [line for line in lines if "CRITICAL" in line or "Unrecoverable" in line]
+    return (critical or lines or ["(empty log)"])[-1][:300]
+
+
+def _bound(fault: Fault) -> float:
+    return fault.duration_s + FAULT_GRACE_S
 
 
 def _settled(view: dict[str, Any], also: set[str]) -> bool:
     return view["status"] in SETTLED | also and view["task_state"] is None
-
-
-def usage_mismatches(api: Any) -> list[str]:
-    """Each node's usage must equal reserved + the flavors of the live servers on it."""
-    by_host: dict[str, list[int]] = {}
-    for server in api.list_instances():
-        if server["host"]:
-            f = server["flavor"]
-            sums = by_host.setdefault(server["host"], [0, 0, 0])
-            sums[0] += f["vcpus"]
-            sums[1] += f["memory_mb"]
-            sums[2] += f["root_gb"] + f["ephemeral_gb"]
-    problems = []
-    for host in api.list_hosts():
-        vcpus, memory_mb, disk_gb = by_host.get(host["host"], [0, 0, 0])
-        got = (host["vcpus_used"], host["memory_mb_used"] - 512, host["local_gb_used"])
-        if got != (vcpus, memory_mb, disk_gb):
-            problems.append(
-                f"{host['host']}: used {got}, live servers hold {(vcpus, memory_mb, disk_gb)}"
-            )
-    return problems

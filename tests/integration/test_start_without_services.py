@@ -229,7 +229,8 @@ def test_workers_and_beat_started_while_the_database_refuses_wait_and_ride_out_a
     own_db: str, private_redis: PrivateRedis, processes: Cluster, tmp_path: Path
 ) -> None:
     host = "nosvc-d1"
-    proxy = TcpProxy(("127.0.0.1", 5432))  # not listening yet: connections are refused
+    # Not listening yet: connections are refused.
+    proxy = TcpProxy("127.0.0.1", 5432, port=free_port())
     through_proxy = own_db.replace(":5432/", f":{proxy.port}/")
     env = {"NOVAQ_BROKER_URL": private_redis.url, "NOVAQ_DATABASE_URL": through_proxy}
     private_redis.start()
@@ -257,7 +258,7 @@ def test_workers_and_beat_started_while_the_database_refuses_wait_and_ride_out_a
         assert _boot(env, "after-the-database")["status"] == "ACTIVE"
 
         # An outage while everything runs: connections cut, new ones refused.
-        proxy.stop()
+        proxy.refuse()
         heartbeat_lost = "failed: lost connection to the database"
         _until("the heartbeat losing the database", _logged(processes, host, heartbeat_lost),
                processes)  # fmt: skip
@@ -274,4 +275,4 @@ def test_workers_and_beat_started_while_the_database_refuses_wait_and_ride_out_a
         _assert_alive(processes)
     finally:
         processes.stop()
-        proxy.stop()
+        proxy.refuse()
