@@ -32,6 +32,7 @@ from compute.steps import DONE, Step, StepContext, StepRun, run_step
 from models import ComputeNode, Instance, utcnow
 from models.alternate import Alternate
 from novaq.exceptions import (
+    DatabaseUnavailable,
     ImageNotFound,
     ImageUnacceptable,
     InstanceNotFound,
@@ -109,7 +110,8 @@ def _spawn_failed(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
         # image, and the failure says nothing about this host's health.
         fail_build(ctx.sessions, uuid, request_id, exc, host=ctx.host, record_event=False)
         return
-    if run.params.get("track_failures", True):
+    # The database's outage says nothing of this host's health: not a failed build here.
+    if run.params.get("track_failures", True) and not isinstance(exc, DatabaseUnavailable):
         record_build_result(ctx.sessions, ctx.host, succeeded=False)
     attempt: BuildAttempt = run.params.get("attempt") or BuildAttempt()
     if attempt.number < attempt.max_attempts and attempt.alternates:

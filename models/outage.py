@@ -45,6 +45,7 @@ class Patience:
 class _Budget:
     patience: Patience
     deadline: float  # time.monotonic()
+    owner: str  # the unit of work, for the log (a task's name and id)
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -58,10 +59,12 @@ _BUDGET: ContextVar[_Budget | None] = ContextVar("novaq_database_outage_budget",
 
 
 @contextlib.contextmanager
-def tolerating(patience: Patience) -> Iterator[None]:
+def tolerating(patience: Patience, owner: str = "") -> Iterator[None]:
     """Within the block, database work waits up to ``patience.tolerance_s`` from now for
-    the database. A nested block has a budget of its own; the outer one is back on exit."""
-    token = _BUDGET.set(_Budget(patience, time.monotonic() + patience.tolerance_s))
+    the database (``owner`` names the work in the log). A nested block has a budget of
+    its own; the outer one is back on exit."""
+    budget = _Budget(patience, time.monotonic() + patience.tolerance_s, owner)
+    token = _BUDGET.set(budget)
     try:
         yield
     finally:
@@ -76,7 +79,7 @@ def renewed() -> Iterator[None]:
     if budget is None:
         yield
         return
-    with tolerating(budget.patience):
+    with tolerating(budget.patience, budget.owner):
         yield
 
 
@@ -120,7 +123,8 @@ def _log_wait(what: str, budget: _Budget) -> Callable[[RetryCallState], None]:
         exc = state.outcome.exception() if state.outcome is not None else None
         sleep = state.next_action.sleep if state.next_action is not None else 0.0
         LOG.warning(
-            "%s: %s; trying again in %.1f s (waiting at most %.0f s more)",
+            "%s%s: %s; trying again in %.1f s (waiting at most %.0f s more)",
+            f"{budget.owner}: " if budget.owner else "",
             what,
             exc,
             sleep,

@@ -169,7 +169,8 @@ class DatabaseGroup(_Group):
     database, trying again after ``db_retry_interval`` seconds, then twice as long each
     time up to ``db_max_retry_interval`` (Nova's ``[database]`` names and defaults for the
     intervals). A step holds its message unacknowledged while it waits, so
-    ``[celery] visibility_timeout`` must exceed the longest step plus twice this.
+    ``[celery] visibility_timeout`` must exceed the longest step plus three times this
+    (the step, then its undo, then its error callback may each wait).
     """
 
     outage_tolerance_s: float = Field(default=90.0, ge=0.0, le=3600.0)

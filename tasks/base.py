@@ -68,12 +68,12 @@ class NovaqTask(Task):  # type: ignore[misc]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         settings = get_settings()
-        with outage.tolerating(patience(settings)):
+        with outage.tolerating(patience(settings), self._owner(self.request.id)):
             try:
                 self._count_delivery(settings)
                 # A re-run is what a redelivery would do (every step is idempotent under
                 # redelivery), minus what run_step already rode out by itself.
-                return outage.ride_out(lambda: self._run_call(*args, **kwargs), self.name)
+                return outage.ride_out(lambda: self._run_call(*args, **kwargs), "the task")
             except DatabaseUnavailable as exc:
                 LOG.error(
                     "%s[%s]: gave up waiting for the database (%s s): %s",
@@ -93,12 +93,16 @@ class NovaqTask(Task):  # type: ignore[misc]
             return
         sessions = sessions_for(settings.sqlalchemy_url)
         attempts = outage.ride_out(
-            lambda: record_delivery(sessions, task_id, self.name), f"{self.name}: counting"
+            lambda: record_delivery(sessions, task_id, self.name), "counting the delivery"
         )
         limit = settings.celery.max_delivery_attempts
         if attempts > limit:
             LOG.error("%s[%s] delivered %d times; giving up", self.name, task_id, attempts)
             raise DeliveryLimitExceeded(task=self.name, attempts=attempts, limit=limit)
+
+    def _owner(self, task_id: str | None) -> str:
+        # An errback, called in-process, has no id of its own.
+        return f"{self.name}[{task_id}]" if task_id else self.name
 
     def _counted(self, task_id: str | None) -> bool:
         return bool(self.count_deliveries and task_id and not self.request.is_eager)
@@ -114,11 +118,11 @@ class NovaqTask(Task):  # type: ignore[misc]
         settings = get_settings()
         sessions = sessions_for(settings.sqlalchemy_url)
         # after_return runs outside __call__'s budget: it gets one of its own.
-        with outage.tolerating(patience(settings)):
+        with outage.tolerating(patience(settings), self._owner(task_id)):
             try:
                 outage.ride_out(
                     lambda: forget_delivery(sessions, str(task_id), self.name),
-                    f"{self.name}: forgetting",
+                    "forgetting the delivery",
                 )
             except DatabaseUnavailable as exc:
                 # The row stays: the trace of a delivery that did not end cleanly.

@@ -29,7 +29,7 @@ from models import InstanceAction, outage, utcnow
 from models.db import session_scope
 from novaq.exceptions import DatabaseUnavailable
 from tests.db_outage import ScheduledOutage
-from tests.factories import claim, host_resources, make_compute_node, make_instance
+from tests.factories import claim, host_resources, make_compute_node, make_instance, node_row
 from virt import power_state
 from virt.driver import GuestInfo, GuestSpec
 from virt.fake import FakeDriver
@@ -172,6 +172,8 @@ def test_past_the_budget_a_build_is_undone_once_the_database_answers(
     assert fault is not None and fault.startswith("database is unavailable")
     with session_scope(db_url) as session:
         assert consumer_allocations(session, uuid, node_id) == {}
+    # the outage is not counted against the host (BuildFailureWeigher, auto-disable)
+    assert (node_row(db_url, node_id).stats or {}).get("failed_builds", 0) == 0
 
 
 def test_an_outage_at_the_finish_of_a_stop_ends_shutoff(db_url: str, budget: None) -> None:

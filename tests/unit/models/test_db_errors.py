@@ -9,7 +9,6 @@ when no server answers. The shared server itself is never stopped.
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,26 +19,12 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from models.db import dispose_all, is_transient_error, session_scope
 from novaq.exceptions import DatabaseUnavailable, ServiceUnavailable
-from tests.tcp_proxy import TcpProxy
+from tests.tcp_proxy import TcpProxy, free_port, reachable
 
 PG = "postgresql://postgres@127.0.0.1:{port}/{db}"
 
 
-def _pg_up() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5432), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-needs_pg = pytest.mark.skipif(not _pg_up(), reason="no PostgreSQL on 127.0.0.1:5432")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+needs_pg = pytest.mark.skipif(not reachable(5432), reason="no PostgreSQL on 127.0.0.1:5432")
 
 
 def _error_of(url: str, sql: str = "SELECT 1") -> SQLAlchemyError:
@@ -68,7 +53,7 @@ def proxy() -> Iterator[TcpProxy]:
 @pytest.mark.parametrize(
     ("case", "url"),
     [
-        ("connection refused", PG.format(port=_free_port(), db="test")),
+        ("connection refused", PG.format(port=free_port(), db="test")),
         ("database does not exist", PG.format(port=5432, db="novaq_no_such_database")),
     ],
 )
@@ -133,7 +118,7 @@ def test_errors_of_the_request_are_not_transient(sql: str) -> None:
 
 
 def test_a_mysql_server_that_cannot_be_reached_is_transient() -> None:
-    exc = _error_of(f"mysql+pymysql://root@127.0.0.1:{_free_port()}/novaq")
+    exc = _error_of(f"mysql+pymysql://root@127.0.0.1:{free_port()}/novaq")
     assert exc.orig.args[0] == 2003  # type: ignore[union-attr]  # CR_CONN_HOST_ERROR
     assert is_transient_error(exc)
 
@@ -181,7 +166,7 @@ def test_an_integrity_error_quoting_an_outage_is_not_transient(tmp_path: Path) -
 def test_session_scope_raises_database_unavailable_for_a_refused_connect() -> None:
     with (
         pytest.raises(DatabaseUnavailable, match="database is unavailable.*refused"),
-        session_scope(PG.format(port=_free_port(), db="test")) as session,
+        session_scope(PG.format(port=free_port(), db="test")) as session,
     ):
         session.execute(text("SELECT 1"))
 

@@ -14,9 +14,9 @@ from sqlalchemy import text
 from models import outage
 from models.db import dispose_all, session_scope
 from novaq.exceptions import DatabaseUnavailable
-from tests.tcp_proxy import TcpProxy
-from tests.unit.models.test_db_errors import needs_pg
+from tests.tcp_proxy import TcpProxy, reachable
 
+needs_pg = pytest.mark.skipif(not reachable(5432), reason="no PostgreSQL on 127.0.0.1:5432")
 QUICK = outage.Patience(tolerance_s=2.0, first_wait_s=0.01, max_wait_s=0.05)
 
 
