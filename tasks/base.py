@@ -75,10 +75,9 @@ class NovaqTask(Task):  # type: ignore[misc]
                 # redelivery), minus what run_step already rode out by itself.
                 return outage.ride_out(lambda: self._run_call(*args, **kwargs), "the task")
             except DatabaseUnavailable as exc:
+                # (the task logger names the task and its id)
                 LOG.error(
-                    "%s[%s]: gave up waiting for the database (%s s): %s",
-                    self.name,
-                    self.request.id,
+                    "gave up waiting for the database (%s s): %s",
                     settings.database.outage_tolerance_s,
                     exc,
                 )
@@ -126,7 +125,7 @@ class NovaqTask(Task):  # type: ignore[misc]
                 )
             except DatabaseUnavailable as exc:
                 # The row stays: the trace of a delivery that did not end cleanly.
-                LOG.error("%s[%s]: delivery record kept: %s", self.name, task_id, exc)
+                LOG.error("delivery record of %s kept: %s", self._owner(task_id), exc)
 
     def after_return(
         self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
