@@ -32,6 +32,7 @@ from compute.steps import DONE, Step, StepContext, StepRun, run_step
 from models import ComputeNode, Instance, utcnow
 from models.alternate import Alternate
 from novaq.exceptions import (
+    DatabaseUnavailable,
     ImageNotFound,
     ImageUnacceptable,
     InstanceNotFound,
@@ -99,16 +100,18 @@ def _spawn_failed(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
     (a purged or unacceptable image: no other host would do better) or a reschedule to
     the next alternate while attempts remain, else the build errored out."""
     uuid, request_id = run.instance_uuid, ctx.request_id
+    if not isinstance(exc, ImageNotFound):
+        # NOTE: before any database write, so that the guest goes even when the database
+        # does not answer (the errback, which has no hypervisor, finishes the undo).
+        destroy_quietly(ctx.driver, uuid)
     _finish_event(ctx.sessions, run.event_id, exc)
     if isinstance(exc, ImageNotFound | ImageUnacceptable):
         # Nova aborts (BuildAbortException): every other host would meet the same
         # image, and the failure says nothing about this host's health.
-        if isinstance(exc, ImageUnacceptable):
-            destroy_quietly(ctx.driver, uuid)
         fail_build(ctx.sessions, uuid, request_id, exc, host=ctx.host, record_event=False)
         return
-    destroy_quietly(ctx.driver, uuid)
-    if run.params.get("track_failures", True):
+    # The database's outage says nothing of this host's health: not a failed build here.
+    if run.params.get("track_failures", True) and not isinstance(exc, DatabaseUnavailable):
         record_build_result(ctx.sessions, ctx.host, succeeded=False)
     attempt: BuildAttempt = run.params.get("attempt") or BuildAttempt()
     if attempt.number < attempt.max_attempts and attempt.alternates:

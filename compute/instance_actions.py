@@ -64,6 +64,12 @@ def start_event(
     return row.id
 
 
+def event_result(session: Session, event_id: int) -> str | None:
+    """The event's result (``Success``, ``Error``), None while it is open or gone."""
+    row = session.get(InstanceActionEvent, event_id, populate_existing=True)
+    return row.result if row is not None else None
+
+
 def finish_event(
     session: Session,
     event_id: int,

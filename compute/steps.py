@@ -44,9 +44,14 @@ from compute.failure_policies import FailurePolicy, keep_vm_state
 from compute.instance_state import cas_update
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.sessions import Sessions
-from models import Instance
+from models import Instance, outage
 from novaq import fault_points
-from novaq.exceptions import DomainNotFound, InstanceNotFound, UnexpectedTaskStateError
+from novaq.exceptions import (
+    DatabaseUnavailable,
+    DomainNotFound,
+    InstanceNotFound,
+    UnexpectedTaskStateError,
+)
 from virt import power_state
 from virt.driver import ComputeDriver
 
@@ -165,18 +170,39 @@ class Step:
 
 def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) -> str:
     """Run ``step`` on ``instance_uuid``: ``done``, ``skipped`` or ``superseded``; a
-    failure of its act is undone and re-raised."""
+    failure of its act is undone and re-raised.
+
+    A database outage is waited out phase by phase (``models.outage``, inside a worker's
+    task), because only here is it known what has committed: a begin or a finish cut
+    mid-way was rolled back and is made again (a finish whose commit happened but whose
+    answer was lost finds its event closed ``Success``), so a guest that spawned is not
+    spawned twice nor undone. Past the budget, a finish fails as an act does: the step's
+    undo runs, with a budget of its own, once the database answers.
+    """
+    label = f"{step.name} of {instance_uuid}"
     fault_points.reach(f"{step.name}:begin")
-    run = _begin(ctx, step, instance_uuid, params)
+    run = outage.ride_out(lambda: _begin(ctx, step, instance_uuid, params), f"{label}: begin")
     if run is None:
         return SKIPPED
     try:
         fault_points.reach(f"{step.name}:act")
         _act(ctx, step, run)
         fault_points.reach(f"{step.name}:finish")
-        return _finish(ctx, step, run)
+        try:
+            return outage.ride_out(lambda: _finish(ctx, step, run), f"{label}: finish")
+        except DatabaseUnavailable as exc:
+            LOG.error(
+                "Instance %s on %s: %s could not finish: %s",
+                instance_uuid,
+                ctx.host,
+                step.name,
+                exc,
+            )
+            _undo(ctx, step, run, exc)
+            raise
     except Superseded as conflict:
-        return _superseded(ctx, step, run, conflict.cause)
+        cause = conflict.cause
+        return outage.ride_out(lambda: _superseded(ctx, step, run, cause), f"{label}: superseded")
 
 
 def locked(session: Session, instance_uuid: str) -> Instance:
@@ -240,12 +266,33 @@ def _act(ctx: StepContext, step: Step, run: StepRun) -> None:
         raise
     except Exception as exc:
         LOG.warning("Instance %s on %s: %s failed: %s", run.instance_uuid, ctx.host, step.name, exc)
+        _undo(ctx, step, run, exc)
+        raise
+
+
+def _undo(ctx: StepContext, step: Step, run: StepRun, exc: BaseException) -> None:
+    """The step's failure handling (its own undo, or its policy + fault + event), which
+    must reach the database: waited out with a budget of its own (the step's may be
+    spent). If the database stays away, the failure is still raised as it was (the
+    errback undoes it); the outage is only logged."""
+
+    def undo() -> None:
         if step.undo is not None:
             step.undo(ctx, run, exc)
         else:
             vm_state = step.on_failure(exc, run.vm_state)
             fail(ctx, step, run.instance_uuid, run.event_id, exc, vm_state)
-        raise
+
+    label = f"{step.name} of {run.instance_uuid}: undo"
+    with outage.renewed():
+        try:
+            outage.ride_out(undo, label)
+        except DatabaseUnavailable as lost:
+            if lost is exc:
+                raise
+            LOG.error(
+                "Instance %s on %s: %s not undone: %s", run.instance_uuid, ctx.host, step.name, lost
+            )
 
 
 def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
@@ -255,7 +302,14 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
     uuid = run.instance_uuid
 
     def work(session: Session) -> dict[str, Any] | None:
-        values = step.final(session, locked(session, uuid), run)
+        instance = locked(session, uuid)
+        if (
+            run.event_id is not None
+            and actions.event_result(session, run.event_id) == actions.SUCCESS
+        ):
+            # An earlier try of this finish committed; only its answer was lost.
+            return {"vm_state": instance.vm_state, "task_state": instance.task_state}
+        values = step.final(session, instance, run)
         if values is not None:
             if step.read_power:
                 values.setdefault("power_state", run.power)

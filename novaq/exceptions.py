@@ -5,6 +5,8 @@
     NovaqError
     ├── ConfigError                  broken settings (names the option)
     ├── ServiceUnavailable           broker or database down / unreachable
+    │   └── DatabaseUnavailable      the database cannot be reached now (models.db
+    │                                classifies; workers wait it out, models.outage)
     ├── InvalidInput                 bad arguments from a user (API, CLI)
     │   ├── InvalidFlavor            zero or negative sizes, malformed extra specs
     │   ├── FlavorExists
@@ -76,6 +78,17 @@ class ConfigError(NovaqError):
 class ServiceUnavailable(NovaqError):
     msg_fmt = "%(service)s is unavailable: %(reason)s"
     code = 503
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database refused, dropped or timed out a connection, is starting up, shutting
+    down or failing over, or (SQLite) stayed locked: an error of the database's
+    availability, not of the request (``models.db.is_transient_error`` decides). Callers
+    of the API see it at once; a worker's step waits it out (``models.outage``)."""
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("service", "database")
+        super().__init__(message, **kwargs)
 
 
 class InvalidInput(NovaqError):

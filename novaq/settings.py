@@ -37,6 +37,7 @@ from novaq.settings_groups import (
     CeleryGroup,
     ComputeGroup,
     ConsoleAuthGroup,
+    DatabaseGroup,
     FilterSchedulerGroup,
     FlowerGroup,
     GlanceGroup,
@@ -141,6 +142,7 @@ class Settings(BaseSettings):
     flower: FlowerGroup = FlowerGroup()
     notifications: NotificationsGroup = NotificationsGroup()
     celery: CeleryGroup = CeleryGroup()
+    database: DatabaseGroup = DatabaseGroup()
     image_cache: ImageCacheGroup = ImageCacheGroup()
     consoleauth: ConsoleAuthGroup = ConsoleAuthGroup()
     periodic: PeriodicGroup = PeriodicGroup()

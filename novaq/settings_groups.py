@@ -12,6 +12,8 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -157,6 +159,31 @@ class ComputeGroup(_Group):
     consecutive_build_service_disable_threshold: int = Field(default=10, ge=0)
     #: Seconds between ACPI shutdown requests while a clean shutdown is waited for.
     shutdown_retry_interval: int = Field(default=10, ge=1)
+
+
+class DatabaseGroup(_Group):
+    """``[database]``: how long a worker waits out a database that cannot be reached
+    (``models.outage``). The URL stays ``database_url`` (``NOVAQ_DATABASE_URL``).
+
+    A step (and, after it, its error callback) waits up to ``outage_tolerance_s`` for the
+    database, trying again after ``db_retry_interval`` seconds, then twice as long each
+    time up to ``db_max_retry_interval`` (Nova's ``[database]`` names and defaults for the
+    intervals). A step holds its message unacknowledged while it waits, so
+    ``[celery] visibility_timeout`` must exceed the longest step plus three times this
+    (the step, then its undo, then its error callback may each wait).
+    """
+
+    outage_tolerance_s: float = Field(default=90.0, ge=0.0, le=3600.0)
+    db_retry_interval: float = Field(default=1.0, gt=0.0, le=60.0)
+    db_max_retry_interval: float = Field(default=10.0, gt=0.0, le=300.0)
+
+    @field_validator("db_max_retry_interval")
+    @classmethod
+    def _not_below_first_interval(cls, value: float, info: ValidationInfo) -> float:
+        first = info.data.get("db_retry_interval")
+        if first is not None and value < first:
+            raise ValueError(f"must not be below db_retry_interval ({first})")
+        return value
 
 
 class ImageCacheGroup(_Group):

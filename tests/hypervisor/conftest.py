@@ -161,13 +161,14 @@ def _ping(client: object) -> bool:
 def wait_hosts_up(real: RealCluster, hosts: tuple[str, ...], timeout_s: float = 90) -> None:
     from sqlalchemy.exc import OperationalError
 
+    from novaq.exceptions import DatabaseUnavailable
     from workflows import api
 
     def up() -> bool:
         real.check_alive()
         try:
             seen = {h["host"] for h in api.list_hosts() if h["state"] == "up"}
-        except OperationalError:  # novaq up has not created the schema yet
+        except (OperationalError, DatabaseUnavailable):  # no schema (or database) yet
             return False
         return set(hosts) <= seen
 
