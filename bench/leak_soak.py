@@ -10,7 +10,7 @@ or a worker died on its own, 3 if the run itself passed its deadline (it never h
 By default the broker is a redis-server of the soak's own (AOF, appendfsync always) on a
 free port in a temporary directory, so it can be killed; ``--redis-url`` uses an existing
 Redis instead (its database is flushed; no broker restarts then). The workers reach
-PostgreSQL through a TCP proxy (``tests/integration/tcp_proxy.py``) that refuses during
+PostgreSQL through a TCP proxy (``tests/tcp_proxy.py``) that refuses during
 an outage; the soak's own API calls go straight to PostgreSQL, so it keeps sending
 requests and watching. It creates a database of its own on the ``--pg-url`` server and
 drops it at the end, so it can run beside the test suite.
@@ -135,9 +135,9 @@ class Services:
 
     def worker_db_url(self) -> str:
         """The database as the workers reach it: through the proxy."""
-        from tests.integration.tcp_proxy import TcpProxy
+        from tests.tcp_proxy import TcpProxy
 
-        self.proxy = TcpProxy(self.pg_host, self.pg_port).start()
+        self.proxy = TcpProxy(self.pg_port, self.pg_host).start()
         proxied = urlsplit(self.db_url)
         netloc = proxied.netloc.rsplit("@", 1)
         host = f"127.0.0.1:{self.proxy.port}"

@@ -43,7 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import case, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from compute.servicegroup import is_up
@@ -138,7 +139,8 @@ def instances_of(message: Message) -> list[str]:
 
 def record(session: Session, message: Message, request_id: str = "") -> None:
     """Write (or replace) the record of every instance ``message`` acts on, with the
-    task_state the instance is in now (the operation's)."""
+    task_state the instance is in now (the operation's). Core statements, not the ORM: a
+    record another transaction removes meanwhile is simply not updated."""
     task_id = task_id_of(message)
     kwargs = first_task(message.get("signature") or {}).get("kwargs") or {}
     request_id = request_id or str(kwargs.get("request_id") or "")
@@ -147,32 +149,42 @@ def record(session: Session, message: Message, request_id: str = "") -> None:
         instance = _instance(session, uuid)
         if instance is None:
             continue
-        row = session.get(OperationInFlight, uuid)
-        if row is None:
-            row = OperationInFlight(instance_uuid=uuid, resent=0)
-            session.add(row)
-        elif row.request_id != request_id:
-            row.resent = 0
-        row.request_id = request_id
-        row.task_state = instance.task_state
-        row.message = message
-        row.task_id = task_id
-        row.updated_at = now
+        values = {
+            "request_id": request_id,
+            "task_state": instance.task_state,
+            "message": message,
+            "task_id": task_id,
+            "updated_at": now,
+            "host_down_since": None,
+        }
+        try:
+            with session.begin_nested():
+                session.execute(
+                    insert(OperationInFlight).values(
+                        instance_uuid=uuid, resent=0, created_at=now, **values
+                    )
+                )
+        except IntegrityError:  # there is one: this operation's (or a former one's)
+            same = OperationInFlight.request_id == request_id
+            session.execute(
+                update(OperationInFlight)
+                .where(OperationInFlight.instance_uuid == uuid)
+                .values(resent=case((same, OperationInFlight.resent), else_=0), **values)
+            )
 
 
 def step_ended(session: Session, task_id: str, successor: Message | None) -> None:
     """The step ``task_id`` returned: its records pass to ``successor`` or go. Only the
     records this step owns: a step that sent another (a reschedule) has handed over."""
-    rows = session.scalars(
-        select(OperationInFlight).where(OperationInFlight.task_id == task_id)
-    ).all()
-    for row in rows:
-        if successor is None:
-            session.delete(row)
-            continue
-        row.message = successor
-        row.task_id = task_id_of(successor)
-        row.updated_at = utcnow()
+    owned = OperationInFlight.task_id == task_id
+    if successor is None:
+        session.execute(delete(OperationInFlight).where(owned))
+        return
+    session.execute(
+        update(OperationInFlight)
+        .where(owned)
+        .values(message=successor, task_id=task_id_of(successor), updated_at=utcnow())
+    )
 
 
 def forget(session: Session, instance_uuids: list[str], task_id: str | None) -> None:
@@ -209,6 +221,9 @@ class Verdict:
 
 
 RESEND, UNDO, STALE, RUNNING, WAIT = "resend", "undo", "stale", "running", "wait"
+SUSPECT = "suspect"
+#: How many report intervals the reaper watches a host look down before it believes it.
+HOST_DOWN_CONFIRM_INTERVALS = 2.5
 
 
 def judge(
@@ -232,7 +247,7 @@ def judge(
     if delivery is not None and delivery.orphaned_at is not None:
         return Verdict(RESEND, f"its worker {delivery.worker} died and was restarted")
     if host_up is False:
-        return Verdict(UNDO, "its host's compute service is down")
+        return _host_down(row, settings, now)
     if delivery is not None and delivery.worker is not None:
         return Verdict(RUNNING)
     idle = (now - row.updated_at).total_seconds()
@@ -270,6 +285,7 @@ def reap(
             host = _step_host(row.message) or (delivery.host if delivery else None)
             host_up = _host_up(session, host, settings, now) if host else None
             verdict = judge(row, instance, delivery, host_up, settings, now)
+            _watch_host(session, row, verdict, host_up, now)
             plans.append((row.instance_uuid, row.task_id, dict(row.message or {}), verdict))
     sent: set[str | None] = set()
     for uuid, task_id, message, verdict in plans:
@@ -309,6 +325,41 @@ def _act(
         LOG.warning("Operation on %s: %s; undoing it", uuid, verdict.reason)
         undo(message, OperationLost(task=task, reason=verdict.reason))
         _drop(sessions, uuid, task_id)
+
+
+def _host_down(row: OperationInFlight, settings: Settings, now: dt.datetime) -> Verdict:
+    """The step's host looks down. Believed once the reaper itself has watched it stay
+    down for a few report intervals, so heartbeats that were only missed while the
+    database was away (every host looks down just after an outage) do not count: a live
+    host reports within ``report_interval``."""
+    if row.host_down_since is None:
+        return Verdict(SUSPECT, "its host's compute service looks down")
+    watched = (now - row.host_down_since).total_seconds()
+    if watched < settings.report_interval * HOST_DOWN_CONFIRM_INTERVALS:
+        return Verdict(WAIT)
+    return Verdict(UNDO, "its host's compute service is down")
+
+
+def _watch_host(
+    session: Session,
+    row: OperationInFlight,
+    verdict: Verdict,
+    host_up: bool | None,
+    now: dt.datetime,
+) -> None:
+    """Remember when the reaper first saw the step's host down; forget it once it is up."""
+    since: dt.datetime | None
+    if verdict.action == SUSPECT:
+        since = now
+    elif host_up is not False and row.host_down_since is not None:
+        since = None
+    else:
+        return
+    session.execute(
+        update(OperationInFlight)
+        .where(OperationInFlight.instance_uuid == row.instance_uuid)
+        .values(host_down_since=since)
+    )
 
 
 def _instance(session: Session, uuid: str) -> Instance | None:

@@ -30,5 +30,8 @@ class OperationInFlight(Base):
     #: The task id of ``message`` (so a step only clears the row it is the owner of).
     task_id: Mapped[str | None] = mapped_column(String(255))
     resent: Mapped[int] = mapped_column(default=0)
+    #: When the reaper first saw the step's host down (it undoes only after watching it
+    #: stay down for a while: heartbeats missed during a database outage do not count).
+    host_down_since: Mapped[dt.datetime | None]
     created_at: Mapped[timestamp]
     updated_at: Mapped[dt.datetime]

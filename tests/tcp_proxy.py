@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from types import TracebackType
 
 _CHUNK = 65536
@@ -32,9 +33,11 @@ def reachable(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", port: int = 0) -> None:
         self.target = (target_host, target_port)
-        self.port = 0
+        #: 0: any free port, known once started; or a port chosen before (``free_port``),
+        #: so a URL can name it while nothing listens there yet.
+        self.port = port
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._listener: socket.socket | None = None
@@ -82,6 +85,13 @@ class TcpProxy:
         if self._listener is None:
             self._listen()
 
+    #: Listen again after ``refuse`` (the soak's name for ``restore``).
+    accept = restore
+
+    @property
+    def refusing(self) -> bool:
+        return self._listener is None
+
     def close(self) -> None:
         self._closed = True
         self.refuse()
@@ -102,7 +112,7 @@ class TcpProxy:
     def _listen(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        _bind(listener, self.port)
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._listener = listener
@@ -143,3 +153,16 @@ class TcpProxy:
             self._open.discard(src)
             self._open.discard(dst)
         src.close()
+
+
+def _bind(listener: socket.socket, port: int, timeout_s: float = 10) -> None:
+    """Bind ``port`` again after a refuse: the port may linger a moment in the kernel."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            listener.bind(("127.0.0.1", port))
+            return
+        except OSError:
+            if port == 0 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tests.integration.private_redis import BrokerNotStarted, PrivateRedis
-from tests.integration.tcp_proxy import TcpProxy
+from tests.tcp_proxy import TcpProxy
 
 
 class Fault(Protocol):

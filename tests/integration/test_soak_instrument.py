@@ -24,7 +24,7 @@ from tests.integration.soak_findings import (
     open_events,
     unfinished,
 )
-from tests.integration.tcp_proxy import TcpProxy
+from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def _roundtrip(port: int, payload: bytes = b"ping") -> bytes:
 def test_the_proxy_forwards_refuses_and_cuts_then_accepts_again_on_the_same_port(
     echo_port: int,
 ) -> None:
-    proxy = TcpProxy("127.0.0.1", echo_port).start()
+    proxy = TcpProxy(echo_port).start()
     try:
         assert _roundtrip(proxy.port) == b"ping"
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as open_conn:
@@ -93,7 +93,7 @@ def test_the_proxy_forwards_refuses_and_cuts_then_accepts_again_on_the_same_port
 def test_postgresql_behind_the_proxy_fails_while_refusing_and_serves_after(
     services: str,
 ) -> None:
-    proxy = TcpProxy("127.0.0.1", 5432).start()
+    proxy = TcpProxy(5432).start()
     url = f"postgresql://postgres@127.0.0.1:{proxy.port}/test"
     try:
         with psycopg.connect(url, connect_timeout=3) as conn:
@@ -111,7 +111,7 @@ def test_postgresql_behind_the_proxy_fails_while_refusing_and_serves_after(
 
 
 def test_a_db_outage_ends_by_itself_after_its_duration(echo_port: int) -> None:
-    proxy = TcpProxy("127.0.0.1", echo_port).start()
+    proxy = TcpProxy(echo_port).start()
     ended: list[str] = []
     outage = DbOutage(proxy, outage_s=0.5)
     try:

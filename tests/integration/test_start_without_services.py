@@ -24,8 +24,8 @@ import pytest
 from celery import Celery
 from sqlalchemy import create_engine, text
 
-from tests.integration.tcp_proxy import TcpProxy, free_port
 from tests.integration.workers import ROOT, Cluster, Worker
+from tests.tcp_proxy import TcpProxy, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +230,7 @@ def test_workers_and_beat_started_while_the_database_refuses_wait_and_ride_out_a
 ) -> None:
     host = "nosvc-d1"
     # Not listening yet: connections are refused.
-    proxy = TcpProxy("127.0.0.1", 5432, port=free_port())
+    proxy = TcpProxy(5432, port=free_port())
     through_proxy = own_db.replace(":5432/", f":{proxy.port}/")
     env = {"NOVAQ_BROKER_URL": private_redis.url, "NOVAQ_DATABASE_URL": through_proxy}
     private_redis.start()

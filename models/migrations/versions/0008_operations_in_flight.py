@@ -27,6 +27,7 @@ def upgrade() -> None:
         sa.Column("message", sa.JSON(), nullable=False),
         sa.Column("task_id", sa.String(length=255), nullable=True),
         sa.Column("resent", sa.Integer(), nullable=False),
+        sa.Column("host_down_since", models.base.UTCDateTime(), nullable=True),
         sa.Column("created_at", models.base.UTCDateTime(), nullable=False),
         sa.Column("updated_at", models.base.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("instance_uuid", name=op.f("pk_operations_in_flight")),
