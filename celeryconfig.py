@@ -8,12 +8,16 @@ it; per-step routing by a router function. See shared/reference/CELERY_RELIABILI
 from __future__ import annotations
 
 from compute.periodic.schedule import beat_schedule_for
+from novaq.redis_transport import transport_for
 from novaq.settings import get_settings
 
 _settings = get_settings()
 
 broker_url = _settings.broker_url or "redis://127.0.0.1:6379/0"
 result_backend = _settings.result_backend or broker_url
+# kombu's Redis transport, with which a worker survives a lost broker connection while a
+# step is running (issue 14); None for another broker: kombu's own transport.
+broker_transport = transport_for(broker_url)
 
 task_serializer = "json"
 result_serializer = "json"
