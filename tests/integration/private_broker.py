@@ -89,12 +89,11 @@ class PrivateRedis:
 def _point_app_at(broker_url: str, result_backend: str) -> None:
     from novaq.celery_app import app
 
-    for pool in (app._pool, app.__dict__.get("amqp") and app.amqp._producer_pool):
-        if pool is not None:
-            pool.force_close_all()
     app.conf.broker_url = broker_url
     app.conf.result_backend = result_backend
     # What Celery caches per broker or backend (app._after_fork drops the same pools).
+    # NOTE: dropped, not closed: kombu keeps one pool per broker in a registry of its own
+    # and hands the same one back when the app returns to that broker.
     app._pool = None
     if "amqp" in app.__dict__:
         app.amqp._producer_pool = None

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, select
 
-from models import Allocation, ComputeNode, Service, TaskDelivery
+from models import Aggregate, Allocation, ComputeNode, Service, TaskDelivery
 from models.db import session_scope
 from novaq import fault_points
 from tests.integration.checks import assert_no_leaks, flavor
@@ -40,6 +40,9 @@ pytestmark = pytest.mark.integration
 HOST = "bhost"
 NODE = f"compute@{HOST}"
 SMALL, MEDIUM = "brk.small", "brk.medium"
+#: bhost's availability zone of its own: the scheduler never picks another session's host
+#: (up in the shared database, its queue on the other broker), for a build or a resize.
+ZONE, AGGREGATE = "brk", "brk-aggregate"
 
 
 @dataclass
@@ -107,6 +110,8 @@ def brokered(services: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             try:
                 flavor(SMALL, 1, 512)
                 flavor(MEDIUM, 2, 1024)
+                aggregate = api.create_aggregate(AGGREGATE, availability_zone=ZONE)
+                api.add_host_to_aggregate(aggregate["id"], HOST)
                 yield BrokerCluster(services, broker, cluster, faults)
             finally:
                 cluster.stop()
@@ -116,8 +121,11 @@ def brokered(services: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def _forget_host(db_url: str) -> None:
-    """So later tests of the session never pick a host whose worker is gone."""
+    """So later tests of the session never pick a host whose worker is gone, nor see its
+    zone."""
     with session_scope(db_url) as session:
+        for aggregate in session.scalars(select(Aggregate).where(Aggregate.name == AGGREGATE)):
+            session.delete(aggregate)
         nodes = select(ComputeNode.id).where(ComputeNode.host == HOST)
         session.execute(delete(Allocation).where(Allocation.compute_node_id.in_(nodes)))
         session.execute(delete(Service).where(Service.host == HOST))
@@ -125,7 +133,7 @@ def _forget_host(db_url: str) -> None:
 
 
 def _boot_active(name: str) -> str:
-    [uuid] = api.boot(name, SMALL, "cirros", availability_zone=f"nova:{HOST}")
+    [uuid] = api.boot(name, SMALL, "cirros", availability_zone=ZONE)
     api.wait(uuid, "ACTIVE", timeout=30)
     return uuid
 
@@ -163,7 +171,7 @@ def test_a_build_running_when_the_broker_restarts_ends_active(
     booted: list[str] = []
 
     def boot() -> None:
-        booted.extend(api.boot("brk-build", SMALL, "cirros", availability_zone=f"nova:{HOST}"))
+        booted.extend(api.boot("brk-build", SMALL, "cirros", availability_zone=ZONE))
 
     build = "compute.build_and_run_instance"
     _restart_broker_during(brokered, "build:act", build, boot, keep_data=keep_data)
