@@ -65,11 +65,17 @@ class BrokerCluster:
         self.broker.start()
         self.cluster.wait_ready({NODE}, timeout_s=30)
 
-    def unacked_tasks(self) -> list[str]:
-        """The tasks of the messages Redis holds as delivered and not acked (kombu's
+    def unacked(self, task: str) -> list[str]:
+        """The ids of ``task``'s messages Redis holds as delivered and not acked (kombu's
         ``unacked`` hash: ``[message, exchange, routing key]`` in JSON)."""
-        values = self.broker.client().hvals("unacked")
-        return [json.loads(value)[0]["headers"]["task"] for value in values]
+        headers = [json.loads(v)[0]["headers"] for v in self.broker.client().hvals("unacked")]
+        return [h["id"] for h in headers if h["task"] == task]
+
+    def result_state(self, task_id: str) -> str:
+        """The task's state in the result backend (this broker)."""
+        from novaq.celery_app import app
+
+        return str(app.AsyncResult(task_id).state)
 
     def deliveries(self) -> set[tuple[str, str]]:
         """The steps in flight, as the delivery counter sees them."""
@@ -145,17 +151,18 @@ def _restart_broker_during(
     start: Callable[[], object],
     *,
     keep_data: bool,
-) -> None:
+) -> str:
     """Start an operation, hold its step (``task``) at ``point``, restart the broker:
     the step's message is still unacked in Redis if the broker kept its data, gone if
-    not (and the worker did not give it back); release the step."""
+    not (and the worker did not give it back); release the step. Returns its task id."""
     fault_points.arm_pause(brokered.faults, point)
     start()
     fault_points.wait_reached(brokered.faults, point, timeout_s=30)
-    assert brokered.unacked_tasks().count(task) == 1
+    [task_id] = brokered.unacked(task)
     brokered.restart_broker(keep_data=keep_data)
-    assert brokered.unacked_tasks().count(task) == (1 if keep_data else 0)
+    assert brokered.unacked(task) == ([task_id] if keep_data else [])
     (brokered.faults / f"{point}.pause").unlink()
+    return task_id
 
 
 def _delete(uuid: str) -> None:
@@ -174,10 +181,11 @@ def test_a_build_running_when_the_broker_restarts_ends_active(
         booted.extend(api.boot("brk-build", SMALL, "cirros", availability_zone=ZONE))
 
     build = "compute.build_and_run_instance"
-    _restart_broker_during(brokered, "build:act", build, boot, keep_data=keep_data)
+    step = _restart_broker_during(brokered, "build:act", build, boot, keep_data=keep_data)
     view = api.wait(booted[0], "ACTIVE", timeout=30)
-    assert (view["host"], view["power_state"]) == (HOST, 1)
+    assert (view["host"], view["power_state"]) == (HOST, power_state.RUNNING)
     brokered.assert_settled(before)
+    assert brokered.result_state(step) == "SUCCESS"  # stored after the restart
     _delete(booted[0])
 
 
@@ -187,10 +195,13 @@ def test_a_stop_running_when_the_broker_restarts_on_its_data_ends_shutoff(
     uuid = _boot_active("brk-stop")
     before = brokered.deliveries()
     stop = "compute.stop_instance"
-    _restart_broker_during(brokered, "stop:act", stop, lambda: api.stop(uuid), keep_data=True)
+    step = _restart_broker_during(
+        brokered, "stop:act", stop, lambda: api.stop(uuid), keep_data=True
+    )
     view = api.wait(uuid, "SHUTOFF", timeout=30)
     assert view["power_state"] == power_state.SHUTDOWN  # as the driver read it back
     brokered.assert_settled(before)
+    assert brokered.result_state(step) == "SUCCESS"
     _delete(uuid)
 
 
@@ -202,7 +213,7 @@ def test_a_resize_mid_chain_when_the_broker_restarts_still_runs_the_rest_of_its_
     published after the broker came back, and runs."""
     uuid = _boot_active("brk-resize")
     before = brokered.deliveries()
-    _restart_broker_during(
+    step = _restart_broker_during(
         brokered,
         "resize_instance:act",
         "compute.resize_instance",
@@ -214,6 +225,7 @@ def test_a_resize_mid_chain_when_the_broker_restarts_still_runs_the_rest_of_its_
     [migration] = api.list_migrations(instance_uuid=uuid)
     assert migration["status"] == "finished"
     brokered.assert_settled(before)
+    assert brokered.result_state(step) == "SUCCESS"
     api.confirm_resize(uuid)
     api.wait(uuid, "ACTIVE", timeout=30)
     _delete(uuid)
