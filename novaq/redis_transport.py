@@ -7,7 +7,7 @@ both to 5.7.x); ``tests/unit/test_redis_transport.py`` fails if kombu changes wh
 relies on.
 
 The failure, on celery 5.7.0 + kombu 5.7.0 (``tests/integration/test_broker_restart.py``
-reproduces it, 3 times out of 3 before this module): the broker dies while a compute step
+reproduces it every time without this module): the broker dies while a compute step
 runs. Celery's ``Consumer.on_connection_error_after_connected`` first calls
 ``connection.collect()``, which closes the channels and then *detaches* the transport
 (``transport.client = None``); the first close of the consuming channel fails early on
