@@ -2,18 +2,24 @@
 
 JSON only; late acks with reject-on-worker-lost because every step is idempotent; one
 message reserved per process; the visibility timeout set in all three places Celery reads
-it; per-step routing by a router function. See shared/reference/CELERY_RELIABILITY.md.
+it; per-step routing by a router function; running steps are never cancelled when the
+broker connection drops; kombu's Redis transport with novaq's workaround for a lost
+connection (``novaq.redis_transport``). Each setting and its reason: docs/reliability.md.
 """
 
 from __future__ import annotations
 
 from compute.periodic.schedule import beat_schedule_for
+from novaq.redis_transport import transport_for
 from novaq.settings import get_settings
 
 _settings = get_settings()
 
 broker_url = _settings.broker_url or "redis://127.0.0.1:6379/0"
 result_backend = _settings.result_backend or broker_url
+# kombu's Redis transport, with which a worker survives a lost broker connection while a
+# step is running (issue 14); None for another broker: kombu's own transport.
+broker_transport = transport_for(broker_url)
 
 task_serializer = "json"
 result_serializer = "json"
@@ -24,8 +30,16 @@ task_acks_late = True
 task_reject_on_worker_lost = True
 worker_prefetch_multiplier = 1
 worker_deduplicate_successful_tasks = True
-worker_cancel_long_running_tasks_on_connection_loss = True
+# NOTE: off on purpose. On a lost connection a running step keeps running: it finishes
+# its operation, and its ack reaches Redis once the worker is back (or, later than the
+# visibility timeout, its message returns and the step's begin sees it done). On, a
+# prefork worker kills the step half-way and acks it: the workflow is lost (issue 14).
+worker_cancel_long_running_tasks_on_connection_loss = False
 broker_connection_retry_on_startup = True
+# A worker never gives up on its broker (the default gives up after 100 attempts).
+broker_connection_max_retries = None
+# The API's policy: fail fast (ServiceUnavailable). Workers retry for about a minute
+# (tasks/celery.py, WORKER_PUBLISH_RETRY_POLICY).
 task_publish_retry_policy = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 
 visibility_timeout = _settings.celery.visibility_timeout
@@ -35,7 +49,13 @@ broker_transport_options = {
     "unacked_restore_interval": _settings.celery.unacked_restore_interval,
     "unacked_restore_throttle": 1,
 }
-result_backend_transport_options = {"visibility_timeout": visibility_timeout}
+result_backend_transport_options = {
+    "visibility_timeout": visibility_timeout,
+    # A step's result is stored after its work is committed: retried for about a minute
+    # (a broker restart) rather than the backend's 20 s, after which Celery would count
+    # the finished step as failed and call its errback.
+    "retry_policy": {"max_retries": 60, "interval_start": 0, "interval_step": 1, "interval_max": 1},
+}
 
 task_routes = ("tasks.routing.route_task",)
 task_default_queue = "scheduler"

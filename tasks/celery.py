@@ -1,11 +1,14 @@
 """The Celery application as a worker runs it: the app of ``novaq.celery_app`` (the one
 the public API publishes through), plus the task modules a worker loads, novaq's worker
 bootsteps (service registration, heartbeats, compute-node record; the run-immediately
-periodic tasks once connected to the broker) and the fork-safety hook."""
+periodic tasks once connected to the broker), the fork-safety hook, and a worker's
+publish retry policy."""
 
 from __future__ import annotations
 
-from celery.signals import worker_process_init
+from typing import Any
+
+from celery.signals import worker_init, worker_process_init
 
 from models.db import dispose_after_fork
 from novaq.celery_app import app
@@ -23,6 +26,25 @@ app.conf.include = [
 ]
 app.steps["worker"].add(NovaqServiceStep)
 app.steps["consumer"].add(RunImmediately)
+
+#: What a worker publishes (a chain's next step, a replacement, an errback's message)
+#: follows work already committed, so it is retried for about a minute (0, 0.5, then 1 s
+#: apart), long enough for a broker restart, instead of the API's fail-fast policy
+#: (``celeryconfig.task_publish_retry_policy``). Celery 5.7 caps a callback's retries at
+#: ``max_retries`` (never unbounded). See docs/reliability.md.
+WORKER_PUBLISH_RETRY_POLICY = {
+    "max_retries": 60,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
+
+
+@worker_init.connect
+def _publish_until_the_broker_is_back(sender: Any, **_: object) -> None:
+    # NOTE: before the worker's first publish: Celery reads the default policy once, when
+    # it builds its task sender.
+    sender.app.conf.task_publish_retry_policy = dict(WORKER_PUBLISH_RETRY_POLICY)
 
 
 @worker_process_init.connect

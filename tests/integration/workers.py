@@ -10,7 +10,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 ROOT = Path(__file__).resolve().parents[2]
+_BROKER_ERRORS = (OSError, RedisConnectionError, KombuOperationalError)
 
 
 def _die_with_parent() -> None:
@@ -73,6 +77,8 @@ class Worker:
 class Cluster:
     state_dir: Path
     workers: dict[str, Worker] = field(default_factory=dict)
+    #: Environment every worker of the cluster gets (e.g. another broker's URL).
+    env: dict[str, str] = field(default_factory=dict)
 
     def add(
         self,
@@ -84,7 +90,8 @@ class Cluster:
         concurrency: int = 4,
         extra_env: dict[str, str] | None = None,
     ) -> Worker:
-        env = dict(os.environ, NOVAQ_HOST=host, PYTHONPATH=str(ROOT), **(extra_env or {}))
+        env = dict(os.environ, NOVAQ_HOST=host, PYTHONPATH=str(ROOT))
+        env.update(self.env, **(extra_env or {}))
         argv = [
             sys.executable,
             "-m",
@@ -116,7 +123,11 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         seen: set[str] = set()
         while time.monotonic() < deadline:
-            replies = app.control.ping(timeout=1) or []
+            try:
+                replies = app.control.ping(timeout=1) or []
+            except _BROKER_ERRORS:  # a broker just restarted: the pooled connection died
+                replies = []
+                time.sleep(0.2)
             seen = {name for reply in replies for name in reply}
             if nodes <= seen:
                 return
@@ -135,8 +146,10 @@ def start_cluster(
     hosts: list[str],
     extra_env: dict[str, dict[str, str]] | None = None,
     scheduler_node: str = "scheduler@it",
+    env: dict[str, str] | None = None,
 ) -> Cluster:
-    cluster = Cluster(state_dir)
+    """A scheduler and one compute worker per host; ``env`` goes to every worker."""
+    cluster = Cluster(state_dir, env=dict(env or {}))
     cluster.add(
         "scheduler",
         "scheduler,maintenance",
