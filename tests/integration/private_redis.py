@@ -1,4 +1,4 @@
-"""A broker of the soak's own: a ``redis-server`` on a loopback port that it may SIGKILL
+"""A broker of a test's or the soak's own: a ``redis-server`` on a loopback port that it may SIGKILL
 and restart, on its data or empty. The shared Redis on 6379 is never touched.
 
 Persistence as a careful deployment has it: AOF with ``appendfsync always`` (a write is
@@ -12,20 +12,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from tests.integration.workers import Worker
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.tcp_proxy import free_port
 
 
 class BrokerNotStarted(RuntimeError):
@@ -85,3 +81,32 @@ class PrivateRedis:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
+
+
+def _point_app_at(broker_url: str, result_backend: str) -> None:
+    from novaq.celery_app import app
+
+    app.conf.broker_url = broker_url
+    app.conf.result_backend = result_backend
+    # What Celery caches per broker or backend (app._after_fork drops the same pools).
+    # NOTE: dropped, not closed: kombu keeps one pool per broker in a registry of its own
+    # and hands the same one back when the app returns to that broker.
+    app._pool = None
+    if "amqp" in app.__dict__:
+        app.amqp._producer_pool = None
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)
+
+
+@contextmanager
+def publishing_through(broker_url: str) -> Iterator[None]:
+    """This process's Celery app (the API's) uses ``broker_url`` as broker and result
+    backend, then what it used before."""
+    from novaq.celery_app import app
+
+    saved = (app.conf.broker_url, app.conf.result_backend)
+    _point_app_at(broker_url, broker_url)
+    try:
+        yield
+    finally:
+        _point_app_at(*saved)

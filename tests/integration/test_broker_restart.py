@@ -1,7 +1,7 @@
 """The broker dies while a step runs (issue 14, items 1 and 2).
 
 A cluster of its own (a scheduler and one compute host, ``bhost``) on a ``redis-server`` of
-its own (``private_broker``). A step is paused at an exact point (``novaq.fault_points``),
+its own (``private_redis``). A step is paused at an exact point (``novaq.fault_points``),
 the broker is SIGKILLed and restarted, on its data (AOF, fsync always) or empty, the
 worker reconnects, the step is released; then the compute worker is still running (kombu's
 ``restore_unacked`` used to kill it: ``novaq.redis_transport``), the operation ends where
@@ -30,7 +30,7 @@ from models import Aggregate, Allocation, ComputeNode, Service, TaskDelivery
 from models.db import session_scope
 from novaq import fault_points
 from tests.integration.checks import assert_no_leaks, flavor
-from tests.integration.private_broker import PrivateRedis, publishing_through
+from tests.integration.private_redis import PrivateRedis, publishing_through
 from tests.integration.workers import Cluster, Worker, start_cluster
 from virt import power_state
 from workflows import api
@@ -107,9 +107,9 @@ def brokered(services: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     config = root / f"{HOST}.toml"
     config.write_text(f'[[hosts]]\nname = "{HOST}"\nmemory_mb = 16384\n')
     broker = PrivateRedis(root / "redis").start()
-    env = {"NOVAQ_BROKER_URL": broker.url, fault_points.ENV: str(faults)}
+    env = {"NOVAQ_BROKER_URL": broker.url(), fault_points.ENV: str(faults)}
     try:
-        with publishing_through(broker.url):
+        with publishing_through(broker.url()):
             cluster = start_cluster(
                 root, [HOST], extra_env={HOST: {"NOVAQ_CONFIG": str(config)}}, env=env
             )

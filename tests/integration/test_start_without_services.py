@@ -24,6 +24,7 @@ import pytest
 from celery import Celery
 from sqlalchemy import create_engine, text
 
+from tests.integration.private_redis import PrivateRedis
 from tests.integration.workers import ROOT, Cluster, Worker
 from tests.tcp_proxy import TcpProxy, free_port
 
@@ -57,24 +58,6 @@ def own_db(services: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
-
-
-class PrivateRedis:
-    """A ``redis-server`` of this test's own, on a port chosen now, started later."""
-
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        directory.mkdir(parents=True, exist_ok=True)
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(directory)]  # fmt: skip
-        self.server = Worker("redis", argv, dict(os.environ), directory / "redis.log")
-
-    def start(self) -> None:
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop()
 
 
 @pytest.fixture
@@ -191,7 +174,7 @@ def test_workers_and_beat_started_while_the_broker_is_down_serve_once_it_is_up(
 ) -> None:
     host = "nosvc-b1"
     env = {
-        "NOVAQ_BROKER_URL": private_redis.url,
+        "NOVAQ_BROKER_URL": private_redis.url(),
         "NOVAQ_DATABASE_URL": own_db,
         # A scheduler task that beat makes due at its start: proof that beat publishes
         # once the broker is up.
@@ -211,7 +194,7 @@ def test_workers_and_beat_started_while_the_broker_is_down_serve_once_it_is_up(
     private_redis.start()
 
     nodes = {SCHEDULER_NODE, f"compute@{host}"}
-    _until("the workers answering", _answering(private_redis.url, nodes), processes)
+    _until("the workers answering", _answering(private_redis.url(), nodes), processes)
     _until("the run-immediately tasks run", _run_immediately_ran(own_db, host), processes)
     assert _logged(processes, host, f"Run-immediately periodic tasks of {host} sent")()
     _until(
@@ -232,7 +215,7 @@ def test_workers_and_beat_started_while_the_database_refuses_wait_and_ride_out_a
     # Not listening yet: connections are refused.
     proxy = TcpProxy(5432, port=free_port())
     through_proxy = own_db.replace(":5432/", f":{proxy.port}/")
-    env = {"NOVAQ_BROKER_URL": private_redis.url, "NOVAQ_DATABASE_URL": through_proxy}
+    env = {"NOVAQ_BROKER_URL": private_redis.url(), "NOVAQ_DATABASE_URL": through_proxy}
     private_redis.start()
     try:
         _start_all(processes, host, env, tmp_path)
@@ -245,12 +228,12 @@ def test_workers_and_beat_started_while_the_database_refuses_wait_and_ride_out_a
         for name, line in waiting.items():
             _until(f"{name} waiting for the database", _logged(processes, name, line), processes)
         _stays_alive(processes, 5.0)
-        assert not _answering(private_redis.url, {f"compute@{host}"})()  # not consuming
+        assert not _answering(private_redis.url(), {f"compute@{host}"})()  # not consuming
 
         proxy.start()
 
         nodes = {SCHEDULER_NODE, f"compute@{host}"}
-        _until("the workers answering", _answering(private_redis.url, nodes), processes)
+        _until("the workers answering", _answering(private_redis.url(), nodes), processes)
         _until("the run-immediately tasks run", _run_immediately_ran(own_db, host), processes)
         _until("beat's lease", _logged(processes, "beat", "beat lease taken"), processes)
         for name in waiting:
