@@ -84,6 +84,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="stop and report HUNG past this (default: generous, from the sizes)",
     )
     run.add_argument("--keep-state", action="store_true", help="keep logs even when clean")
+    run.add_argument(
+        "--no-beat",
+        action="store_true",
+        help="no celery beat, so no reaper of operations in flight (to see what it saves)",
+    )
     args = p.parse_args(argv)
     if args.redis_url and args.broker_restarts:
         p.error("--broker-restarts needs the soak's own redis-server (omit --redis-url)")
@@ -159,7 +164,20 @@ class Services:
             env = dict(common, NOVAQ_CONFIG=str(config))
             cluster.add(host, f"compute.{host}", f"compute@{host}", host, extra_env=env)
         cluster.wait_ready({"scheduler@soak", *(f"compute@{h}" for h in HOSTS)})
+        if not self.args.no_beat:
+            self.start_beat(cluster, common)
         return cluster
+
+    def start_beat(self, cluster: Any, env: dict[str, str]) -> None:
+        """celery beat, as in a deployment: it runs the reaper of operations in flight
+        (shrunk to the soak's time scale) and the other periodic tasks."""
+        from tests.integration.workers import ROOT, Worker
+
+        argv = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "-l", "INFO",
+                "--schedule", str(self.state / "celerybeat-schedule")]  # fmt: skip
+        beat_env = dict(os.environ, PYTHONPATH=str(ROOT), **env, **REAPER)
+        worker = Worker("beat", argv, beat_env, self.state / "beat.log").start()
+        cluster.workers["beat"] = worker
 
     def take_down(self, hurry: bool = False) -> None:
         """Everything the soak started, once; ``hurry``: SIGKILL, from the watchdog."""
@@ -187,6 +205,10 @@ class Services:
             with admin.connect() as conn:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{self.pg_db}" WITH (FORCE)'))
             admin.dispose()
+
+
+#: The reaper at the soak's time scale: every 2 s, a message counted lost after 15 s.
+REAPER = {"NOVAQ_OPERATION_REAP_INTERVAL": "2", "NOVAQ_OPERATION_LOST_AFTER": "15"}
 
 
 def environment(state: Path, broker_url: str, db_url: str) -> None:
