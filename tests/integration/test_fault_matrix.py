@@ -18,31 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import select
 
-from compute import in_flight
-from compute.periodic.reaper import resend, undo
-from compute.sessions import sessions_for
-from models import OperationInFlight
-from models.db import session_scope
 from novaq import fault_points
 from novaq.exceptions import FlavorExists
-from novaq.settings import get_settings
 from tests.integration.checks import assert_no_leaks
+from tests.integration.fault_matrix import FLAVOR, Case, make_cases, reap_until_settled, records
 from tests.integration.workers import Cluster, Worker
 from workflows import api
 
 pytestmark = pytest.mark.integration
 
 HOSTS = ("fm1", "fm2")
-FLAVOR = "fm.small"
 
 
 @pytest.fixture(scope="module")
@@ -64,107 +54,7 @@ def faults(two_hosts: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
             api.disable_service(host, "fault matrix over")
 
 
-def _boot(host: str = "fm1") -> str:
-    [uuid] = api.boot("fm", FLAVOR, "cirros", availability_zone=f"nova:{host}")
-    api.wait(uuid, "ACTIVE", timeout=60)
-    return uuid
-
-
-def _migrated() -> str:
-    uuid = _boot()
-    api.migrate(uuid, host="fm2")
-    api.wait(uuid, "VERIFY_RESIZE", timeout=60)
-    return uuid
-
-
-@dataclass(frozen=True)
-class Case:
-    """One operation: how to get the server ready, how to ask for it, the point where the
-    fault lands, and the statuses the operation may end in (done, or undone)."""
-
-    name: str
-    point: str
-    prepare: Callable[[], str | None]
-    request: Callable[[str | None], str]
-    ends: tuple[str, ...]
-    #: After a kill, the step is sent again by the reaper (its delivery orphaned by the
-    #: restart); otherwise the restarted worker's own recovery (init_host) finishes it.
-    resent: bool = False
-
-
-def _request_boot(_: str | None) -> str:
-    [uuid] = api.boot("fm", FLAVOR, "cirros", availability_zone="nova:fm1")
-    return uuid
-
-
-def _on(call: Callable[[str], Any]) -> Callable[[str | None], str]:
-    def request(uuid: str | None) -> str:
-        assert uuid is not None
-        call(uuid)
-        return uuid
-
-    return request
-
-
-CASES = [
-    Case("build", "build:act", lambda: None, _request_boot, ("ACTIVE", "ERROR")),
-    Case("delete", "terminate:act", _boot, _on(api.delete), ("DELETED",)),
-    Case(
-        "migrate-prep",
-        "prep_resize:act",
-        _boot,
-        _on(lambda u: api.migrate(u, host="fm2")),
-        ("VERIFY_RESIZE", "ACTIVE"),
-        resent=True,
-    ),
-    Case(
-        "migrate-resize",
-        "resize_instance:act",
-        _boot,
-        _on(lambda u: api.migrate(u, host="fm2")),
-        ("VERIFY_RESIZE", "ACTIVE"),
-        resent=True,
-    ),
-    Case(
-        "migrate-finish",
-        "finish_resize:act",
-        _boot,
-        _on(lambda u: api.migrate(u, host="fm2")),
-        ("VERIFY_RESIZE", "ACTIVE", "ERROR"),
-        resent=True,
-    ),
-    Case("confirm", "confirm_resize:act", _migrated, _on(api.confirm_resize), ("ACTIVE",), True),
-    Case("revert", "revert_resize:act", _migrated, _on(api.revert_resize), ("ACTIVE",), True),
-    Case("stop", "stop:act", _boot, _on(api.stop), ("SHUTOFF", "ACTIVE")),
-]
-
-
-def _reap_until_settled(
-    uuid: str, ends: tuple[str, ...], timeout_s: float = 90
-) -> tuple[dict[str, Any], set[str]]:
-    """Run the reaper every second until the server rests in one of ``ends`` with no
-    task_state and its operation's record is gone; also what the reaper did to it."""
-    sessions = sessions_for(get_settings().sqlalchemy_url)
-    deadline = time.monotonic() + timeout_s
-    view: dict[str, Any] = {}
-    done: set[str] = set()
-    while time.monotonic() < deadline:
-        summary = in_flight.reap(sessions, get_settings(), resend, undo)
-        done |= {action for action, uuids in summary.items() if uuid in uuids}
-        view = api.show(uuid)
-        if view["status"] in ends and view.get("task_state") is None and not _records(uuid):
-            return view, done
-        time.sleep(1)
-    raise AssertionError(f"stuck: {view} records={_records(uuid)}")
-
-
-def _records(uuid: str) -> list[str]:
-    with session_scope(get_settings().sqlalchemy_url) as session:
-        return list(
-            session.scalars(
-                select(OperationInFlight.task_id).where(OperationInFlight.instance_uuid == uuid)
-            )
-        )
+CASES = [c for c in make_cases("nova", *HOSTS) if c.name != "migrate"]
 
 
 def _worker_of(cluster: Cluster, pid: int) -> Worker:
@@ -206,7 +96,7 @@ def test_a_worker_killed_mid_step(case: Case, faults: Path, two_hosts: Cluster) 
             if not worker.alive():
                 worker.start()
         two_hosts.wait_ready({f"compute@{h}" for h in HOSTS})
-    view, reaped = _reap_until_settled(uuid, case.ends)
+    view, reaped = reap_until_settled(uuid, case.ends)
     fault = (view.get("fault") or {}).get("message")
     print(f"{case.name}: {view['status']} fault={fault} reaper={sorted(reaped)}")
     if view["status"] != case.ends[0]:
@@ -218,10 +108,11 @@ def test_a_worker_killed_mid_step(case: Case, faults: Path, two_hosts: Cluster) 
     assert_no_leaks(HOSTS)
 
 
-PUBLISH_CASES = [c for c in CASES if c.name in ("build", "delete", "confirm", "revert", "stop")]
-PUBLISH_CASES.append(
-    Case("migrate", "publish:*", _boot, _on(lambda u: api.migrate(u, host="fm2")), ())
-)
+PUBLISH_CASES = [
+    c
+    for c in make_cases("nova", *HOSTS)
+    if c.name in ("build", "delete", "confirm", "revert", "stop", "migrate")
+]
 
 
 @pytest.mark.parametrize("case", PUBLISH_CASES, ids=[c.name for c in PUBLISH_CASES])
@@ -244,7 +135,7 @@ def test_a_publish_failing_after_the_write_changes_nothing(
         after = api.show(uuid)
         assert before is not None
         assert (after["status"], after["task_state"]) == (before["status"], before["task_state"])
-        assert not _records(uuid)
+        assert not records(uuid)
     # Once the broker answers again, the same request goes through.
     uuid = case.request(uuid)
     expected = {
@@ -279,7 +170,7 @@ def test_a_host_lost_mid_step(case: Case, faults: Path, two_hosts: Cluster) -> N
         fault_points.release(faults, case.point)
     try:
         settled = ("ACTIVE", "ERROR", "SHUTOFF", "VERIFY_RESIZE")
-        view, reaped = _reap_until_settled(uuid, settled)
+        view, reaped = reap_until_settled(uuid, settled)
         fault = (view.get("fault") or {}).get("message")
         print(f"{case.name} (host lost): {view['status']} fault={fault} reaper={sorted(reaped)}")
         assert "undo" in reaped, reaped
@@ -287,7 +178,7 @@ def test_a_host_lost_mid_step(case: Case, faults: Path, two_hosts: Cluster) -> N
     finally:
         victim.start()
         two_hosts.wait_ready({f"compute@{victim.name}"})
-    view, _ = _reap_until_settled(uuid, ("ACTIVE", "ERROR", "SHUTOFF", "VERIFY_RESIZE"))
+    view, _ = reap_until_settled(uuid, ("ACTIVE", "ERROR", "SHUTOFF", "VERIFY_RESIZE"))
     print(f"{case.name} (host back): {view['status']} task={view.get('task_state')}")
     assert_no_leaks(HOSTS)
     _cleanup(uuid)
