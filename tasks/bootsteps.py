@@ -178,7 +178,6 @@ class NovaqServiceStep(bootsteps.StartStopStep):
 
     def start(self, worker: Any) -> None:
         s = context.settings()
-        _orphan_former_deliveries(worker.hostname)
         if s.notifications.versioned:
             notifications.install(notifications.kombu_publisher(worker.app.connection_for_write))
         queues = consumed_queues(worker)
@@ -195,6 +194,8 @@ class NovaqServiceStep(bootsteps.StartStopStep):
             LOG.info("Compute service on %s started", s.host)
         if "scheduler" in queues:
             services.append(start_scheduler_service(s.host))
+        # Still before the consumer takes a message.
+        _orphan_former_deliveries(worker.hostname)
         for service_id in services:
             beat = Heartbeat(worker.timer, context.db_url(), service_id, s.report_interval)
             beat.start()
