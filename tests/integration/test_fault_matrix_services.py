@@ -148,3 +148,36 @@ def test_a_service_fails_mid_step(case: Case, fault: str, site: Site) -> None:
     for worker in (site.cluster.workers[h] for h in HOSTS):
         assert worker.alive(), worker.tail()
         assert "Unrecoverable error" not in worker.log.read_text(errors="replace")
+
+
+FULL_CASES = [c for c in make_cases(ZONE, *HOSTS, flavor=FLAVOR) if c.name in ("build", "stop")]
+
+
+@pytest.mark.parametrize("case", FULL_CASES, ids=[c.name for c in FULL_CASES])
+def test_a_full_broker_refuses_the_publish_and_nothing_is_written(case: Case, site: Site) -> None:
+    """Redis out of memory (``maxmemory`` reached, ``noeviction``) refuses the publish: the
+    caller gets ``ServiceUnavailable`` and the request's write is taken back; once the
+    broker has room again, the same request goes through."""
+    from novaq.exceptions import ServiceUnavailable
+
+    uuid = case.prepare()
+    before = api.show(uuid) if uuid else None
+    servers = {s["uuid"] for s in api.list_instances()}
+    client = site.broker.client()
+    client.config_set("maxmemory", "1")  # full: every write is refused (OOM)
+    try:
+        with pytest.raises(ServiceUnavailable):
+            case.request(uuid)
+    finally:
+        client.config_set("maxmemory", "0")
+    if uuid is None:
+        assert {s["uuid"] for s in api.list_instances()} == servers
+    else:
+        after = api.show(uuid)
+        assert before is not None
+        assert (after["status"], after["task_state"]) == (before["status"], before["task_state"])
+    uuid = case.request(uuid)
+    api.wait(uuid, case.ends[0], timeout=60)
+    assert_no_leaks(HOSTS)
+    api.delete(uuid)
+    api.wait(uuid, "DELETED", timeout=60)
