@@ -354,7 +354,11 @@ class Soak:
             self.report.fault_errors.extend(fault.errors)
         self._supervise()
         if self.faults or self.report.worker_exits:
-            nodes = {w.argv[w.argv.index("-n") + 1] for w in self.cluster.workers.values()}
+            nodes = {  # Celery workers answer pings; beat has no node name
+                w.argv[w.argv.index("-n") + 1]
+                for w in self.cluster.workers.values()
+                if "-n" in w.argv
+            }
             self._wait_ready(nodes)
 
     # -- the end: settle, resolve, report, clean up, audit --------------------------------
