@@ -91,6 +91,23 @@ def finish_event(
             action.finish_time = now
 
 
+def close_open_events(session: Session, instance_uuid: str, exc: BaseException) -> int:
+    """End with ``Error`` every event of the instance still open: the steps a crash
+    interrupted (their worker died before it could close them). Returns how many."""
+    result, tb, details = outcome(exc)
+    rows = session.scalars(
+        select(InstanceActionEvent)
+        .join(InstanceAction, InstanceAction.id == InstanceActionEvent.action_id)
+        .where(
+            InstanceAction.instance_uuid == instance_uuid,
+            InstanceActionEvent.finish_time.is_(None),
+        )
+    ).all()
+    for row in rows:
+        finish_event(session, row.id, result, tb, details)
+    return len(rows)
+
+
 def record_event(
     session: Session,
     instance_uuid: str,

@@ -185,6 +185,8 @@ def _interrupted_build(rc: Host, found: Found) -> str | None:
         host=rc.host,
         event=INIT_HOST_EVENT,
     ):
+        with rc.sessions() as session:  # the build step's own event died with its worker
+            actions.close_open_events(session, found.uuid, error)
         return f"{found.uuid}: interrupted build -> ERROR"
     return None
 

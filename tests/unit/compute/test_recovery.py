@@ -15,12 +15,12 @@ from sqlalchemy import select
 
 from compute import lifecycle, moves
 from compute.claims import ResourceRequest, consumer_allocations
-from compute.instance_actions import latest_fault, start_action
+from compute.instance_actions import latest_fault, start_action, start_event
 from compute.instance_state import get_instance
 from compute.recovery.init_host import INIT_HOST_EVENT, recover_host
 from compute.sessions import sessions_for
 from compute.steps import StepContext
-from models import InstanceAction, utcnow
+from models import InstanceAction, InstanceActionEvent, utcnow
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from tests.factories import (
@@ -51,6 +51,9 @@ def test_an_interrupted_build_is_errored_out_and_its_guest_destroyed(db_url: str
     node_id = make_compute_node(db_url, "host1")
     driver = FakeDriver(host_resources("host1"))
     uuid = _placed(db_url, node_id, task_state="spawning")
+    with session_scope(db_url) as session:  # the build step's event, left open by the crash
+        start_action(session, uuid, "create", "req-boot")
+        start_event(session, uuid, "req-boot", "compute__do_build_and_run_instance", "host1")
     driver.spawn(GuestSpec(uuid=uuid, name="half-built", vcpus=1, memory_mb=512, root_gb=1))
     assert recover_host(sessions_for(db_url), driver, "host1") == [
         f"{uuid}: interrupted build -> ERROR"
@@ -60,6 +63,10 @@ def test_an_interrupted_build_is_errored_out_and_its_guest_destroyed(db_url: str
         instance = get_instance(session, uuid)
         assert (instance.vm_state, instance.task_state, instance.host) == ("error", None, None)
         assert consumer_allocations(session, uuid) == {}
+        events = session.scalars(select(InstanceActionEvent)).all()
+        assert {(e.event, e.result) for e in events if e.event != "compute_init_host"} == {
+            ("compute__do_build_and_run_instance", "Error")
+        }
 
 
 def test_a_build_still_queued_for_this_host_is_left_to_its_message(db_url: str) -> None:
