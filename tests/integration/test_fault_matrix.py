@@ -81,17 +81,26 @@ def _cleanup(uuid: str | None) -> None:
             api.wait(uuid, "DELETED", timeout=60)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_worker_killed_mid_step(case: Case, faults: Path, two_hosts: Cluster) -> None:
+def _killed_mid_step(case: Case, faults: Path, cluster: Cluster) -> tuple[str, Worker]:
+    """Ask for ``case``'s operation and SIGKILL the worker that reaches its fault point;
+    the server and the dead worker."""
     uuid = case.prepare()
     fault_points.arm_pause(faults, case.point)
     try:
         uuid = case.request(uuid)
         pid = fault_points.wait_reached(faults, case.point, timeout_s=60)
-        victim = _worker_of(two_hosts, pid)
+        victim = _worker_of(cluster, pid)
         victim.stop(signal.SIGKILL)
     finally:
         fault_points.release(faults, case.point)
+    return uuid, victim
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_worker_killed_mid_step(case: Case, faults: Path, two_hosts: Cluster) -> None:
+    try:
+        uuid, _ = _killed_mid_step(case, faults, two_hosts)
+    finally:
         for worker in (two_hosts.workers[h] for h in HOSTS):
             if not worker.alive():
                 worker.start()
@@ -159,15 +168,7 @@ def test_a_host_lost_mid_step(case: Case, faults: Path, two_hosts: Cluster) -> N
     """The worker dies and does not come back: once its service is down
     (``service_down_time``), the reaper undoes the operation with a fault; when the host
     returns, its late message finds nothing to do and nothing leaks."""
-    uuid = case.prepare()
-    fault_points.arm_pause(faults, case.point)
-    try:
-        uuid = case.request(uuid)
-        pid = fault_points.wait_reached(faults, case.point, timeout_s=60)
-        victim = _worker_of(two_hosts, pid)
-        victim.stop(signal.SIGKILL)
-    finally:
-        fault_points.release(faults, case.point)
+    uuid, victim = _killed_mid_step(case, faults, two_hosts)
     try:
         settled = ("ACTIVE", "ERROR", "SHUTOFF", "VERIFY_RESIZE")
         view, reaped = reap_until_settled(uuid, settled)
