@@ -20,6 +20,23 @@ from tests.factories import make_compute_node, make_instance
 from workflows import api
 
 
+def in_thread_worker(
+    queues: tuple[str, ...] = ("scheduler", "compute.host1"), concurrency: int = 2
+) -> contextlib.AbstractContextManager[Any]:
+    """A real Celery worker in a thread consuming ``queues``: its bootstep registers host1
+    from libvirt's test:/// driver, as a real worker does."""
+    from celery.contrib.testing.worker import start_worker
+
+    return start_worker(
+        app,
+        queues=list(queues),
+        perform_ping_check=False,
+        pool="threads",
+        concurrency=concurrency,
+        shutdown_timeout=30,
+    )
+
+
 def periodic_context(db_url: str, **settings: Any) -> PeriodicContext:
     """As the periodic task builds it on host1, with ``settings`` overriding (shrunk)."""
     shrunk = get_settings().model_copy(update=settings)

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from sqlalchemy import select, update
 
 from compute import in_flight
@@ -21,12 +20,12 @@ from compute.periodic.reaper import reap_operations_in_flight
 from compute.sessions import sessions_for
 from models import Instance, OperationInFlight, Service, TaskDelivery, utcnow
 from models.db import session_scope
-from tasks import app
 from tests.factories import make_settings
 from tests.unit.workflows.servers import (
     boot_active,
     clear_queues,
     delete_and_wait,
+    in_thread_worker,
     periodic_context,
     queued,
 )
@@ -36,14 +35,7 @@ QUEUE = "compute.host1"
 
 
 def _worker() -> Any:
-    return start_worker(
-        app,
-        queues=["scheduler", QUEUE],
-        perform_ping_check=False,
-        pool="threads",
-        concurrency=2,
-        shutdown_timeout=30,
-    )
+    return in_thread_worker(("scheduler", QUEUE))
 
 
 @pytest.fixture

@@ -236,15 +236,6 @@ def test_a_message_that_reached_the_broker_for_a_request_taken_back_does_nothing
 
 
 def _worker(queues: list[str]) -> contextlib.AbstractContextManager[Any]:
-    from celery.contrib.testing.worker import start_worker
+    from tests.unit.workflows.servers import in_thread_worker
 
-    from tasks import app as worker_app
-
-    return start_worker(
-        worker_app,
-        queues=queues,
-        perform_ping_check=False,
-        pool="threads",
-        concurrency=1,
-        shutdown_timeout=30,
-    )
+    return in_thread_worker(tuple(queues), concurrency=1)
