@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from compute.periodic.schedule import beat_schedule_for
 from novaq.redis_transport import transport_for
-from novaq.settings import get_settings
+from novaq.settings import get_settings, required_broker_url
 
 _settings = get_settings()
 
-broker_url = _settings.broker_url or "redis://127.0.0.1:6379/0"
+# The configured broker or the local cluster's (novaq.settings.find_local_cluster); with
+# neither, ServiceUnavailable at the first use of the app, never a default broker.
+broker_url = required_broker_url(_settings)
 result_backend = _settings.result_backend or broker_url
 # kombu's Redis transport, with which a worker survives a lost broker connection while a
 # step is running (issue 14); None for another broker: kombu's own transport.

@@ -14,23 +14,28 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
     ValidationError,
     field_validator,
 )
+from celery.app.backends import BACKEND_ALIASES
+from kombu.transport import resolve_transport
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from sqlalchemy.engine import make_url
 
-from novaq.exceptions import ConfigError
+from novaq.exceptions import ConfigError, ServiceUnavailable
 from novaq.settings_groups import (
     ALL_WEIGHERS,
     DEFAULT_FILTERS,
@@ -154,6 +159,29 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: str | None) -> str | None:
         return value or None
 
+    # NOTE: checked here, at start, so that a broken URL is one ConfigError naming its
+    # option rather than a traceback from SQLAlchemy or kombu at the first connection.
+    @field_validator("database_url")
+    @classmethod
+    def _a_database_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_database_url(value)
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _a_broker_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_broker_url(value)
+        return value
+
+    @field_validator("result_backend")
+    @classmethod
+    def _a_result_backend(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_result_backend(value)
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -193,6 +221,65 @@ class Settings(BaseSettings):
         return next((h for h in self.hosts if h.name == wanted), None)
 
 
+# -- URLs ------------------------------------------------------------------------------------
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: safe to print."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+def _check_netloc(url: str, example: str) -> None:
+    """The host and port parse (a port that is not a number is refused)."""
+    try:
+        urlsplit(url).port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise ValueError(f"{redact_url(url)!r} is not a URL ({exc}); expected {example}") from None
+
+
+def check_database_url(url: str) -> None:
+    """Raise ``ValueError`` unless SQLAlchemy can parse ``url`` and knows its dialect."""
+    example = "e.g. postgresql://user:password@host/dbname or sqlite:////path/to/file"
+    try:
+        make_url(url).get_dialect()
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy raises several kinds for a bad URL
+        reason = "unknown database dialect" if "plugin" in str(exc) else "not a database URL"
+        raise ValueError(f"{redact_url(url)!r}: {reason}; expected {example}") from None
+
+
+def check_broker_url(url: str) -> None:
+    """Raise ``ValueError`` unless each of ``url``'s (``;``-separated, for failover) URLs
+    names a kombu transport and parses."""
+    example = "e.g. redis://:password@127.0.0.1:6379/0"
+    for one in url.split(";"):
+        scheme, sep, _ = one.strip().partition("://")
+        transport = scheme.partition("+")[0]
+        try:
+            known = bool(sep) and bool(resolve_transport(transport))
+        except KeyError:
+            known = False
+        if not known:
+            raise ValueError(
+                f"{redact_url(one)!r} is not a broker URL (no known transport "
+                f"{transport!r}); expected {example}"
+            )
+        _check_netloc(one, example)
+
+
+def check_result_backend(url: str) -> None:
+    """Raise ``ValueError`` unless ``url`` names a Celery result backend and parses."""
+    example = "e.g. redis://:password@127.0.0.1:6379/1"
+    scheme, sep, _ = url.partition("://")
+    backend = scheme.partition("+")[0]
+    if not sep or backend not in BACKEND_ALIASES:
+        raise ValueError(
+            f"{redact_url(url)!r} is not a result backend URL (no known backend "
+            f"{backend!r}); expected {example}"
+        )
+    _check_netloc(url, example)
+
+
 def _option_name(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if not isinstance(p, int)]
     if not parts:
@@ -226,9 +313,60 @@ def load_settings(**overrides: Any) -> Settings:
     return settings
 
 
+# -- a local cluster ---------------------------------------------------------------------------
+#: What ``novaq up`` leaves under its state directory for the other processes of this
+#: directory (the ``novaq`` commands, ``from workflows import api``): its embedded broker's
+#: URL (0600, removed when the cluster stops) and the cluster's config.
+BROKER_URL_FILE = Path("broker") / "url"
+CLUSTER_CONFIG_FILE = "cluster.toml"
+
+
+def find_local_cluster() -> dict[str, str]:
+    """Point this process at the ``novaq up`` cluster running from its state directory:
+    its embedded broker (``NOVAQ_BROKER_URL``) and its config (``NOVAQ_CONFIG``), each
+    unless the environment already names one. Returns the variables it set.
+
+    NOTE: the one discovery of the command and the Python API alike (``get_settings``
+    calls it). It sets the process's environment rather than only this module's settings
+    so that everything reading settings afterwards (``celeryconfig``, a process this one
+    starts) agrees on one cluster.
+    """
+    state_dir = load_settings().state_dir.resolve()
+    found: dict[str, str] = {}
+    url_file = state_dir / BROKER_URL_FILE
+    if "NOVAQ_BROKER_URL" not in os.environ and url_file.is_file():
+        found["NOVAQ_BROKER_URL"] = url_file.read_text(encoding="utf-8").strip()
+    config = state_dir / CLUSTER_CONFIG_FILE
+    if "NOVAQ_CONFIG" not in os.environ and config.is_file():
+        found["NOVAQ_CONFIG"] = str(config)
+    if found:
+        os.environ.update(found)
+        LOG.debug("using the local cluster of %s: %s", state_dir, sorted(found))
+    return found
+
+
+def required_broker_url(settings: Settings) -> str:
+    """The broker to publish to and consume from; ``ServiceUnavailable`` when none is
+    configured and no local cluster was found. Never a default nobody configured: a
+    message sent to a broker no worker reads would leave its server waiting for ever."""
+    if settings.broker_url:
+        return settings.broker_url
+    state_dir = settings.state_dir.resolve()
+    raise ServiceUnavailable(
+        service="message broker",
+        reason="none is configured: NOVAQ_BROKER_URL is not set and no `novaq up` cluster "
+        f"runs from the state directory {state_dir} (no {state_dir / BROKER_URL_FILE}); run "
+        "`novaq up` in this directory (or set NOVAQ_STATE_DIR to its state directory), or "
+        "set NOVAQ_BROKER_URL",
+    )
+
+
 @functools.cache
 def get_settings() -> Settings:
-    """The process-wide settings, for entry points only (tasks, celeryconfig, the CLI)."""
+    """The process-wide settings, for entry points only (tasks, celeryconfig, the CLI, the
+    public API): those of the environment, pointed at the local ``novaq up`` cluster when
+    the environment names no broker or config of its own (:func:`find_local_cluster`)."""
+    find_local_cluster()
     return load_settings()
 
 
@@ -253,6 +391,14 @@ __all__ = [
     "SimulatedHost",
     "SimulatedPciDevice",
     "WorkaroundsGroup",
+    "BROKER_URL_FILE",
+    "CLUSTER_CONFIG_FILE",
+    "check_broker_url",
+    "check_database_url",
+    "check_result_backend",
+    "find_local_cluster",
     "get_settings",
     "load_settings",
+    "redact_url",
+    "required_broker_url",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -39,26 +38,10 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def find_local_cluster() -> None:
-    """Point this process at a ``novaq up`` cluster running from the same state directory:
-    its embedded broker's URL file and its cluster config, unless the environment already
-    names a broker or a config."""
-    from novaq.settings import get_settings, load_settings
-
-    state_dir = load_settings().state_dir.resolve()
-    url_file = state_dir / "broker" / "url"
-    config = state_dir / "cluster.toml"
-    if "NOVAQ_BROKER_URL" not in os.environ and url_file.is_file():
-        os.environ["NOVAQ_BROKER_URL"] = url_file.read_text().strip()
-    if "NOVAQ_CONFIG" not in os.environ and config.is_file():
-        os.environ["NOVAQ_CONFIG"] = str(config)
-    get_settings.cache_clear()
-
-
 @functools.cache
 def api() -> Any:
-    # Imported late: the API binds to the settings of the environment at first use.
-    find_local_cluster()
+    # Imported late: the API binds to the settings of the environment at first use, which
+    # find the local cluster as any user of the API does (novaq.settings.get_settings).
     from workflows import api as public_api
 
     return public_api

@@ -51,6 +51,7 @@ from redis.retry import Retry
 
 from novaq.exceptions import ServiceUnavailable
 from novaq.launcher.private_files import make_private_dir, write_private_text
+from novaq.settings import BROKER_URL_FILE
 
 LOG = logging.getLogger(__name__)
 
@@ -112,7 +113,8 @@ class EmbeddedRedis:
         executable: str | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
-        self.directory = Path(state_dir).resolve() / "broker"
+        self._url_path = Path(state_dir).resolve() / BROKER_URL_FILE
+        self.directory = self._url_path.parent
         self.executable = executable
         self.start_timeout_s = start_timeout_s
         self.port: int | None = None
@@ -137,7 +139,8 @@ class EmbeddedRedis:
 
     @property
     def url_path(self) -> Path:
-        return self.directory / "url"
+        """Where the URL is kept for the cluster's other users (``find_local_cluster``)."""
+        return self._url_path
 
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

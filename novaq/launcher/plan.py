@@ -20,7 +20,7 @@ import tomli_w
 
 from novaq.launcher.flower_guard import flower_command
 from novaq.launcher.private_files import make_private_dir, write_private_text
-from novaq.settings import Settings
+from novaq.settings import CLUSTER_CONFIG_FILE, Settings
 
 #: How children run celery: this interpreter, so the venv's celery even when its ``bin/`` is
 #: not on the PATH.
@@ -57,7 +57,7 @@ def scheduler_node() -> str:
 
 
 def cluster_config_path(settings: Settings) -> Path:
-    return settings.state_dir.resolve() / "cluster.toml"
+    return settings.state_dir.resolve() / CLUSTER_CONFIG_FILE
 
 
 def plan_processes(
