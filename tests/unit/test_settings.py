@@ -136,3 +136,95 @@ def test_the_guest_options_reach_the_driver(monkeypatch: pytest.MonkeyPatch) -> 
         ("Haswell",),
     )
     assert options.shutdown_retry_interval_s == 3
+
+
+# -- URLs (issue 15, defect 5): a broken URL is a ConfigError naming its option ----------------
+@pytest.mark.parametrize(
+    ("env", "value", "named", "reason"),
+    [
+        (
+            "NOVAQ_DATABASE_URL",
+            "garbage",
+            "[DEFAULT] database_url (NOVAQ_DATABASE_URL)",
+            "not a database URL",
+        ),
+        ("NOVAQ_DATABASE_URL", "nosuchdb://host/db", "database_url", "unknown database dialect"),
+        ("NOVAQ_DATABASE_URL", "postgresql://u:hunter2@h:port/db", "database_url", "not a"),
+        (
+            "NOVAQ_BROKER_URL",
+            "garbage",
+            "[DEFAULT] broker_url (NOVAQ_BROKER_URL)",
+            "no known transport 'garbage'",
+        ),
+        ("NOVAQ_BROKER_URL", "redis://:hunter2@127.0.0.1:63xx/0", "broker_url", "not a URL"),
+        ("NOVAQ_BROKER_URL", "redis://h/0;nope://h", "broker_url", "no known transport 'nope'"),
+        ("NOVAQ_RESULT_BACKEND", "garbage", "result_backend (NOVAQ_RESULT_BACKEND)", "no known"),
+    ],
+)
+def test_a_broken_url_fails_naming_the_option_and_hides_the_password(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, named: str, reason: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert named in str(info.value) and reason in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("NOVAQ_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"),
+        ("NOVAQ_DATABASE_URL", "mysql+pymysql://u:p@h/db"),
+        ("NOVAQ_DATABASE_URL", "sqlite:////tmp/x.sqlite"),
+        ("NOVAQ_BROKER_URL", "redis://:p@127.0.0.1:6379/0"),
+        ("NOVAQ_BROKER_URL", "memory://"),
+        ("NOVAQ_BROKER_URL", "amqp://guest:guest@localhost:5672//"),
+        ("NOVAQ_RESULT_BACKEND", "cache+memory://"),
+        ("NOVAQ_RESULT_BACKEND", "db+postgresql://u@h/db"),
+    ],
+)
+def test_working_urls_are_taken(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(load_settings(), env.removeprefix("NOVAQ_").lower()) == value
+
+
+@pytest.mark.parametrize(
+    ("env", "args"),
+    [
+        ("NOVAQ_DATABASE_URL", ["list"]),
+        ("NOVAQ_DATABASE_URL", ["db", "upgrade"]),
+        ("NOVAQ_DATABASE_URL", ["up"]),
+        ("NOVAQ_BROKER_URL", ["list"]),
+    ],
+)
+def test_the_novaq_command_reports_a_broken_url_in_one_line(
+    tmp_path: Path, env: str, args: list[str]
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    variables = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
+    variables.update(
+        {env: "garbage", "NOVAQ_STATE_DIR": str(tmp_path / "state")},
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+        COLUMNS="400",  # one line, as rich would print it on a wide terminal
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "novaq.cli", *args],
+        env=variables,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    option = env.removeprefix("NOVAQ_").lower()
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(
+        f"ERROR (ConfigError): Invalid settings: [DEFAULT] {option} ({env}): Value error, "
+        "'garbage'"
+    )
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "state").exists()  # nothing written
