@@ -169,6 +169,23 @@ def test_a_flavor_asking_for_an_unknown_pci_alias_is_refused(db_url: str) -> Non
     assert _count(db_url, Flavor) == 0
 
 
+def _until_the_worker_is_idle(timeout_s: float = 30.0) -> None:
+    """Every step the in-thread worker took has returned, its ``after_return`` included.
+
+    NOTE: a step forgets its delivery in ``after_return``, which Celery runs after the
+    step's own transactions: the instance reads DELETED a moment before the last step's
+    delivery row goes (issue 15, defect 6). Waiting for DELETED alone raced that.
+    """
+    import time
+
+    from celery.worker import state
+
+    deadline = time.monotonic() + timeout_s
+    while state.active_requests or state.reserved_requests:
+        assert time.monotonic() < deadline, f"still running: {state.active_requests}"
+        time.sleep(0.02)
+
+
 def test_every_finished_step_forgets_its_delivery_count(db_url: str, worker: None) -> None:
     from models import TaskDelivery
 
@@ -177,6 +194,7 @@ def test_every_finished_step_forgets_its_delivery_count(db_url: str, worker: Non
     api.wait(uuid, "ACTIVE", timeout=30)
     api.delete(uuid)
     api.wait(uuid, "DELETED", timeout=30)
+    _until_the_worker_is_idle()
     assert _count(db_url, TaskDelivery) == 0
 
 
