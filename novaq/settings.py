@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from celery.app.backends import BACKEND_ALIASES
+from kombu.transport import resolve_transport
 from pydantic import (
     Field,
     ValidationError,
     field_validator,
 )
-from celery.app.backends import BACKEND_ALIASES
-from kombu.transport import resolve_transport
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,

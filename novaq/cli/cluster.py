@@ -41,14 +41,22 @@ def db_upgrade(url: str | None) -> None:
     show_default=True,
     help="Simulated compute hosts, when the settings declare none.",
 )
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Also print every line of every process (worker banners and task logs); by "
+    "default they go to <state dir>/logs only, and only their errors are printed.",
+)
 @handle_errors
-def up(n_hosts: int) -> None:
+def up(n_hosts: int, follow: bool) -> None:
     """Run a whole cluster in the foreground: broker (embedded unless NOVAQ_BROKER_URL),
-    scheduler, one compute worker per host, beat and Flower. Ctrl-C stops it cleanly."""
+    scheduler, one compute worker per host, beat and Flower, each restarted when it dies.
+    Prints one "cluster ready" line, with Flower's URL, once everything answers. Ctrl-C
+    stops it cleanly."""
     from novaq.launcher.cluster import Cluster
     from novaq.settings import load_settings
 
-    cluster = Cluster(load_settings(), n_hosts=n_hosts)
+    cluster = Cluster(load_settings(), n_hosts=n_hosts, follow=follow)
     sys.exit(cluster.run_forever())
 
 

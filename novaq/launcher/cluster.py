@@ -30,7 +30,9 @@ import datetime
 import functools
 import logging
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, Any, TextIO
+from urllib.parse import urlsplit
 
 from celery import Celery
 from honcho.colour import get_colours
@@ -48,7 +51,12 @@ from kombu.exceptions import OperationalError
 
 from novaq.exceptions import ServiceUnavailable
 from novaq.launcher.embedded_broker import EmbeddedRedis
-from novaq.launcher.flower_guard import flower_command, flower_url, new_operator_credential
+from novaq.launcher.flower_guard import (
+    flower_command,
+    flower_url,
+    new_operator_credential,
+    with_free_flower_port,
+)
 from novaq.launcher.plan import (
     ProcessSpec,
     plan_processes,
@@ -69,6 +77,10 @@ SHUTDOWN_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 60.0
 _TAIL_LINES = 30
 _SYSTEM = "system"
+#: A child's line that is a log record of level ERROR or CRITICAL (Celery's format,
+#: ``[<time>: ERROR/MainProcess] ...``): shown on the console even when the children's
+#: output goes to their logs only.
+_SEVERE = re.compile(r"^\[[^\]]*: (ERROR|CRITICAL)/")
 
 
 # -- one child -------------------------------------------------------------------------------
@@ -228,8 +240,11 @@ class Cluster:
     ``run_forever()`` (foreground, restarting what dies, until Ctrl-C, SIGTERM or a
     process that keeps dying; ``restart_policy`` says how) and ``stop()``.
 
-    Output goes to ``<state_dir>/logs/<name>.log`` and, unless ``quiet``, to ``output``
-    (default stdout) prefixed with the process name. ``migrate`` (default
+    The children's output goes to ``<state_dir>/logs/<name>.log``; unless ``quiet``,
+    ``output`` (default stdout) gets the launcher's own lines (started, died, restarted,
+    ready, stopped), the children's ERROR and CRITICAL log lines, and, with ``follow``,
+    every line of the children (their banners included), prefixed with the process
+    name. ``migrate`` (default
     ``models.migrate.upgrade`` plus the demo image) is called with the database URL before
     anything starts.
     """
@@ -245,8 +260,11 @@ class Cluster:
         env: Mapping[str, str] | None = None,
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
         restart_policy: RestartPolicy | None = None,
+        follow: bool = False,
     ) -> None:
         self.settings = settings
+        self.follow = follow
+        self._credentials: Path | None = None
         self.restart_policy = restart_policy or RestartPolicy()
         self.n_hosts = n_hosts
         self.state_dir = settings.state_dir.resolve()
@@ -296,11 +314,16 @@ class Cluster:
         if self._started:
             return self
         flower_command(self.settings)  # refuse an open Flower before starting anything
+        self.settings, taken = with_free_flower_port(self.settings)
+        if taken is not None:
+            self._system(
+                f"Flower's port {taken} is taken; Flower listens on {self.settings.flower.port}"
+            )
         self._started = True
         try:
             make_private_dir(self.state_dir)
             make_private_dir(self.log_dir)
-            credentials = new_operator_credential(self.settings)
+            self._credentials = new_operator_credential(self.settings)
             if not self.settings.broker_url:
                 self._broker = EmbeddedRedis(self.state_dir).start()
             _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
@@ -309,8 +332,6 @@ class Cluster:
             # process (the demo image); the children run under PRIVATE_UMASK.
             tighten_tree(self.state_dir)
             self._launch(self.plan(self.broker_url))
-            if credentials is not None:
-                self._system(f"Flower: log in with the user:password in {credentials}")
         except BaseException:
             self.stop()
             raise
@@ -348,6 +369,11 @@ class Cluster:
         requested = threading.Event()
         previous = _install_stop_handlers(requested, self._system)
         supervisor = Supervisor(self._warn, self.restart_policy)
+        done = threading.Event()
+        announcer = threading.Thread(
+            target=self._announce_ready, args=(done,), name="novaq-ready", daemon=True
+        )
+        announcer.start()
         status = 0
         try:
             while not requested.wait(0.2):
@@ -356,10 +382,26 @@ class Cluster:
                     status = stop
                     break
         finally:
+            done.set()
+            announcer.join(timeout=5.0)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self.stop()
         return status
+
+    def ready_line(self) -> str:
+        """The line that ends the start-up output: what runs, where Flower is and where
+        its credential is kept (never the credential itself), where the logs are."""
+        names = ", ".join(child.name for child in self._children)
+        flower = ""
+        if any(child.name == "flower" for child in self._children):
+            login = (
+                f"user:password in {self._credentials}"
+                if self._credentials is not None
+                else "[flower] basic_auth's user:password"
+            )
+            flower = f"; Flower {self.flower_url} (log in with the {login})"
+        return f"cluster ready: {names}{flower}; logs in {self.log_dir}; Ctrl-C stops it"
 
     def stop(self) -> None:
         """SIGTERM every child, SIGKILL those left after the grace period, stop the broker.
@@ -394,11 +436,42 @@ class Cluster:
         members: list[Member] = [] if self._broker is None else [_BrokerMember(self._broker)]
         return [*members, *self._children]
 
+    def _announce_ready(self, done: threading.Event) -> None:
+        """Print :meth:`ready_line` once every worker answers a ping and Flower accepts
+        connections; give up silently when ``done`` is set first (the cluster stopped)."""
+        expected = {spec.node for spec in self.processes if spec.node}
+        with_flower = any(child.name == "flower" for child in self._children)
+        app = Celery("novaq-cluster-ready", broker=self.broker_url, set_as_current=False)
+        try:
+            while not done.is_set():
+                if expected <= _ping(app) and (not with_flower or self._flower_listens()):
+                    if not done.is_set():
+                        self._system(self.ready_line())
+                    return
+                done.wait(0.5)
+        except Exception:  # noqa: BLE001 - the announcement must never stop the cluster
+            LOG.exception("could not tell whether the cluster is ready")
+        finally:
+            app.close()
+
+    def _flower_listens(self) -> bool:
+        url = urlsplit(self.flower_url)
+        try:
+            with socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), 1.0):
+                return True
+        except OSError:
+            return False
+
+    def _child_line(self, name: str, colour: int | None, line: str) -> None:
+        """A child's line for the console: every line with ``follow``, else its errors."""
+        if self.follow or _SEVERE.match(line):
+            self._emit(name, colour, line)
+
     def _launch(self, specs: list[ProcessSpec]) -> None:
         if self._printer is not None:
             self._printer.width = max([len(_SYSTEM), *(len(s.name) for s in specs)])
         for spec in specs:
-            child = _Child(spec, self.log_dir, self._emit, next(self._colours))
+            child = _Child(spec, self.log_dir, self._child_line, next(self._colours))
             self._children.append(child)
             self._system(f"{spec.name} started (pid={child.proc.pid})")
 

@@ -26,14 +26,19 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import secrets
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from novaq.exceptions import ConfigError
+from novaq.exceptions import ConfigError, ServiceUnavailable
 from novaq.launcher.private_files import make_private_dir, write_private_text
 from novaq.settings import Settings
+
+#: How many ports after a taken one are tried before giving up.
+PORT_ATTEMPTS = 100
 
 BASIC_AUTH_ENV = "FLOWER_BASIC_AUTH"
 BASIC_AUTH_OPTION = "[flower] basic_auth (NOVAQ_FLOWER__BASIC_AUTH)"
@@ -141,3 +146,44 @@ def flower_url(settings: Settings) -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{settings.flower.port}"
+
+
+def port_is_free(address: str, port: int) -> bool:
+    """Whether Flower could listen on ``address:port`` now: bound as Tornado binds
+    (``SO_REUSEADDR``, so a port in TIME_WAIT counts as free, as it is to Flower)."""
+    host = address.strip().strip("[]")
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)  # fmt: skip
+    except socket.gaierror:
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with contextlib.closing(socket.socket(family, kind, proto)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(sockaddr)
+            except OSError:
+                return False
+    return True
+
+
+def with_free_flower_port(settings: Settings) -> tuple[Settings, int | None]:
+    """``settings`` with ``[flower] port`` moved to the next free port when it is taken
+    (returned second: the port that was taken), else ``settings`` unchanged and None.
+
+    NOTE: checked just before Flower starts; another program can still take the port in
+    between, in which case Flower dies and the supervisor says so.
+    """
+    flower = settings.flower
+    if flower.port == 0 or port_is_free(flower.address, flower.port):
+        return settings, None
+    last = min(flower.port + PORT_ATTEMPTS, 65535)
+    for port in range(flower.port + 1, last + 1):
+        if port_is_free(flower.address, port):
+            moved = flower.model_copy(update={"port": port})
+            return settings.model_copy(update={"flower": moved}), flower.port
+    raise ServiceUnavailable(
+        service="Flower",
+        reason=f"port {flower.port} on {flower.address!r} and the next {last - flower.port} are "
+        "taken; set [flower] port (NOVAQ_FLOWER__PORT)",
+    )

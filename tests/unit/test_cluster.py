@@ -279,9 +279,32 @@ def test_cluster_starts_broker_and_workers_waits_for_them_and_stops_everything(
     log = cluster.log_path("compute-host1").read_text()
     assert "compute@host1 ready" in log
     printed = output.getvalue()
-    assert "compute-host1 " in printed and "| " in printed
+    # The workers' banners and logs went to their log files only (issue 15, defect 7).
+    assert "compute-host1 started (pid=" in printed
+    assert "compute@host1 ready" not in printed and "celery@" not in printed
     assert "sending SIGTERM to scheduler-test" in printed
     assert "SIGKILL" not in printed
+
+
+def test_the_console_gets_a_childs_errors_and_with_follow_every_line(tmp_path: Path) -> None:
+    code = (
+        "print('-------------- banner line', flush=True); "
+        "print('[2026-01-01 00:00:00,000: ERROR/MainProcess] consumer: Cannot connect', "
+        "flush=True); import time; time.sleep(30)"
+    )
+    printed = {}
+    for follow in (False, True):
+        output = io.StringIO()
+        state = tmp_path / str(follow)
+        with ScriptedCluster(
+            Settings(state_dir=state), [python_spec("talker", code)], output=output, follow=follow
+        ) as cluster:
+            assert _wait_for_text(cluster.log_path("talker"), "Cannot connect")
+            time.sleep(0.2)  # the console's copy follows the log's
+        printed[follow] = output.getvalue()
+    assert "ERROR/MainProcess] consumer: Cannot connect" in printed[False]
+    assert "banner line" not in printed[False]
+    assert "banner line" in printed[True] and "Cannot connect" in printed[True]
 
 
 def test_quiet_cluster_writes_output_only_to_log_files(tmp_path: Path) -> None:
@@ -356,11 +379,81 @@ def test_start_stops_the_broker_when_the_migration_fails(tmp_path: Path) -> None
 
 
 def test_a_configured_broker_url_is_used_instead_of_an_embedded_one(tmp_path: Path) -> None:
-    settings = Settings(state_dir=tmp_path, broker_url=BROKER)
+    port = _free_port()
+    settings = Settings(state_dir=tmp_path, broker_url=BROKER, flower={"port": port})
     with ScriptedCluster(settings, []) as cluster:
         assert cluster.broker_url == BROKER
         assert cluster._broker is None
-    assert cluster.flower_url == "http://127.0.0.1:5555"
+    assert cluster.flower_url == f"http://127.0.0.1:{port}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_flowers_port_taken_by_another_program_moves_to_the_next_free_one(
+    tmp_path: Path,
+) -> None:
+    output = io.StringIO()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = int(squatter.getsockname()[1])
+        settings = Settings(state_dir=tmp_path, broker_url=BROKER, flower={"port": taken})
+        with ScriptedCluster(settings, [], output=output) as cluster:
+            moved = cluster.settings.flower.port
+    assert moved > taken
+    assert cluster.flower_url == f"http://127.0.0.1:{moved}"
+    assert f"Flower's port {taken} is taken; Flower listens on {moved}" in output.getvalue()
+
+
+def test_every_port_taken_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from novaq.launcher import flower_guard
+
+    monkeypatch.setattr(flower_guard, "port_is_free", lambda address, port: False)
+    settings = Settings(state_dir=tmp_path, flower={"port": 5555})
+    with pytest.raises(ServiceUnavailable, match="port 5555 on '127.0.0.1' and the next 100"):
+        ScriptedCluster(settings, []).start()
+    assert not (tmp_path / "broker").exists()
+
+
+def test_the_ready_line_comes_once_the_workers_answer_and_flower_listens(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    port = _free_port()
+    flower = python_spec(
+        "flower",
+        "import socket, time; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"time.sleep(1); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)",
+    )
+
+    def specs(url: str) -> list[ProcessSpec]:
+        return [embedded_worker(url, "compute@host1", "compute.host1"), flower]
+
+    output = io.StringIO()
+    settings = Settings(state_dir=tmp_path, flower={"port": port})
+    with ScriptedCluster(settings, specs, n_hosts=1, output=output) as cluster:
+        done = threading.Event()
+        announcer = threading.Thread(target=cluster._announce_ready, args=(done,))
+        announcer.start()
+        announcer.join(timeout=60)
+        done.set()
+        announcer.join()
+        credentials = tmp_path.resolve() / "flower-credentials"
+        lines = [line for line in output.getvalue().splitlines() if "cluster ready" in line]
+        assert lines == [
+            f"{lines[0].split('|')[0]}| cluster ready: compute-host1, flower; Flower "
+            f"http://127.0.0.1:{port} (log in with the user:password in {credentials}); "
+            f"logs in {tmp_path.resolve() / 'logs'}; Ctrl-C stops it"
+        ]
+        assert credentials.read_text().split(":")[1].strip() not in output.getvalue()
 
 
 def test_a_new_cluster_database_gets_the_demo_image_once(tmp_path: Path) -> None:

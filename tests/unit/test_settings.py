@@ -223,8 +223,7 @@ def test_the_novaq_command_reports_a_broken_url_in_one_line(
     option = env.removeprefix("NOVAQ_").lower()
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(
-        f"ERROR (ConfigError): Invalid settings: [DEFAULT] {option} ({env}): Value error, "
-        "'garbage'"
+        f"ERROR (ConfigError): Invalid settings: [DEFAULT] {option} ({env}): Value error, 'garbage'"
     )
     assert "Traceback" not in done.stderr + done.stdout
     assert not (tmp_path / "state").exists()  # nothing written

@@ -65,9 +65,7 @@ def test_every_step_runs_after_failures_and_all_failures_are_listed(repo: Path) 
 
     assert status == 1
     assert ran == list(STEPS)  # the integration tier ran after the unit tier failed
-    assert out.endswith(
-        "3 step(s) failed:\n  - lint: ruff\n  - unit tier\n  - hypervisor tier\n"
-    )
+    assert out.endswith("3 step(s) failed:\n  - lint: ruff\n  - unit tier\n  - hypervisor tier\n")
 
 
 def test_all_passing_exits_0_and_no_tests_collected_is_not_a_failure(repo: Path) -> None:
