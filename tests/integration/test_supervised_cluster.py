@@ -36,18 +36,23 @@ def _free_port() -> int:
 
 
 class Up:
-    """``novaq up --hosts 2`` in a session of its own, its output in ``log``."""
+    """``novaq up --hosts 2`` in a session of its own, its output in ``log``; with
+    ``in_directory``, run as a user runs it: nothing configured, its state in ``.novaq``
+    of its working directory ``tmp_path``."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.state = tmp_path / "state"
+    def __init__(
+        self, tmp_path: Path, in_directory: bool = False, flower_port: int | None = None
+    ) -> None:
+        self.state = tmp_path / (".novaq" if in_directory else "state")
         self.log = tmp_path / "up.log"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
         self.env.update(
-            NOVAQ_STATE_DIR=str(self.state),
-            NOVAQ_FLOWER__PORT=str(_free_port()),
+            NOVAQ_FLOWER__PORT=str(flower_port or _free_port()),
             NOVAQ_REPORT_INTERVAL="1",
             PYTHONPATH=str(ROOT),
         )
+        if not in_directory:
+            self.env["NOVAQ_STATE_DIR"] = str(self.state)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [*NOVAQ, "up", "--hosts", "2"],
@@ -179,3 +184,70 @@ def test_novaq_up_restarts_a_killed_worker_beat_and_broker_and_still_boots(up: U
     assert up.stop() == 0  # Ctrl-C still stops everything
     assert "all processes stopped" in up.output()
     assert not (up.state / "broker" / "url").exists()
+
+
+#: A second shell's Python session in the directory of the running cluster, with no
+#: NOVAQ_* variable: the API must find the cluster's broker and config by itself.
+SECOND_SHELL = """
+from workflows import api
+api.create_flavor("tiny", 1, 256, 1)
+[uuid] = api.boot("vm1", "tiny", "cirros")
+print(api.wait(uuid, "ACTIVE", timeout=90)["status"])
+"""
+
+
+def test_novaq_up_is_quiet_until_ready_moves_a_taken_flower_port_and_serves_the_python_api(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as squatter:  # someone else's program on Flower's port
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = int(squatter.getsockname()[1])
+        up = Up(tmp_path, in_directory=True, flower_port=taken)
+        try:
+            moved = re.compile(rf"Flower's port {taken} is taken; Flower listens on (\d+)")
+            port = int(up.until("the port moved", lambda: moved.search(up.output())).group(1))
+            ready = up.until("the ready line", lambda: re.search(r"cluster ready: .*", up.output()))
+            credentials = (tmp_path / ".novaq" / "flower-credentials").resolve()
+            assert ready.group(0).endswith(
+                f"; Flower http://127.0.0.1:{port} (log in with the user:password in "
+                f"{credentials}); logs in {(tmp_path / '.novaq' / 'logs').resolve()}; "
+                "Ctrl-C stops it"
+            )
+            up.until(
+                "Flower answering on its new port",
+                lambda: _listening(port),
+            )
+
+            # The start-up output: the launcher's own lines, the ready line last; the
+            # workers' banners are in their logs.
+            startup = up.output()[: ready.end()]
+            assert "celery@" not in startup and "[tasks]" not in startup
+            assert all(" system " in line for line in startup.splitlines()), startup
+            assert "[tasks]" in (tmp_path / ".novaq" / "logs" / "scheduler.log").read_text()
+            assert credentials.read_text().split(":")[1].strip() not in up.output()
+
+            # A second shell in the cluster's directory: the API finds its broker.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
+            env["PYTHONPATH"] = str(ROOT)
+            done = subprocess.run(
+                [sys.executable, "-c", SECOND_SHELL],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=150,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert done.stdout.strip().splitlines()[-1] == "ACTIVE"
+        finally:
+            assert up.stop() == 0
+    assert not (tmp_path / ".novaq" / "broker" / "url").exists()
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
