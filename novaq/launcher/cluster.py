@@ -393,15 +393,15 @@ class Cluster:
         """The line that ends the start-up output: what runs, where Flower is and where
         its credential is kept (never the credential itself), where the logs are."""
         names = ", ".join(child.name for child in self._children)
-        flower = ""
-        if any(child.name == "flower" for child in self._children):
-            login = (
-                f"user:password in {self._credentials}"
-                if self._credentials is not None
-                else "[flower] basic_auth's user:password"
-            )
-            flower = f"; Flower {self.flower_url} (log in with the {login})"
-        return f"cluster ready: {names}{flower}; logs in {self.log_dir}; Ctrl-C stops it"
+        login = (
+            f"user:password in {self._credentials}"
+            if self._credentials is not None
+            else "user:password of [flower] basic_auth"
+        )
+        return (
+            f"cluster ready: {names}; Flower {self.flower_url} (log in with the {login}); "
+            f"logs in {self.log_dir}; Ctrl-C stops it"
+        )
 
     def stop(self) -> None:
         """SIGTERM every child, SIGKILL those left after the grace period, stop the broker.
