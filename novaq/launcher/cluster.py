@@ -326,6 +326,10 @@ class Cluster:
             self._credentials = new_operator_credential(self.settings)
             if not self.settings.broker_url:
                 self._broker = EmbeddedRedis(self.state_dir).start()
+                self._system(
+                    f"broker started (pid={self._broker.pid}, 127.0.0.1:{self._broker.port}; "
+                    f"its URL in {self._broker.url_path})"
+                )
             _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
             self._migrate(self.settings.sqlalchemy_url)
             # What an older run left readable, and what the migration wrote in this
