@@ -10,22 +10,21 @@ demo``) fails fast instead: a child that dies before it first answers a ping is 
 setting or install, which a restart would only repeat, and the operator wants its log
 tail at once.
 
-NOTE: children are ``subprocess.Popen``'d here, each in a session of its own; honcho supplies
-only the look of the output (its ``Printer`` and colours). ``honcho.manager.Manager`` does
-not fit: ``loop()`` blocks and installs SIGINT/SIGTERM handlers (so it cannot run in a
-background thread, and ``start()`` must not block), it forks a ``multiprocessing`` helper
-per child and runs each command through a shell, it allows 5 s (``KILL_WAIT``) before
-SIGKILL where a warm Celery shutdown needs longer, and it cannot tee output to log files or
-keep it off the console for ``novaq demo``. With a session per child, a Ctrl-C in the
-terminal reaches only the launcher, which then sends one SIGTERM (Celery's warm shutdown) to
-each child's main process, and SIGKILLs the whole process group (prefork pool included) of
-any child still alive after the grace period.
+NOTE: children are ``subprocess.Popen``'d (``novaq/launcher/children.py``), each in a
+session of its own; honcho supplies only the look of the output (its ``Printer`` and
+colours). ``honcho.manager.Manager`` does not fit: ``loop()`` blocks and installs
+SIGINT/SIGTERM handlers (so it cannot run in a background thread, and ``start()`` must not
+block), it forks a ``multiprocessing`` helper per child and runs each command through a
+shell, it allows 5 s (``KILL_WAIT``) before SIGKILL where a warm Celery shutdown needs
+longer, and it cannot tee output to log files or keep it off the console for ``novaq demo``.
+With a session per child, a Ctrl-C in the terminal reaches only the launcher, which then
+sends one SIGTERM (Celery's warm shutdown) to each child's main process, and SIGKILLs the
+whole process group (prefork pool included) of any child still alive after the grace period.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import datetime
 import functools
 import logging
@@ -33,15 +32,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from celery import Celery
@@ -50,6 +47,7 @@ from honcho.printer import Message, Printer
 from kombu.exceptions import OperationalError
 
 from novaq.exceptions import ServiceUnavailable
+from novaq.launcher.children import BrokerMember, Child
 from novaq.launcher.embedded_broker import EmbeddedRedis
 from novaq.launcher.flower_guard import (
     flower_command,
@@ -63,159 +61,21 @@ from novaq.launcher.plan import (
     write_cluster_config,
 )
 from novaq.launcher.private_files import (
-    PRIVATE_UMASK,
     make_private_dir,
-    open_private_append,
     tighten_tree,
 )
-from novaq.launcher.supervisor import Member, RestartPolicy, Supervisor, describe_exit
+from novaq.launcher.supervisor import Member, RestartPolicy, Supervisor
 from novaq.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 60.0
-_TAIL_LINES = 30
 _SYSTEM = "system"
 #: A child's line that is a log record of level ERROR or CRITICAL (Celery's format,
 #: ``[<time>: ERROR/MainProcess] ...``): shown on the console even when the children's
 #: output goes to their logs only.
 _SEVERE = re.compile(r"^\[[^\]]*: (ERROR|CRITICAL)/")
-
-
-# -- one child -------------------------------------------------------------------------------
-Sink = Callable[[str, "int | None", str], None]
-
-
-class _Child:
-    """A running ProcessSpec: its output goes to its log file, its tail and the sink."""
-
-    def __init__(self, spec: ProcessSpec, log_dir: Path, sink: Sink, colour: int | None) -> None:
-        self.spec = spec
-        self.log_path = log_dir / f"{spec.name}.log"
-        self._sink = sink
-        self._colour = colour
-        self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
-        self._log: IO[bytes] = os.fdopen(open_private_append(self.log_path), "ab")
-        self.proc, self._reader = self._spawn()
-
-    def _spawn(self) -> tuple[subprocess.Popen[bytes], threading.Thread]:
-        # PRIVATE_UMASK: what a child creates (the database's -wal/-shm, beat's schedule)
-        # is its owner's alone.
-        proc = subprocess.Popen(
-            self.spec.argv,
-            env=self.spec.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            umask=PRIVATE_UMASK,
-        )
-        reader = threading.Thread(
-            target=self._pump, args=(proc,), name=f"novaq-{self.name}-output", daemon=True
-        )
-        reader.start()
-        return proc, reader
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def exit_status(self) -> int | None:
-        """The main process's exit status once it has ended, else None.
-
-        What it leaves behind in its process group (a prefork pool) is SIGKILLed first:
-        the exit is seen without reaping (``waitid`` with ``WNOWAIT``), so the zombie still
-        holds the group id and no other process can have been given it.
-        """
-        if self.proc.returncode is not None:
-            return self.proc.returncode
-        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-        try:
-            ended = os.waitid(os.P_PID, self.proc.pid, flags) is not None
-        except ChildProcessError:  # reaped already
-            return self.proc.poll()
-        if not ended:
-            return None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        return self.proc.wait()
-
-    def restart(self) -> None:
-        """Run the spec again (after its process ended), appending to the same log."""
-        self._reader.join(timeout=5.0)
-        self._log.write(f"--- restarted by novaq up after it {self._ended()} ---\n".encode())
-        self._log.flush()
-        self.proc, self._reader = self._spawn()
-
-    def _ended(self) -> str:
-        status = self.proc.returncode
-        return "ended" if status is None else describe_exit(status)
-
-    def tail(self) -> str:
-        return "".join(self._tail).rstrip()
-
-    def terminate(self) -> None:
-        """SIGTERM to the main process only: Celery's warm shutdown ends its own pool."""
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        """SIGKILL to the whole process group (pool processes included)."""
-        if self.alive():  # NOTE: not reaped yet, so the group id cannot have been reused
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def wait(self, timeout_s: float) -> bool:
-        try:
-            self.proc.wait(timeout=max(timeout_s, 0.0))
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    def close(self) -> None:
-        self._reader.join(timeout=2.0)
-        self._log.close()
-
-    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        for raw in iter(proc.stdout.readline, b""):
-            self._log.write(raw)
-            self._log.flush()
-            line = raw.decode("utf-8", "replace")
-            self._tail.append(line)
-            self._sink(self.name, self._colour, line)
-        proc.stdout.close()
-
-
-class _BrokerMember:
-    """The embedded broker as the supervisor sees it (restarted on the same URL)."""
-
-    name = "broker"
-
-    def __init__(self, broker: EmbeddedRedis) -> None:
-        self.broker = broker
-
-    @property
-    def pid(self) -> int | None:
-        return self.broker.pid
-
-    @property
-    def log_path(self) -> Path:
-        return self.broker.log_path
-
-    def exit_status(self) -> int | None:
-        return self.broker.exit_status()
-
-    def restart(self) -> None:
-        self.broker.restart()
 
 
 # -- the cluster ---------------------------------------------------------------------------
@@ -277,7 +137,7 @@ class Cluster:
         self._colours: Iterator[int] = get_colours()
         self._broker: EmbeddedRedis | None = None
         self._hosts: list[str] = []
-        self._children: list[_Child] = []
+        self._children: list[Child] = []
         self._started = False
 
     # -- properties ------------------------------------------------------------------------
@@ -437,7 +297,7 @@ class Cluster:
     # -- internals -------------------------------------------------------------------------
     def _members(self) -> list[Member]:
         """What the supervisor watches: the embedded broker first, then the children."""
-        members: list[Member] = [] if self._broker is None else [_BrokerMember(self._broker)]
+        members: list[Member] = [] if self._broker is None else [BrokerMember(self._broker)]
         return [*members, *self._children]
 
     def _announce_ready(self, done: threading.Event) -> None:
@@ -475,11 +335,11 @@ class Cluster:
         if self._printer is not None:
             self._printer.width = max([len(_SYSTEM), *(len(s.name) for s in specs)])
         for spec in specs:
-            child = _Child(spec, self.log_dir, self._child_line, next(self._colours))
+            child = Child(spec, self.log_dir, self._child_line, next(self._colours))
             self._children.append(child)
             self._system(f"{spec.name} started (pid={child.proc.pid})")
 
-    def _shut_down(self, children: list[_Child]) -> None:
+    def _shut_down(self, children: list[Child]) -> None:
         for child in children:
             if child.alive():
                 self._system(f"sending SIGTERM to {child.name} (pid {child.proc.pid})")

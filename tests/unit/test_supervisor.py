@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 import redis
 
-from novaq.launcher.cluster import Cluster, _Child
+from novaq.launcher.children import Child
+from novaq.launcher.cluster import Cluster
 from novaq.launcher.plan import ProcessSpec
 from novaq.launcher.supervisor import RestartPolicy, Supervisor, cluster_status, describe_exit
 from novaq.settings import Settings
@@ -271,7 +272,7 @@ def test_deaths_older_than_the_window_no_longer_count(tmp_path: Path) -> None:
     policy = RestartPolicy(max_deaths=2, window_s=60.0, first_delay_s=1.0)
     supervisor = Supervisor(lines.append, policy, clock=lambda: now[0])
     spec = python("flaky", "raise SystemExit(1)")
-    child = _Child(spec, tmp_path, lambda *_: None, None)
+    child = Child(spec, tmp_path, lambda *_: None, None)
     try:
         for minute in range(4):
             now[0] = minute * 61.0
