@@ -186,10 +186,6 @@ class Cluster:
             self._credentials = new_operator_credential(self.settings)
             if not self.settings.broker_url:
                 self._broker = EmbeddedRedis(self.state_dir).start()
-                self._system(
-                    f"broker started (pid={self._broker.pid}, 127.0.0.1:{self._broker.port}; "
-                    f"its URL in {self._broker.url_path})"
-                )
             _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
             self._migrate(self.settings.sqlalchemy_url)
             # What an older run left readable, and what the migration wrote in this
@@ -334,6 +330,11 @@ class Cluster:
     def _launch(self, specs: list[ProcessSpec]) -> None:
         if self._printer is not None:
             self._printer.width = max([len(_SYSTEM), *(len(s.name) for s in specs)])
+        if self._broker is not None:  # (said here, once the output's width is known)
+            self._system(
+                f"broker started (pid={self._broker.pid}, 127.0.0.1:{self._broker.port}; "
+                f"its URL in {self._broker.url_path})"
+            )
         for spec in specs:
             child = Child(spec, self.log_dir, self._child_line, next(self._colours))
             self._children.append(child)
