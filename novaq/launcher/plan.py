@@ -159,7 +159,8 @@ def write_cluster_config(
     It starts from the user's TOML (``user_config``, default: the file ``NOVAQ_CONFIG``
     names) so their options are kept. Hosts declared in the settings win; otherwise
     ``n_hosts`` demo hosts are generated, plus the Quadro alias and device spec if the
-    settings declare neither a PCI alias nor a device spec.
+    settings declare neither a PCI alias nor a device spec. The database URL the cluster
+    uses is written too, for the other processes of its directory.
     """
     if user_config is None and os.environ.get("NOVAQ_CONFIG"):
         user_config = Path(os.environ["NOVAQ_CONFIG"])
@@ -175,6 +176,9 @@ def write_cluster_config(
             pci["alias"] = [dict(DEFAULT_PCI_ALIAS)]
             pci["device_spec"] = [dict(DEFAULT_PCI_DEVICE_SPEC)]
     data["hosts"] = hosts
+    # The database the cluster uses, however it was given (NOVAQ_DATABASE_URL included):
+    # the API of a second shell in this directory finds it here (find_local_cluster).
+    data["database_url"] = settings.sqlalchemy_url
     path = cluster_config_path(settings)
     make_private_dir(path.parent)
     # 0600: the user's file may hold secrets ([flower] basic_auth, database passwords).

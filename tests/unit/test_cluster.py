@@ -196,6 +196,19 @@ def test_cluster_config_keeps_the_users_options_and_pci_settings(
     assert user.read_text().startswith("report_interval = 5")  # the user's file is untouched
 
 
+def test_cluster_config_names_the_clusters_database_for_a_second_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = "postgresql://novaq:secret@127.0.0.1:5432/cluster"
+    path, _ = write_cluster_config(Settings(state_dir=tmp_path, database_url=url), 1)
+    assert load_as_settings(path, monkeypatch).database_url == url
+    monkeypatch.delenv("NOVAQ_CONFIG")
+    state = tmp_path / "default"
+    path, _ = write_cluster_config(Settings(state_dir=state), 1)  # the default: SQLite
+    expected = f"sqlite:///{state.resolve()}/novaq.sqlite"
+    assert load_as_settings(path, monkeypatch).database_url == expected
+
+
 def test_cluster_config_uses_the_declared_hosts_and_ignores_the_count(tmp_path: Path) -> None:
     settings = Settings(
         state_dir=tmp_path,
