@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from compute.periodic.schedule import beat_schedule_for
 from novaq.redis_transport import transport_for
-from novaq.settings import get_settings, required_broker_url
+from novaq.settings import find_local_cluster, get_settings, required_broker_url
 
 _settings = get_settings()
+if not _settings.broker_url and find_local_cluster():
+    # A `novaq up` started since this process first read its settings (Celery imports this
+    # module again after it raised): read them again, now pointed at that cluster.
+    get_settings.cache_clear()
+    _settings = get_settings()
 
 # The configured broker or the local cluster's (novaq.settings.find_local_cluster); with
 # neither, ServiceUnavailable at the first use of the app, never a default broker.

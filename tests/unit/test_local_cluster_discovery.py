@@ -3,7 +3,8 @@
 interpreter sends to the cluster's broker (``.novaq/broker/url``) and reads its config
 (``.novaq/cluster.toml``); with no broker configured or found it refuses
 (``ServiceUnavailable``) rather than fall back to Celery's default broker, and with a
-broker that cannot be reached it refuses before writing anything.
+broker that cannot be reached it refuses before writing anything. A cluster started after
+the API was imported is found at the next call.
 
 Each case is a fresh interpreter with no ``NOVAQ_*`` variable, run in a directory laid out
 as ``novaq up`` leaves it, because the discovery happens once, when the API first reads
@@ -118,3 +119,46 @@ def test_without_a_broker_configured_or_found_the_api_refuses_rather_than_guess(
         assert "NOVAQ_BROKER_URL is not set" in error
         assert str((tmp_path / ".novaq" / "broker" / "url").resolve()) in error
     assert report["servers"] == 0
+
+
+LATE = textwrap.dedent(
+    """
+    import json, os, sys
+    from workflows import api
+    from novaq.celery_app import app
+    from novaq.exceptions import ServiceUnavailable
+    from novaq.settings import get_settings
+
+    try:
+        app.conf.broker_url
+        raise SystemExit("a broker was found before the cluster started")
+    except ServiceUnavailable:
+        pass
+    os.makedirs(".novaq/broker")  # `novaq up` starts in this directory meanwhile
+    with open(".novaq/broker/url", "w") as url:
+        url.write(sys.argv[1])
+    with open(".novaq/cluster.toml", "w") as config:
+        config.write("report_interval = 7\\n")
+    print(json.dumps({
+        "broker": app.conf.broker_url, "report_interval": get_settings().report_interval
+    }))
+    """
+)
+
+
+def test_a_cluster_started_after_the_api_was_imported_is_found_at_the_next_call(
+    tmp_path: Path,
+) -> None:
+    url = f"redis://127.0.0.1:{_dead_port()}/4"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", LATE, url],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {"broker": url, "report_interval": 7}
