@@ -26,13 +26,24 @@ from novaq.launcher.supervisor import describe_exit
 _TAIL_LINES = 30
 
 Sink = Callable[[str, "int | None", str], None]
+#: What a child's spec becomes before a restart (Flower's: a free port again).
+Respec = Callable[[ProcessSpec], ProcessSpec]
 
 
 class Child:
-    """A running ProcessSpec: its output goes to its log file, its tail and the sink."""
+    """A running ProcessSpec: its output goes to its log file, its tail and the sink.
+    ``respec``, if given, is applied to the spec before each restart."""
 
-    def __init__(self, spec: ProcessSpec, log_dir: Path, sink: Sink, colour: int | None) -> None:
+    def __init__(
+        self,
+        spec: ProcessSpec,
+        log_dir: Path,
+        sink: Sink,
+        colour: int | None,
+        respec: Respec | None = None,
+    ) -> None:
         self.spec = spec
+        self._respec = respec
         self.log_path = log_dir / f"{spec.name}.log"
         self._sink = sink
         self._colour = colour
@@ -94,6 +105,8 @@ class Child:
         self._reader.join(timeout=5.0)
         self._log.write(f"--- restarted by novaq up after it {self._ended()} ---\n".encode())
         self._log.flush()
+        if self._respec is not None:
+            self.spec = self._respec(self.spec)
         self.proc, self._reader = self._spawn()
 
     def _ended(self) -> str:

@@ -25,6 +25,7 @@ whole process group (prefork pool included) of any child still alive after the g
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime
 import functools
 import logging
@@ -56,6 +57,7 @@ from novaq.launcher.flower_guard import (
     with_free_flower_port,
 )
 from novaq.launcher.plan import (
+    FLOWER,
     ProcessSpec,
     plan_processes,
     write_cluster_config,
@@ -174,11 +176,7 @@ class Cluster:
         if self._started:
             return self
         flower_command(self.settings)  # refuse an open Flower before starting anything
-        self.settings, taken = with_free_flower_port(self.settings)
-        if taken is not None:
-            self._system(
-                f"Flower's port {taken} is taken; Flower listens on {self.settings.flower.port}"
-            )
+        self._move_flower_if_its_port_is_taken()
         self._started = True
         try:
             make_private_dir(self.state_dir)
@@ -300,7 +298,7 @@ class Cluster:
         """Print :meth:`ready_line` once every worker answers a ping and Flower accepts
         connections; give up silently when ``done`` is set first (the cluster stopped)."""
         expected = {spec.node for spec in self.processes if spec.node}
-        with_flower = any(child.name == "flower" for child in self._children)
+        with_flower = any(child.name == FLOWER for child in self._children)
         app = Celery("novaq-cluster-ready", broker=self.broker_url, set_as_current=False)
         try:
             while not done.is_set():
@@ -322,6 +320,20 @@ class Cluster:
         except OSError:
             return False
 
+    def _move_flower_if_its_port_is_taken(self) -> None:
+        self.settings, taken = with_free_flower_port(self.settings)
+        if taken is not None:
+            self._system(
+                f"Flower's port {taken} is taken; Flower listens on {self.settings.flower.port}"
+            )
+
+    def _flower_respec(self, spec: ProcessSpec) -> ProcessSpec:
+        """Flower's spec for a restart: on another port if its own was taken meanwhile."""
+        self._move_flower_if_its_port_is_taken()
+        port = f"--port={self.settings.flower.port}"
+        argv = [port if arg.startswith("--port=") else arg for arg in spec.argv]
+        return dataclasses.replace(spec, argv=argv)
+
     def _child_line(self, name: str, colour: int | None, line: str) -> None:
         """A child's line for the console: every line with ``follow``, else its errors."""
         if self.follow or _SEVERE.match(line):
@@ -336,7 +348,8 @@ class Cluster:
                 f"its URL in {self._broker.url_path})"
             )
         for spec in specs:
-            child = Child(spec, self.log_dir, self._child_line, next(self._colours))
+            respec = self._flower_respec if spec.name == FLOWER else None
+            child = Child(spec, self.log_dir, self._child_line, next(self._colours), respec)
             self._children.append(child)
             self._system(f"{spec.name} started (pid={child.proc.pid})")
 

@@ -25,6 +25,8 @@ from novaq.settings import CLUSTER_CONFIG_FILE, Settings
 #: How children run celery: this interpreter, so the venv's celery even when its ``bin/`` is
 #: not on the PATH.
 CELERY_ARGV: tuple[str, ...] = (sys.executable, "-m", "celery")
+#: Flower's process name (the launcher moves it to a free port when its own is taken).
+FLOWER = "flower"
 
 GPU_VENDOR_ID = "10de"  # NVIDIA
 GPU_PRODUCT_ID = "13f1"  # Quadro M4000
@@ -82,7 +84,7 @@ def plan_processes(
     beat = [*celery, "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(schedule)]
     specs.append(ProcessSpec("beat", beat, {**common, BEAT_HOLDER_ENV: beat_lease_holder()}))
     flower_argv, flower_env = flower_command(settings, celery)
-    specs.append(ProcessSpec("flower", flower_argv, {**common, **flower_env}))
+    specs.append(ProcessSpec(FLOWER, flower_argv, {**common, **flower_env}))
     return specs
 
 

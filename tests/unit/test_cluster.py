@@ -483,3 +483,43 @@ def test_a_new_cluster_database_gets_the_demo_image_once(tmp_path: Path) -> None
         [image] = [image_dict(i) for i in session.query(Image)]
     assert (image["name"], image["status"], image["disk_format"]) == ("cirros", "active", "raw")
     assert Path(image["location"]) == (tmp_path / "images" / image["id"]).resolve()
+
+
+_LISTENER = (
+    "import socket, sys, time; port = int(sys.argv[1].split('=')[1]); s = socket.socket(); "
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', port)); "
+    "s.listen(); print('listening on', port, flush=True); time.sleep(60)"
+)
+
+
+def test_flower_restarted_after_its_port_was_taken_meanwhile_moves_to_a_free_one(
+    tmp_path: Path,
+) -> None:
+    from novaq.launcher.supervisor import RestartPolicy, Supervisor
+
+    port = _free_port()
+    flower = ProcessSpec("flower", [sys.executable, "-c", _LISTENER, f"--port={port}"], {})
+    output = io.StringIO()
+    settings = Settings(state_dir=tmp_path, broker_url=BROKER, flower={"port": port})
+    lines: list[str] = []
+    supervisor = Supervisor(lines.append, RestartPolicy(first_delay_s=0.1))
+    with ScriptedCluster(settings, [flower], output=output) as cluster:
+        log = cluster.log_path("flower")
+        assert _wait_for_text(log, f"listening on {port}")
+        [child] = cluster._children
+        child.kill()
+        child.wait(10)
+        with socket.socket() as squatter:  # someone takes the port while Flower is down
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
+            deadline = time.monotonic() + 20
+            while not any(line.startswith("flower restarted") for line in lines):
+                assert time.monotonic() < deadline, lines
+                assert supervisor.poll(cluster._members()) is None
+                time.sleep(0.05)
+            moved = cluster.settings.flower.port
+            assert moved != port, lines
+            assert _wait_for_text(log, f"listening on {moved}")
+    assert f"--port={moved}" in child.spec.argv
+    assert cluster.flower_url == f"http://127.0.0.1:{moved}"
+    assert f"Flower's port {port} is taken; Flower listens on {moved}" in output.getvalue()
