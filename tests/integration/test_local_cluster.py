@@ -101,6 +101,11 @@ def novaq_up(tmp_path: Path) -> Iterator[tuple[dict[str, str], int, subprocess.P
         log.close()
 
 
+def _ready_output(log: Path) -> str | None:
+    text = log.read_text()
+    return text if "cluster ready: " in text else None
+
+
 def _cli(env: dict[str, str], *args: str) -> Any:
     done = subprocess.run([*NOVAQ, *args, "--json"], env=env, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
@@ -134,7 +139,8 @@ def test_novaq_up_with_nothing_configured_boots_and_flower_sees_it(
         f"{flower}/api/task/async-apply/compute.build_and_run_instance", "POST"
     )
     assert _refused_without_credentials(f"{flower}/api/workers")
-    up_log = (tmp_path / "up.log").read_text()
+    # Where the login is, said by the ready line that ends the start-up; never the login.
+    up_log = _poll("the ready line", lambda: _ready_output(tmp_path / "up.log"))
     assert str(credentials.resolve()) in up_log and auth.split(":")[1] not in up_log
 
     _cli(env, "flavor-create", "tiny", "--vcpus", "1", "--ram", "256", "--disk", "1")
