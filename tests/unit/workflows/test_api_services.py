@@ -87,7 +87,7 @@ def test_service_commands(db_url: str) -> None:
     result = runner.invoke(main, ["service-enable", "host1", "--json"])
     assert json.loads(result.output)["status"] == "enabled"
     result = runner.invoke(main, ["service-disable", "nohost"])
-    assert result.exit_code == 1 and "ServiceNotFound" in result.output
+    assert result.exit_code == 1 and "ComputeHostNotFound" in result.output
 
 
 def test_periodic_list_shows_every_task_and_its_last_run_per_host(
