@@ -171,12 +171,17 @@ def add_fault(
     session: Session, instance_uuid: str, exc: BaseException, host: str | None
 ) -> InstanceFault:
     """Nova's ``add_instance_fault_from_exc``: code from the exception (500 by default),
-    message truncated to 255, the traceback only for 500s."""
+    message truncated to 255, the traceback only for 500s. An error that says more than
+    its message can hold (``NoValidHost``'s whole per-filter list: its ``fault_details``)
+    keeps it whole in the details, before the traceback."""
     code = exc.code if isinstance(exc, NovaqError) else 500
     message = (str(exc) or type(exc).__name__)[:255]
-    details = None
+    parts = []
+    if isinstance(exc, NovaqError) and exc.kwargs.get("fault_details"):
+        parts.append(str(exc.kwargs["fault_details"]))
     if code == 500:
-        details = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
+        parts.append("".join(tb_module.format_exception(type(exc), exc, exc.__traceback__)))
+    details = "\n\n".join(parts) or None
     fault = InstanceFault(
         instance_uuid=instance_uuid, code=code, message=message, details=details, host=host
     )

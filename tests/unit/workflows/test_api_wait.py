@@ -41,6 +41,9 @@ def test_a_migrate_no_host_can_take_ends_the_wait_at_once_with_its_fault(
     assert time.monotonic() - started < PROMPT
     assert raised.value.kwargs["status"] == "ACTIVE"
     assert raised.value.kwargs["action"] == "migrate"
+    # The fault says why: the server's own host is not a destination (defect 4's report).
+    assert "ignored hosts (host1) removed 1 host" in str(raised.value)
+    assert "ComputeFilter: 0 -> 0" in api.show(uuid)["fault"]["details"]
     # Without the request id, the server's latest action is the one watched.
     started = time.monotonic()
     with pytest.raises(OperationFailed, match="No valid host was found"):
