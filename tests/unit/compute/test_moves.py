@@ -9,6 +9,7 @@ import pytest
 from compute import moves
 from compute.claims import ResourceRequest, consumer_allocations
 from compute.delete import local_delete
+from compute.instance_actions import start_action
 from compute.instance_state import get_instance
 from compute.sessions import sessions_for
 from models.db import session_scope
@@ -113,6 +114,8 @@ def test_a_stopped_server_stays_stopped_through_a_resize(db_url: str) -> None:
     assert drivers["dst"].get_info(uuid).power_state == 4
     with session_scope(db_url) as session:
         set_migration_status(session, migration, "confirming")
+        # api.confirm_resize starts an action of its own (the resize's has ended).
+        start_action(session, uuid, "confirmResize", "req-test")
     moves.confirm_resize(_ctx(db_url, migration, drivers, "src"))
     assert _state(db_url, uuid)[0] == "stopped"
     # The source the server left keeps no instance files (Nova's _cleanup_resize).
