@@ -354,6 +354,8 @@ def wait(
                 raise InstanceErrored(uuid=uuid, fault=fault)
             if ended is not None:
                 raise waiting.ended_without(session, ended, view, wanted)
+            if view["status"] == "DELETED":  # it will reach no other status
+                raise waiting.deleted(session, watched, view, wanted)
         if time.monotonic() >= deadline:
             raise WaitTimeout(uuid=uuid, status=wanted, timeout=timeout, actual=view["status"])
         time.sleep(interval)

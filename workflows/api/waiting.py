@@ -91,6 +91,21 @@ def ended_without(
     )
 
 
+def deleted(
+    session: Session, watched: Watched, view: dict[str, Any], wanted: str
+) -> OperationFailed:
+    """The error that ends a wait for a server deleted meanwhile (its operation, skipped
+    or superseded by the delete, may never record an end of its own)."""
+    action = None if watched.action_id is None else session.get(InstanceAction, watched.action_id)
+    return OperationFailed(
+        action="operation" if action is None else action.action,
+        uuid=view["uuid"],
+        status=view["status"],
+        wanted=wanted,
+        fault="the server was deleted",
+    )
+
+
 def _why(session: Session, action: InstanceAction) -> str:
     """The operation's fault: the server's latest fault since the action began, else its
     failed event's error."""

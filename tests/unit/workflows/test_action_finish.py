@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,12 @@ def test_every_lifecycle_action_records_its_finish_time(db_url: str, worker: Non
         assert action["action"] == verb
         assert action["finish_time"] is not None, (verb, action)
         assert action["message"] is None, (verb, action)
+    # A crash dump changes no status: its end is its action's.
+    request_id = api.trigger_crash_dump(uuid)
+    deadline = time.monotonic() + 30
+    while _action(uuid, request_id)["finish_time"] is None:
+        assert time.monotonic() < deadline, _action(uuid, request_id)
+        time.sleep(0.1)
     for verb in ("lock", "unlock"):
         getattr(api, verb)(uuid)
         [*_, last] = api.list_actions(uuid)

@@ -11,6 +11,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from compute.delete import mark_deleted
+from compute.instance_state import get_instance
+from models.db import session_scope
 from novaq.cli import main
 from novaq.exceptions import (
     FlavorExists,
@@ -126,3 +129,14 @@ def test_an_action_that_had_ended_well_before_the_wait_leaves_it_to_the_status(
         api.wait(uuid, "SHUTOFF", timeout=0.5)
     assert api.wait(uuid, "ACTIVE", timeout=0.5)["status"] == "ACTIVE"
     delete_and_wait(uuid)
+
+
+def test_a_server_deleted_while_waited_for_ends_the_wait(db_url: str) -> None:
+    # A stop accepted, then a delete took the server over: the stop step will be skipped.
+    uuid = placed_server(db_url, "active", task_state="powering-off")
+    with session_scope(db_url) as session:
+        mark_deleted(get_instance(session, uuid))
+    started = time.monotonic()
+    with pytest.raises(OperationFailed, match="the server was deleted"):
+        api.wait(uuid, "SHUTOFF", timeout=LONG_WAIT)
+    assert time.monotonic() - started < PROMPT
