@@ -82,6 +82,8 @@ class Scheduler:
         removed the last hosts first (``scheduler.report``)."""
         hosts, steps = self.candidates(hosts, spec)
         facts = [prefilter] if prefilter else []
+        if spec.requested_host:  # the host the operator named is always named back
+            facts.insert(0, f"requested host {spec.requested_host}")
         if spec.force_hosts:
             passing = [h for h in hosts if h.host in spec.force_hosts]
             forced = ", ".join(spec.force_hosts)

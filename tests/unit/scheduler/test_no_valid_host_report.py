@@ -112,3 +112,14 @@ def test_one_part_too_long_alone_is_cut_and_kept_whole_in_the_details() -> None:
     exc = no_valid_host([FilterStep(f"requested host {long_host}", 1, 0)])
     assert len(str(exc)) <= MESSAGE_LIMIT
     assert long_host in exc.kwargs["fault_details"]
+
+
+def test_a_requested_host_the_filters_removed_is_named() -> None:
+    scheduler = Scheduler(Settings())
+    spec = build_spec(requested_host="host2")
+    hosts = [build_host("host2", service_up=False)]
+    with pytest.raises(NoValidHost) as raised:
+        scheduler.rank(hosts, spec)
+    assert str(raised.value) == (
+        "No valid host was found. ComputeFilter removed 1 host (1 -> 0); requested host host2."
+    )
