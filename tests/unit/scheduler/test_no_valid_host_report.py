@@ -36,7 +36,8 @@ FILTERS = (
     "ServerGroupAntiAffinityFilter",
 )
 PREFILTER = (
-    "capacity pre-filter (placement): 9 hosts with room for VCPU=1, MEMORY_MB=512, DISK_GB=1"
+    "capacity pre-filter (placement): 9 enabled hosts with room for "
+    "VCPU=1, MEMORY_MB=512, DISK_GB=1"
 )
 
 
@@ -95,10 +96,10 @@ def test_the_whole_per_filter_list_is_kept_in_the_fault_details(db_url: str) -> 
 
 def test_a_short_report_is_given_whole() -> None:
     steps = [FilterStep("ignored hosts (host1)", 1, 0), FilterStep("ComputeFilter", 0, 0)]
-    exc = no_valid_host(steps, [PREFILTER.replace("9 hosts", "1 hosts")])
+    exc = no_valid_host(steps, [PREFILTER.replace("9 enabled", "1 enabled")])
     assert str(exc) == (
         "No valid host was found. ignored hosts (host1) removed 1 host (1 -> 0); "
-        "capacity pre-filter (placement): 1 hosts with room for VCPU=1, MEMORY_MB=512, "
+        "capacity pre-filter (placement): 1 enabled hosts with room for VCPU=1, MEMORY_MB=512, "
         "DISK_GB=1."
     )
     assert exc.kwargs["fault_details"].splitlines()[:2] == [
