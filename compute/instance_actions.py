@@ -134,6 +134,23 @@ def finish_action(
             action.message = ERROR
 
 
+def end_open_action(
+    session: Session,
+    instance_uuid: str,
+    request_id: str,
+    event: str,
+    host: str | None,
+    exc: BaseException | None = None,
+) -> bool:
+    """Record ``event`` (``Error`` with ``exc``) and end the request's action, if it is
+    still open: for what ends an operation outside its own steps (start-up recovery), so
+    that every action records its end. False when it had already ended."""
+    if not action_open(session, instance_uuid, request_id):
+        return False
+    record_event(session, instance_uuid, request_id, event, host, exc)
+    return True
+
+
 def outcome(exc: BaseException | None) -> tuple[str, str | None, str | None]:
     if exc is None:
         return SUCCESS, None, None
