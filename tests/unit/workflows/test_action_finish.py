@@ -106,3 +106,19 @@ def test_a_failed_move_records_its_finish_time_with_the_error(db_url: str, worke
     action = _action(uuid, request_id)
     assert action["finish_time"] is not None and action["message"] == "Error"
     delete_and_wait(uuid)
+
+
+def test_soft_delete_and_restore_record_their_finish_time(
+    db_url: str, worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workflows.api import common
+
+    reclaiming = get_settings().model_copy(update={"reclaim_instance_interval": 3600})
+    monkeypatch.setattr(common, "settings", lambda: reclaiming)
+    uuid = boot_active()
+    delete = _ended(uuid, api.delete(uuid), "SOFT_DELETED")
+    assert delete["action"] == "delete" and delete["finish_time"] is not None
+    restore = _ended(uuid, api.restore(uuid), "ACTIVE")
+    assert restore["action"] == "restore" and restore["finish_time"] is not None
+    monkeypatch.undo()
+    delete_and_wait(uuid)
