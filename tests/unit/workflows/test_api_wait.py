@@ -140,3 +140,17 @@ def test_a_server_deleted_while_waited_for_ends_the_wait(db_url: str) -> None:
     with pytest.raises(OperationFailed, match="the server was deleted"):
         api.wait(uuid, "SHUTOFF", timeout=LONG_WAIT)
     assert time.monotonic() - started < PROMPT
+
+
+def test_the_wait_command_refuses_a_status_that_is_none_and_waits_for_one(db_url: str) -> None:
+    uuid = placed_server(db_url, "active")
+    runner = CliRunner()
+    refused = runner.invoke(main, ["wait", uuid, "RUNNING"])
+    assert refused.exit_code == 1, refused.output
+    assert "InvalidInput" in refused.output and "RUNNING" in refused.output
+    assert "SHUTOFF" in refused.output
+    done = runner.invoke(main, ["wait", uuid, "active", "--timeout", "1", "--json"])
+    assert done.exit_code == 0, done.output
+    assert '"status": "ACTIVE"' in done.output
+    late = runner.invoke(main, ["wait", uuid, "SHUTOFF", "--timeout", "0.3"])
+    assert late.exit_code == 1 and "WaitTimeout" in late.output
