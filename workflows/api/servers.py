@@ -337,8 +337,8 @@ def wait(
     The operation is the request ``request_id`` names (what the call returned), else the
     server's latest action (``workflows.api.waiting.Watched``)."""
     wanted = waiting.check_status(status)
-    uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
+        uuid = common.resolve_server(session, uuid)  # a uuid, or a name only one server has
         watched = waiting.Watched.of(session, uuid, request_id)
     deadline = time.monotonic() + timeout
     while True:

@@ -154,3 +154,12 @@ def test_the_wait_command_refuses_a_status_that_is_none_and_waits_for_one(db_url
     assert '"status": "ACTIVE"' in done.output
     late = runner.invoke(main, ["wait", uuid, "SHUTOFF", "--timeout", "0.3"])
     assert late.exit_code == 1 and "WaitTimeout" in late.output
+
+
+def test_wait_takes_a_name_and_refuses_a_bad_request_id(db_url: str) -> None:
+    uuid = placed_server(db_url, "active", display_name="web")
+    assert api.wait("web", "ACTIVE", timeout=1)["uuid"] == uuid
+    with pytest.raises(InvalidInput, match="request_id"):
+        api.wait(uuid, "ACTIVE", timeout=1, request_id="req\x00")
+    with pytest.raises(InvalidInput, match="request_id"):
+        api.wait(uuid, "ACTIVE", timeout=1, request_id=7)
