@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from compute.delete import mark_deleted
 from compute.instance_state import get_instance
 from models.db import session_scope
+from novaq import fault_points
 from novaq.cli import main
 from novaq.exceptions import (
     FlavorExists,
@@ -163,3 +165,20 @@ def test_wait_takes_a_name_and_refuses_a_bad_request_id(db_url: str) -> None:
         api.wait(uuid, "ACTIVE", timeout=1, request_id="req\x00")
     with pytest.raises(InvalidInput, match="request_id"):
         api.wait(uuid, "ACTIVE", timeout=1, request_id=7)
+
+
+def test_a_lifecycle_command_s_wait_ends_at_once_when_its_step_fails(
+    db_url: str, worker: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pause step fails on the host; Nova keeps the server ACTIVE, with the fault.
+    uuid = boot_active()
+    monkeypatch.setenv(fault_points.ENV, str(tmp_path))
+    fault_points.arm_raise(tmp_path, "pause:act")
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["pause", uuid, "--wait", str(LONG_WAIT)])
+    assert time.monotonic() - started < PROMPT, result.output
+    assert result.exit_code == 1, result.output
+    assert "OperationFailed" in result.output and "fault injected at pause:act" in result.output
+    assert api.show(uuid)["status"] == "ACTIVE"
+    monkeypatch.delenv(fault_points.ENV)
+    delete_and_wait(uuid)
