@@ -124,3 +124,17 @@ def test_a_requested_host_the_filters_removed_is_named() -> None:
     assert str(raised.value) == (
         "No valid host was found. ComputeFilter removed 1 host (1 -> 0); requested host host2."
     )
+
+
+def test_hosts_lost_to_other_claims_are_all_in_the_fault_details(db_url: str) -> None:
+    from compute.claims import FirstFit
+
+    lost = tuple(f"host-{i:02d}: Insufficient compute resources: VCPU" for i in range(20))
+    exc = FirstFit(None, -1, lost).no_valid_host()
+    uuid = make_instance(db_url)
+    with session_scope(db_url) as session:
+        fault = actions.add_fault(session, uuid, exc, None)
+        session.flush()
+        message, details = fault.message, fault.details or ""
+    assert len(message) == MESSAGE_LIMIT  # cut, as Nova's column
+    assert details.split("\n\n")[0].splitlines() == list(lost)
