@@ -261,10 +261,12 @@ class FirstFit(Generic[C]):
     lost: tuple[str, ...]
 
     def no_valid_host(self) -> NoValidHost:
+        # The message may be cut at the fault's 255 characters: the details keep each host.
         return NoValidHost(
             reason="Every host that passed the filters was taken by other claims meanwhile ("
             + "; ".join(self.lost)
-            + ")."
+            + ").",
+            fault_details="\n".join(self.lost),
         )
 
 

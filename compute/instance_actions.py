@@ -134,6 +134,23 @@ def finish_action(
             action.message = ERROR
 
 
+def end_open_action(
+    session: Session,
+    instance_uuid: str,
+    request_id: str,
+    event: str,
+    host: str | None,
+    exc: BaseException | None = None,
+) -> bool:
+    """Record ``event`` (``Error`` with ``exc``) and end the request's action, if it is
+    still open: for what ends an operation outside its own steps (start-up recovery), so
+    that every action records its end. False when it had already ended."""
+    if not action_open(session, instance_uuid, request_id):
+        return False
+    record_event(session, instance_uuid, request_id, event, host, exc)
+    return True
+
+
 def outcome(exc: BaseException | None) -> tuple[str, str | None, str | None]:
     if exc is None:
         return SUCCESS, None, None
@@ -171,12 +188,17 @@ def add_fault(
     session: Session, instance_uuid: str, exc: BaseException, host: str | None
 ) -> InstanceFault:
     """Nova's ``add_instance_fault_from_exc``: code from the exception (500 by default),
-    message truncated to 255, the traceback only for 500s."""
+    message truncated to 255, the traceback only for 500s. An error that says more than
+    its message can hold (``NoValidHost``'s whole per-filter list: its ``fault_details``)
+    keeps it whole in the details, before the traceback."""
     code = exc.code if isinstance(exc, NovaqError) else 500
     message = (str(exc) or type(exc).__name__)[:255]
-    details = None
+    parts = []
+    if isinstance(exc, NovaqError) and exc.kwargs.get("fault_details"):
+        parts.append(str(exc.kwargs["fault_details"]))
     if code == 500:
-        details = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
+        parts.append("".join(tb_module.format_exception(type(exc), exc, exc.__traceback__)))
+    details = "\n\n".join(parts) or None
     fault = InstanceFault(
         instance_uuid=instance_uuid, code=code, message=message, details=details, host=host
     )

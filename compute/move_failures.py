@@ -65,6 +65,12 @@ def abort_move(
         instance = get_instance(session, migration.instance_uuid)
         in_flight = migration.status in IN_PROGRESS
         if not in_flight and instance.task_state not in MOVE_TASK_STATES:
+            # Nothing left to undo (a delete took the server over, a roll-back already
+            # ran), but a request still open has ended: it records its end.
+            if actions.action_open(session, instance.uuid, migration.request_id or ""):
+                actions.finish_action(
+                    session, instance.uuid, migration.request_id or "", actions.ERROR
+                )
             return False
         if in_flight:
             _settle_accounting(session, migration, instance)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from compute import instance_actions as actions
 from compute.guest import guest_spec as build_guest_spec
 from compute.migrations import get_migration
 from compute.move_failures import MOVE_TASK_STATES
@@ -49,7 +50,12 @@ def run_move(ctx: MoveContext, step: Step) -> None:
 
 
 def close_failed(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
-    close_event(ctx, run, exc)
+    """Close the failed step's event, not the move's action: the move may go on (a
+    prep_resize rescheduled to an alternate); what ends it (``abort_move``) ends that."""
+    if run.event_id is not None:
+        result, tb, details = actions.outcome(exc)
+        with ctx.sessions() as session:
+            actions.finish_event(session, run.event_id, result, tb, details)
 
 
 def reraise_conflict(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
@@ -68,9 +74,11 @@ def take_down_guest(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
 def move_step(name: str, task: str, act: Act, final: Final, **options: Any) -> Step:
     """A move step: its event ``compute_<name>``, run wherever the instance is recorded,
     whatever its task_state unless ``options`` say otherwise (the step's own
-    compare-and-swaps check it), its action left open at the end; a failure closes the
-    event and is re-raised."""
+    compare-and-swaps check it), its action left open at the end unless it is the step
+    that ends the request (``finish_action=True``); a failure closes the event and is
+    re-raised."""
     options.setdefault("undo", close_failed)
+    options.setdefault("finish_action", False)
     options.setdefault("on_superseded", reraise_conflict)
     options.setdefault("any_task", True)
     return Step(
@@ -83,7 +91,6 @@ def move_step(name: str, task: str, act: Act, final: Final, **options: Any) -> S
         check_host=False,
         skip_deleted=False,
         read_power=False,
-        finish_action=False,
         **options,
     )
 

@@ -236,6 +236,7 @@ FINISH_RESIZE = move_step(
     _start_on_destination,
     _resized,
     on_superseded=take_down_guest,
+    finish_action=True,  # VERIFY_RESIZE ends the resize (or migrate) request
 )
 
 
@@ -279,6 +280,7 @@ CONFIRM_RESIZE = move_step(
     _drop_originals,
     _confirmed,
     once_per_request=True,
+    finish_action=True,
 )
 
 
@@ -345,6 +347,7 @@ FINISH_REVERT_RESIZE = move_step(
     _start_on_source,
     _back_on_source,
     on_superseded=take_down_guest,
+    finish_action=True,
     **REVERTING,
 )
 

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from models import Service, utcnow
-from novaq.exceptions import InvalidInput, NotFound
+from novaq.exceptions import ComputeHostNotFound, InvalidInput, NotFound
 from novaq.settings import Settings
 
 LOG = logging.getLogger(__name__)
@@ -88,6 +88,9 @@ def get_service(session: Session, host: str, binary: str = COMPUTE) -> Service:
     service = session.scalars(
         select(Service).where(Service.host == host, Service.binary == binary, Service.deleted == 0)
     ).first()
+    if service is None and binary == COMPUTE:
+        # Nova (2.56+) names the host: an unknown compute host is ComputeHostNotFound.
+        raise ComputeHostNotFound(host=host)
     if service is None:
         raise ServiceNotFound(host=host, binary=binary)
     return service

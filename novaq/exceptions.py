@@ -29,7 +29,8 @@
     │   └── BuildAbortError          final: ERROR the instance
     ├── HypervisorError              libvirt failed (translated in virt/libvirt/host.py)
     │   └── ImageUnacceptable        the image cannot be this guest's disk: abort, no reschedule
-    ├── InstanceErrored              api.wait saw the instance go to ERROR
+    ├── OperationFailed              api.wait saw the operation end without the status
+    │   └── InstanceErrored          api.wait saw the instance go to ERROR
     └── WaitTimeout                  api.wait gave up
 
 Images (the registry and boot's checks against it)::
@@ -216,7 +217,17 @@ class ImageUnacceptable(HypervisorError):
     msg_fmt = "Image %(image_id)s is unacceptable: %(reason)s"
 
 
-class InstanceErrored(NovaqError):
+class OperationFailed(NovaqError):
+    """The operation ``wait`` watched ended (its action finished) and the server is not in
+    the status waited for: the fault says why."""
+
+    msg_fmt = (
+        "The %(action)s of instance %(uuid)s ended with the server %(status)s, "
+        "not %(wanted)s: %(fault)s"
+    )
+
+
+class InstanceErrored(OperationFailed):
     msg_fmt = "Instance %(uuid)s went to ERROR: %(fault)s"
 
 

@@ -129,7 +129,7 @@ def load_candidates(
         chosen = chosen.order_by(ComputeNode.id).limit(settings.scheduler.max_placement_results)
     rows = session.execute(query.where(ComputeNode.id.in_(select(chosen.subquery().c.id)))).all()
     if request is not None and not hosts:
-        prefilter = f"capacity pre-filter (placement): {len(rows)} hosts with room for " + (
+        prefilter = f"capacity pre-filter (placement): {len(rows)} enabled hosts with room for " + (
             f"VCPU={request.vcpus}, MEMORY_MB={request.memory_mb}, DISK_GB={request.disk_gb}"
         )
     node_ids = [row.id for row in rows]

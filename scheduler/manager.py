@@ -37,6 +37,7 @@ from scheduler.candidates import load_candidates
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState
+from scheduler.report import FilterStep, no_valid_host
 from scheduler.request_spec import InstanceGroup, RequestSpec, Selection
 from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
 
@@ -55,32 +56,44 @@ class Scheduler:
         self.weighers: list[BaseWeigher] = load_weighers(settings)
 
     # -- pure decisions -------------------------------------------------------------------
-    def candidates(self, hosts: list[HostState], spec: RequestSpec) -> list[HostState]:
+    def candidates(
+        self, hosts: list[HostState], spec: RequestSpec
+    ) -> tuple[list[HostState], list[FilterStep]]:
         """Nova's host manager: ignored hosts out; forced hosts bypass the filters; a
-        requested host narrows the set but is still filtered."""
-        hosts = [h for h in hosts if h.host not in spec.ignore_hosts]
+        requested host narrows the set but is still filtered. Returns the hosts left and
+        what each narrowing removed (for NoValidHost)."""
+        steps = []
+        if spec.ignore_hosts:
+            before = len(hosts)
+            hosts = [h for h in hosts if h.host not in spec.ignore_hosts]
+            ignored = ", ".join(spec.ignore_hosts)
+            steps.append(FilterStep(f"ignored hosts ({ignored})", before, len(hosts)))
         if spec.requested_host:
+            before = len(hosts)
             hosts = [h for h in hosts if h.host == spec.requested_host]
-        return hosts
+            steps.append(FilterStep(f"requested host {spec.requested_host}", before, len(hosts)))
+        return hosts, steps
 
     def rank(
         self, hosts: list[HostState], spec: RequestSpec, first: bool = True, prefilter: str = ""
     ) -> list[HostState]:
         """Filtered hosts best first. Filters that run once per request are skipped after
-        the first instance, as Nova does. Raises ``NoValidHost`` naming what each filter
-        removed."""
-        hosts = self.candidates(hosts, spec)
+        the first instance, as Nova does. Raises ``NoValidHost`` naming the filter that
+        removed the last hosts first (``scheduler.report``)."""
+        hosts, steps = self.candidates(hosts, spec)
+        facts = [prefilter] if prefilter else []
+        if spec.requested_host:  # the host the operator named is always named back
+            facts.insert(0, f"requested host {spec.requested_host}")
         if spec.force_hosts:
             passing = [h for h in hosts if h.host in spec.force_hosts]
-            report = [f"forced hosts {list(spec.force_hosts)}: {len(passing)}"]
+            forced = ", ".join(spec.force_hosts)
+            steps.append(FilterStep(f"forced hosts ({forced})", len(hosts), len(passing)))
         else:
             filters = [f for f in self.filters if first or not f.run_filter_once_per_request]
             passing, report = run_filters(filters, hosts, spec)
-            if prefilter:
-                report.insert(0, prefilter)
+            steps += report
         if not passing:
-            detail = "; ".join(report) or "no compute hosts"
-            raise NoValidHost(reason=f"Filters: {detail}.")
+            raise no_valid_host(steps, facts)
         weighed = weigh_hosts(self.weighers, passing, spec)
         return self._pick_order(weighed)
 

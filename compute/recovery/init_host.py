@@ -246,22 +246,22 @@ def _recover_reboot(rc: Host, found: Found) -> str | None:
         outcome = lifecycle.reboot_instance(step, found.uuid, hard)
         return f"{found.uuid}: reboot re-issued ({'hard' if hard else 'soft'}, {outcome})"
     if running and task in REBOOT_STARTED_TASKS:
-        return _clear(rc, found, vm_state=VmState.ACTIVE)
+        return _clear(rc, found, done=True, vm_state=VmState.ACTIVE)
     return None  # ``rebooting(_hard)`` with the guest running: its message will come
 
 
 def _recover_unpausing(rc: Host, found: Found) -> str | None:
     power = guest_power_state(rc.driver, found.uuid)
     if power == power_state.RUNNING:
-        return _clear(rc, found, vm_state=VmState.ACTIVE)
+        return _clear(rc, found, done=True, vm_state=VmState.ACTIVE)
     if power == power_state.PAUSED:
         return _rerun(rc, found, lifecycle.unpause_instance)
-    return _clear(rc, found)
+    return _clear(rc, found, done=False)
 
 
 def _recover_pausing(rc: Host, found: Found) -> str | None:
     if guest_power_state(rc.driver, found.uuid) == power_state.RUNNING:
-        return _clear(rc, found, vm_state=VmState.ACTIVE)
+        return _clear(rc, found, done=False, vm_state=VmState.ACTIVE)  # it did not pause
     return _finish_or_forget(rc, found)
 
 
@@ -303,7 +303,7 @@ def _finish_or_forget(rc: Host, found: Found) -> str | None:
     make_step, done_when = _SILENT[found.task_state or ""]
     if guest_power_state(rc.driver, found.uuid) in done_when:
         return _rerun(rc, found, make_step(rc))
-    return _clear(rc, found)
+    return _clear(rc, found, done=False)
 
 
 # -- guests of deleted servers ----------------------------------------------------------------
@@ -343,8 +343,10 @@ def _rerun(rc: Host, found: Found, step: Step, clean_shutdown: bool = False) -> 
     return f"{found.uuid}: interrupted {found.task_state} re-run ({outcome})"
 
 
-def _clear(rc: Host, found: Found, **values: Any) -> str | None:
-    """Task None (and ``values``), by compare-and-swap on the task found."""
+def _clear(rc: Host, found: Found, done: bool, **values: Any) -> str | None:
+    """Task None (and ``values``), by compare-and-swap on the task found; the operation
+    has ended there (``done``: where it was going, else interrupted), and its action says
+    so."""
     LOG.warning(
         "Instance %s in transitional state (%s) at start-up: clearing task state",
         found.uuid,
@@ -354,8 +356,36 @@ def _clear(rc: Host, found: Found, **values: Any) -> str | None:
         cas_update(
             session, found.uuid, expected_task_state=[found.task_state], task_state=None, **values
         )
+        _end_action(session, rc, found, done)
     state = values.get("vm_state", found.vm_state)
     return f"{found.uuid}: {found.task_state} -> {state}, task cleared"
+
+
+def _end_action(session: Session, rc: Host, found: Found, done: bool) -> None:
+    """End the interrupted request's action (no step of it will: it ended here)."""
+    request_id = actions.latest_request_id(session, found.uuid)
+    if request_id is None:
+        return
+    operation = str(found.task_state or "operation")
+    error = (
+        None if done else InterruptedByRestart(operation=operation, uuid=found.uuid, host=rc.host)
+    )
+    actions.end_open_action(session, found.uuid, request_id, INIT_HOST_EVENT, rc.host, error)
+
+
+def _ends_the_move(
+    recover: Callable[[Host, Found], str | None],
+) -> Callable[[Host, Found], str | None]:
+    """A move recovered here has ended (no step of it follows): its action says so."""
+
+    def run(rc: Host, found: Found) -> str | None:
+        recovered = recover(rc, found)
+        if recovered is not None:
+            with rc.sessions() as session:
+                _end_action(session, rc, found, done=False)
+        return recovered
+
+    return run
 
 
 def _set_task(rc: Host, found: Found, task_state: str) -> None:
@@ -387,6 +417,6 @@ _HANDLERS: dict[str, Callable[[Host, Found], str | None]] = {
     TaskState.POWERING_ON: _rerun_with(lifecycle.start_instance),
     TaskState.SOFT_DELETING: _rerun_with(soft_delete.soft_delete_instance),
     TaskState.SHELVING_OFFLOADING: _rerun_with(shelve.shelve_offload_instance, clean_shutdown=True),
-    TaskState.RESIZE_PREP: recover_resize_prep,
-    TaskState.RESIZE_MIGRATING: recover_resize_migrating,
+    TaskState.RESIZE_PREP: _ends_the_move(recover_resize_prep),
+    TaskState.RESIZE_MIGRATING: _ends_the_move(recover_resize_migrating),
 }

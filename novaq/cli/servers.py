@@ -76,7 +76,7 @@ SHOW_COLUMNS = (
     "status",
     "vm_state",
     "task_state",
-    "power_state",
+    "power_state_name",  # by name (the JSON keeps Nova's integer power_state too)
     "host",
     "node",
     "image",

@@ -30,6 +30,7 @@ from scheduler.filters.server_group_anti_affinity_filter import (
     ServerGroupAntiAffinityFilter,
 )
 from scheduler.host_state import HostState
+from scheduler.report import FilterStep
 from scheduler.request_spec import RequestSpec
 
 LOG = logging.getLogger(__name__)
@@ -72,15 +73,16 @@ def load_filters(settings: Settings, names: Sequence[str]) -> list[BaseFilter]:
 
 def run_filters(
     filters: Sequence[BaseFilter], hosts: list[HostState], spec: RequestSpec
-) -> tuple[list[HostState], list[str]]:
+) -> tuple[list[HostState], list[FilterStep]]:
     """Run the filters in order; stop at the first that leaves no host (as Nova does).
-    Returns the passing hosts and, per filter, how many it removed (for NoValidHost)."""
+    Returns the passing hosts and, per filter, the hosts before and after (for
+    NoValidHost, ``scheduler.report``)."""
     report = []
     for flt in filters:
         before = len(hosts)
         hosts = [h for h in hosts if flt.host_passes(h, spec)]
         removed = before - len(hosts)
-        report.append(f"{type(flt).__name__}: {before} -> {len(hosts)}")
+        report.append(FilterStep(type(flt).__name__, before, len(hosts)))
         if removed:
             LOG.debug("Filter %s removed %d host(s)", type(flt).__name__, removed)
         if not hosts:

@@ -154,7 +154,11 @@ def create_aggregate(name: Name, availability_zone: str | None = None) -> dict[s
 def add_host_to_aggregate(aggregate_id: Int, host: Name) -> dict[str, Any]:
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
-        known = set(session.scalars(select(Service.host).where(Service.binary == COMPUTE)))
+        known = set(
+            session.scalars(
+                select(Service.host).where(Service.binary == COMPUTE, Service.deleted == 0)
+            )
+        )
         aggregates.add_host(session, aggregate, host, known)
         session.flush()
         return aggregates.aggregate_dict(aggregate)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from models import Aggregate, AggregateHost, AggregateMetadata, ServerGroup, ServerGroupMember
 from models.server_group import POLICIES
-from novaq.exceptions import InvalidInput, NotFound
+from novaq.exceptions import ComputeHostNotFound, InvalidInput, NotFound
 from novaq.settings import Settings
 from workflows.api.flavors import check_name
 from workflows.api.validation import shown, text_problem
@@ -73,7 +73,7 @@ def get_aggregate(session: Session, aggregate_id: int) -> Aggregate:
 def add_host(session: Session, aggregate: Aggregate, host: str, known_hosts: set[str]) -> None:
     check_name(host, "host")
     if host not in known_hosts:
-        raise NotFound(f"Compute host {host} could not be found.")
+        raise ComputeHostNotFound(host=host)
     if host in {h.host for h in aggregate.hosts}:
         raise InvalidInput(reason=f"host {host} is already in aggregate {aggregate.name}")
     zone = aggregate.metadata_dict.get(AZ_KEY)

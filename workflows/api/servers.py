@@ -28,7 +28,7 @@ from novaq.exceptions import (
 )
 from scheduler.request_spec import RequestSpec
 from workflows import dispatch
-from workflows.api import aggregates, common, flavors, submit, views
+from workflows.api import aggregates, common, flavors, submit, views, waiting
 from workflows.api.submit import Written
 from workflows.api.validation import Int, Name, Printable, Seconds, expect, validated
 from workflows.build import build_workflow
@@ -325,22 +325,37 @@ def list_actions(uuid: str) -> list[dict[str, Any]]:
 
 @validated()
 def wait(
-    uuid: str, status: str, timeout: Seconds = 120.0, interval: Seconds = 0.2
+    uuid: str,
+    status: str,
+    timeout: Seconds = 120.0,
+    interval: Seconds = 0.2,
+    request_id: Name | None = None,
 ) -> dict[str, Any]:
-    """Poll until the server shows ``status``; raise with the fault if it goes to ERROR."""
-    wanted = status.upper()
-    if wanted not in views.STATUSES:
-        raise InvalidInput(
-            reason=f"status must be one of Nova's server statuses, got {status!r}", field="status"
-        )
+    """Poll until the server shows ``status`` (with no task); end at once, with the fault,
+    when it goes to ERROR or when its operation ends without reaching ``status``.
+
+    The operation is the request ``request_id`` names (what the call returned), else the
+    server's latest action (``workflows.api.waiting.Watched``)."""
+    wanted = waiting.check_status(status)
+    with session_scope(common.db_url()) as session:
+        uuid = common.resolve_server(session, uuid)  # a uuid, or a name only one server has
+        watched = waiting.Watched.of(session, uuid, request_id)
     deadline = time.monotonic() + timeout
     while True:
-        view = show(uuid)
-        if view["status"] == wanted and (wanted == "ERROR" or view["task_state"] is None):
-            return view
-        if view["status"] == "ERROR" and wanted != "ERROR":
-            fault = view["fault"]["message"] if view["fault"] else "no fault recorded"
-            raise InstanceErrored(uuid=uuid, fault=fault)
+        with session_scope(common.db_url()) as session:
+            # The action first: its end is written with (or after) the final state, so a
+            # view read after it is at least that new.
+            ended = watched.ended(session)
+            view = views.instance_dict(session, get_instance(session, uuid))
+            if view["status"] == wanted and (wanted == "ERROR" or view["task_state"] is None):
+                return view
+            if view["status"] == "ERROR" and wanted != "ERROR":
+                fault = view["fault"]["message"] if view["fault"] else "no fault recorded"
+                raise InstanceErrored(uuid=uuid, fault=fault)
+            if ended is not None:
+                raise waiting.ended_without(session, ended, view, wanted)
+            if view["status"] == "DELETED":  # it will reach no other status
+                raise waiting.deleted(session, watched, view, wanted)
         if time.monotonic() >= deadline:
             raise WaitTimeout(uuid=uuid, status=wanted, timeout=timeout, actual=view["status"])
         time.sleep(interval)

@@ -26,6 +26,7 @@ def instance_dict(session: Session, instance: Instance) -> dict[str, Any]:
         "status": api_status(instance.vm_state, instance.task_state),
         "vm_state": instance.vm_state,
         "task_state": instance.task_state,
+        # Nova's integer (OS-EXT-STS:power_state), and its name for people (the tables).
         "power_state": instance.power_state,
         "power_state_name": POWER_STATE_NAMES.get(instance.power_state, "unknown"),
         "host": instance.host,

@@ -9,6 +9,7 @@ import pytest
 from compute import moves
 from compute.claims import ResourceRequest, consumer_allocations
 from compute.delete import local_delete
+from compute.instance_actions import start_action
 from compute.instance_state import get_instance
 from compute.sessions import sessions_for
 from models.db import session_scope
@@ -113,6 +114,8 @@ def test_a_stopped_server_stays_stopped_through_a_resize(db_url: str) -> None:
     assert drivers["dst"].get_info(uuid).power_state == 4
     with session_scope(db_url) as session:
         set_migration_status(session, migration, "confirming")
+        # api.confirm_resize starts an action of its own (the resize's has ended).
+        start_action(session, uuid, "confirmResize", "req-test")
     moves.confirm_resize(_ctx(db_url, migration, drivers, "src"))
     assert _state(db_url, uuid)[0] == "stopped"
     # The source the server left keeps no instance files (Nova's _cleanup_resize).
@@ -198,3 +201,40 @@ def test_a_revert_that_fails_restarting_the_guest_errors_the_server_out(db_url: 
     assert not moves.abort_move(
         sessions_for(db_url), migration, HypervisorError(reason="again"), "src"
     )
+
+
+def _resize_action(db_url: str, uuid: str) -> tuple[bool, str | None, list[Any]]:
+    from compute.instance_actions import _action
+
+    with session_scope(db_url) as session:
+        action = _action(session, uuid, "req-test")
+        assert action is not None
+        events = [(e.event, e.result) for e in action.events]
+        return action.finish_time is not None, action.message, events
+
+
+def test_a_failed_prep_resize_leaves_the_move_s_action_open_for_what_ends_the_move(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prep_resize may be rescheduled to an alternate: its failure closes its event, not
+    the move's action; the move's end (here its undo, ``abort_move``) records that."""
+    uuid, migration, drivers = _setup(db_url)
+
+    def broken() -> Any:
+        raise HypervisorError(reason="prep failed")
+
+    monkeypatch.setattr(drivers["dst"], "get_available_resource", broken)
+    with pytest.raises(HypervisorError):
+        moves.prep_resize(_ctx(db_url, migration, drivers, "dst"))
+    assert _resize_action(db_url, uuid) == (False, "Error", [("compute_prep_resize", "Error")])
+    assert moves.abort_move(sessions_for(db_url), migration, HypervisorError(reason="x"), "dst")
+    assert _resize_action(db_url, uuid)[:2] == (True, "Error")
+
+
+def test_the_forward_path_ends_the_move_s_action_at_verify_resize(db_url: str) -> None:
+    uuid, migration, drivers = _setup(db_url)
+    moves.prep_resize(_ctx(db_url, migration, drivers, "dst"))
+    moves.resize_instance(_ctx(db_url, migration, drivers, "src"))
+    assert _resize_action(db_url, uuid)[0] is False  # still under way
+    moves.finish_resize(_ctx(db_url, migration, drivers, "dst"))
+    assert _resize_action(db_url, uuid)[:2] == (True, None)

@@ -104,6 +104,10 @@ def _set(db_url: str, uuid: str, migration: str, status: str, task: str | None) 
     with session_scope(db_url) as session:
         set_migration_status(session, migration, status)
         get_instance(session, uuid).task_state = task
+        if status == "confirming":
+            # api.confirm_resize starts an action of its own (the resize's has ended),
+            # here under the tests' one request id.
+            start_action(session, uuid, "confirmResize", "req-test")
 
 
 def _rewind(db_url: str, uuid: str, migration: str, status: str, task: str | None) -> None:

@@ -165,6 +165,20 @@ def _events(db_url: str, uuid: str) -> list[tuple[str, str | None]]:
         return [(e.event, e.result) for e in action.events]
 
 
+def _finished(db_url: str, uuid: str) -> bool:
+    with session_scope(db_url) as session:
+        action = session.scalars(
+            select(InstanceAction).where(
+                InstanceAction.instance_uuid == uuid, InstanceAction.request_id == REQUEST
+            )
+        ).one()
+        return action.finish_time is not None
+
+
+#: The operation ended at start-up where it was going (task cleared), or was cut short.
+ENDED, CUT = "ended", "cut"
+
+
 @pytest.mark.parametrize(
     ("vm_state", "task_state", "guest", "final", "guest_after", "event"),
     [
@@ -174,23 +188,23 @@ def _events(db_url: str, uuid: str) -> list[tuple[str, str | None]]:
         ("active", "reboot_pending", RUNNING, ("active", None), RUNNING, "reboot"),
         ("active", "reboot_started", SHUTDOWN, ("active", None), RUNNING, "reboot"),
         ("stopped", "reboot_pending_hard", SHUTDOWN, ("active", None), RUNNING, "reboot"),
-        ("active", "reboot_started_hard", RUNNING, ("active", None), RUNNING, None),
-        ("active", "pausing", RUNNING, ("active", None), RUNNING, None),
-        ("paused", "unpausing", RUNNING, ("active", None), RUNNING, None),
+        ("active", "reboot_started_hard", RUNNING, ("active", None), RUNNING, ENDED),
+        ("active", "pausing", RUNNING, ("active", None), RUNNING, CUT),
+        ("paused", "unpausing", RUNNING, ("active", None), RUNNING, ENDED),
         ("paused", "unpausing", PAUSED, ("active", None), RUNNING, "unpause"),
         ("active", "soft-deleting", RUNNING, ("soft-delete", None), SHUTDOWN, "soft_delete"),
         # Where Nova is silent: the guest already there -> finished; else not happened.
         ("active", "pausing", PAUSED, ("paused", None), PAUSED, "pause"),
         ("active", "suspending", SUSPENDED, ("suspended", None), SHUTDOWN, "suspend"),
-        ("active", "suspending", RUNNING, ("active", None), RUNNING, None),
+        ("active", "suspending", RUNNING, ("active", None), RUNNING, CUT),
         ("suspended", "resuming", RUNNING, ("active", None), RUNNING, "resume"),
-        ("suspended", "resuming", SUSPENDED, ("suspended", None), SHUTDOWN, None),
+        ("suspended", "resuming", SUSPENDED, ("suspended", None), SHUTDOWN, CUT),
         # Rescue boots a rescue domain: the step is re-run whatever the power state.
         ("active", "rescuing", SHUTDOWN, ("rescued", None), RUNNING, "rescue"),
         ("active", "rescuing", RUNNING, ("rescued", None), RUNNING, "rescue"),
         ("rescued", "unrescuing", RUNNING, ("active", None), RUNNING, "unrescue"),
-        ("rescued", "unrescuing", SHUTDOWN, ("rescued", None), SHUTDOWN, None),
-        ("active", "shelving", RUNNING, ("active", None), RUNNING, None),
+        ("rescued", "unrescuing", SHUTDOWN, ("rescued", None), SHUTDOWN, CUT),
+        ("active", "shelving", RUNNING, ("active", None), RUNNING, CUT),
     ],
 )
 def test_an_interrupted_operation_ends_in_the_state_nova_gives_it(
@@ -210,8 +224,12 @@ def test_an_interrupted_operation_ends_in_the_state_nova_gives_it(
     assert line.startswith(uuid)
     assert _state(db_url, uuid) == final
     assert _power(hypervisor, uuid) == guest_after
-    expected = [(f"compute_{event}_instance", "Success")] if event else []
+    if event in (ENDED, CUT):  # recovery ended the operation: its action says how
+        expected = [("compute_init_host", "Success" if event == ENDED else "Error")]
+    else:
+        expected = [(f"compute_{event}_instance", "Success")]
     assert _events(db_url, uuid) == expected
+    assert _finished(db_url, uuid), "every interrupted operation's action records its end"
 
 
 def test_a_redelivered_step_after_recovery_is_skipped_and_changes_nothing(
@@ -404,12 +422,26 @@ def test_a_resize_waiting_in_resize_prep_is_left_to_its_messages(db_url: str) ->
     assert _state(db_url, uuid) == ("active", "resize_migrated")
 
 
+def _move_ended(db_url: str, uuid: str) -> tuple[bool, str | None]:
+    """Whether the move's action (req-resize) records its end, and how."""
+    with session_scope(db_url) as session:
+        action = session.scalars(
+            select(InstanceAction).where(
+                InstanceAction.instance_uuid == uuid, InstanceAction.request_id == "req-resize"
+            )
+        ).one()
+        return action.finish_time is not None, action.message
+
+
 def test_resize_prep_with_no_move_in_progress_is_cleared(db_url: str) -> None:
     uuid, _, drivers = _move(db_url, "resize_prep", None)
+    with session_scope(db_url) as session:
+        start_action(session, uuid, "resize", "req-resize")
     assert recover_host(sessions_for(db_url), drivers["src"], "src") == [
         f"{uuid}: resize_prep -> task cleared"
     ]
     assert _state(db_url, uuid) == ("active", None)
+    assert _move_ended(db_url, uuid) == (True, "Error")  # the move ended here, cut short
 
 
 @pytest.mark.parametrize(("old_vm_state", "power"), [("active", RUNNING), ("stopped", SHUTDOWN)])
@@ -429,6 +461,7 @@ def test_resize_migrating_with_no_move_in_progress_brings_the_guest_back_on_the_
         instance = get_instance(session, uuid)
         assert (instance.task_state, instance.power_state) == (None, power)
         assert "old_vm_state" not in instance.system_metadata
+    assert _move_ended(db_url, uuid) == (True, "Error")
 
 
 # -- resume_guests_state_on_host_boot, and guests of deleted servers at start -----------------

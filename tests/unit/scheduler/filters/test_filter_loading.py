@@ -72,7 +72,7 @@ def test_run_filters_reports_each_filter_with_hosts_before_and_after(
     hosts = [host("a"), host("b", service_disabled=True), host("c", memory_mb_used=8000)]
     passing, report = run_filters(filters, hosts, spec(memory_mb=1024))
     assert [h.host for h in passing] == ["a"]
-    assert report == ["ComputeFilter: 3 -> 2", "RamFilter: 2 -> 1"]
+    assert [str(step) for step in report] == ["ComputeFilter: 3 -> 2", "RamFilter: 2 -> 1"]
 
 
 def test_run_filters_stops_at_the_first_filter_that_leaves_no_host(
@@ -83,7 +83,7 @@ def test_run_filters_stops_at_the_first_filter_that_leaves_no_host(
     with caplog.at_level(logging.INFO, logger="scheduler.filters"):
         passing, report = run_filters(filters, hosts, spec(memory_mb=1024))
     assert passing == []
-    assert report == ["ComputeFilter: 2 -> 1", "RamFilter: 1 -> 0"]
+    assert [str(step) for step in report] == ["ComputeFilter: 2 -> 1", "RamFilter: 1 -> 0"]
     assert "RamFilter returned 0 hosts" in caplog.text
 
 
