@@ -1,6 +1,6 @@
 """Integration tier: real Redis, real PostgreSQL, real ``celery worker`` processes.
 
-Uses Redis database 13 (or ``NOVAQ_IT_REDIS_DB``) and a PostgreSQL database of its own
+Uses Redis database 13 (or ``NOVAQ_IT_REDIS_DB``; one more per pytest-xdist worker) and a PostgreSQL database of its own
 (``novaq_it_<pid>``), both cleaned up at the end. A missing server skips the tier locally
 and fails it in CI.
 """
@@ -20,8 +20,11 @@ from tests.integration.workers import Cluster, Worker, start_cluster
 
 __all__ = ["Cluster", "Worker", "start_cluster"]
 
-# Another Redis database for a second run side by side (NOVAQ_IT_REDIS_DB).
-REDIS_DB = int(os.environ.get("NOVAQ_IT_REDIS_DB", "13"))
+# Another Redis database for a second run side by side (NOVAQ_IT_REDIS_DB); under
+# pytest-xdist each worker process (gw0, gw1, ...) takes the next one, so two workers'
+# clusters never share a queue.
+_XDIST_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+REDIS_DB = int(os.environ.get("NOVAQ_IT_REDIS_DB", "13")) + _XDIST_INDEX
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 PG_DB = f"novaq_it_{os.getpid()}"
 ROOT = Path(__file__).resolve().parents[2]

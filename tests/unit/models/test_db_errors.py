@@ -56,6 +56,7 @@ def proxy() -> Iterator[TcpProxy]:
         ("connection refused", PG.format(port=free_port(), db="test")),
         ("database does not exist", PG.format(port=5432, db="novaq_no_such_database")),
     ],
+    ids=["connection refused", "database does not exist"],  # the free port varies per run
 )
 def test_a_database_that_cannot_be_reached_is_transient(case: str, url: str) -> None:
     exc = _error_of(url)
