@@ -74,7 +74,9 @@ def create_flavor(
     ephemeral_gb: Int = 0,
     swap: Int = 0,
     extra_specs: dict[Name, SpecValue] | None = None,
+    is_public: bool = True,
 ) -> dict[str, Any]:
+    """A flavor; ``is_public=False`` makes it private (see ``add_flavor_access``)."""
     with session_scope(common.db_url()) as session:
         flavor = flavors.create_flavor(
             session,
@@ -86,6 +88,7 @@ def create_flavor(
             swap,
             extra_specs,
             settings=common.settings(),
+            is_public=is_public,
         )
         return flavors.flavor_dict(flavor)
 
@@ -95,7 +98,11 @@ def list_flavors() -> list[dict[str, Any]]:
     from models import Flavor
 
     with session_scope(common.db_url()) as session:
-        rows = session.scalars(select(Flavor).where(Flavor.disabled.is_(False)).order_by(Flavor.id))
+        rows = session.scalars(
+            select(Flavor)
+            .where(Flavor.disabled.is_(False), Flavor.deleted == 0)
+            .order_by(Flavor.id)
+        )
         return [flavors.flavor_dict(f) for f in rows]
 
 
