@@ -124,6 +124,8 @@ def get_flavor(session: Session, ref: str, project: str | None = None) -> Flavor
     one the caller is the operator, who sees every flavor (Nova's admin)."""
     if not ref:
         raise InvalidInput(reason=f"flavor must be a flavor name or id, got {ref!r}")
+    if project is not None:
+        check_name(project, "project")
     flavor = session.scalars(
         select(Flavor).where(or_(Flavor.name == ref, Flavor.flavorid == ref), Flavor.deleted == 0)
     ).first()

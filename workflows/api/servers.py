@@ -118,8 +118,11 @@ def boot(
     availability_zone: Name | None = None,
     group: Name | None = None,
     hints: Hints | None = None,
+    project: Name | None = None,
 ) -> list[str]:
-    """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR)."""
+    """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR).
+    ``project``: who boots; a private flavor it has no access to is not found (none: the
+    operator, who may use every flavor)."""
     flavors.check_name(name, "server name")
     flavors.check_name(image, "image")
     if not 1 <= count <= MAX_COUNT:
@@ -134,7 +137,7 @@ def boot(
         zone, _, forced = availability_zone.partition(":")
         availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
     with session_scope(common.db_url()) as session:
-        flavor_row = flavors.get_flavor(session, flavor)
+        flavor_row = flavors.get_flavor(session, flavor, project)
         snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
         boot_image = _boot_image(session, image, snapshot)
         for forced in force_hosts:
