@@ -16,6 +16,7 @@ from models.flavor import FlavorProject, FlavorSnapshot
 from novaq.exceptions import FlavorExists, FlavorNotFound, InvalidFlavor, InvalidInput, NotFound
 from novaq.settings import Settings
 from scheduler.filters.extra_specs_ops import requirement_problem
+from workflows.api.extra_spec_values import value_problem
 from workflows.api.extra_specs import name_problem
 from workflows.api.validation import MAX_INT, shown, text_problem
 
@@ -76,7 +77,9 @@ def validate_extra_specs(
         if unknown is not None:
             raise InvalidFlavor(reason=f"extra spec key {key!r} must be {unknown}")
         text = str(value)
-        problem = text_problem(text, minimum=0) or requirement_problem(text)
+        problem = (
+            text_problem(text, minimum=0) or value_problem(key, text) or requirement_problem(text)
+        )
         if problem is not None:
             raise InvalidFlavor(reason=f"extra spec {key} must be {problem}, got {shown(text)}")
         specs[key] = text

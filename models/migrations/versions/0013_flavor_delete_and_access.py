@@ -52,11 +52,24 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("flavor_projects")
     # A deleted flavor stays (instances refer to it) but gives its name and id up to the
-    # old unique constraints, and stays hidden as a disabled flavor.
-    op.execute(
-        "UPDATE flavors SET name = 'deleted-' || id, flavorid = 'deleted-' || id, "
-        "disabled = true WHERE deleted != 0"
+    # old unique constraints, and stays hidden as a disabled flavor. (Row by row: string
+    # concatenation is spelled differently by SQLite, PostgreSQL and MariaDB.)
+    flavors = sa.table(
+        "flavors",
+        sa.column("id", sa.Integer),
+        sa.column("name", sa.String),
+        sa.column("flavorid", sa.String),
+        sa.column("disabled", sa.Boolean),
+        sa.column("deleted", sa.Integer),
     )
+    bind = op.get_bind()
+    for (row_id,) in bind.execute(sa.select(flavors.c.id).where(flavors.c.deleted != 0)).all():
+        hidden = f"deleted-{row_id}"
+        bind.execute(
+            flavors.update()
+            .where(flavors.c.id == row_id)
+            .values(name=hidden, flavorid=hidden, disabled=True)
+        )
     with op.batch_alter_table("flavors") as batch:
         batch.drop_constraint("uq_flavors_flavorid_deleted", type_="unique")
         batch.drop_constraint("uq_flavors_name_deleted", type_="unique")
