@@ -65,11 +65,12 @@ def flavor_create(
 
 
 @main.command("flavor-list")
+@click.option("--all", "all_", is_flag=True, help="Private flavors too (as nova's --all).")
 @json_option
 @handle_errors
-def flavor_list(as_json: bool) -> None:
-    """List flavors."""
-    render(api().list_flavors(), FLAVOR_COLUMNS, as_json)
+def flavor_list(all_: bool, as_json: bool) -> None:
+    """List flavors: the public ones, or every one with --all."""
+    render(api().list_flavors(is_public=None if all_ else True), FLAVOR_COLUMNS, as_json)
 
 
 # -- servers -------------------------------------------------------------------------------

@@ -137,6 +137,14 @@ def get_flavor(session: Session, ref: str, project: str | None = None) -> Flavor
     return flavor
 
 
+def list_flavors(session: Session, is_public: bool | None = True) -> list[Flavor]:
+    """Live, enabled flavors; ``is_public`` None for public and private alike."""
+    query = select(Flavor).where(Flavor.disabled.is_(False), Flavor.deleted == 0)
+    if is_public is not None:
+        query = query.where(Flavor.is_public.is_(is_public))
+    return list(session.scalars(query.order_by(Flavor.id)))
+
+
 def may_use(flavor: Flavor, project: str | None) -> bool:
     """Whether ``project`` (None: the operator) may boot or resize with ``flavor``."""
     if flavor.is_public or project is None:

@@ -94,16 +94,11 @@ def create_flavor(
 
 
 @validated()
-def list_flavors() -> list[dict[str, Any]]:
-    from models import Flavor
-
+def list_flavors(is_public: bool | None = True) -> list[dict[str, Any]]:
+    """Flavors as Nova lists them to an operator: the public ones by default;
+    ``is_public=None`` every one, ``False`` the private ones only."""
     with session_scope(common.db_url()) as session:
-        rows = session.scalars(
-            select(Flavor)
-            .where(Flavor.disabled.is_(False), Flavor.deleted == 0)
-            .order_by(Flavor.id)
-        )
-        return [flavors.flavor_dict(f) for f in rows]
+        return [flavors.flavor_dict(f) for f in flavors.list_flavors(session, is_public)]
 
 
 # -- build and delete ----------------------------------------------------------------------

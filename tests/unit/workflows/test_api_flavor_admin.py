@@ -200,7 +200,18 @@ def test_a_private_flavor_and_its_project_access(db_url: str) -> None:
     api.add_flavor_access(flavor["id"], "proj-b")
     assert [a["tenant_id"] for a in api.list_flavor_access("gold")] == ["proj-a", "proj-b"]
     assert [a["tenant_id"] for a in api.remove_flavor_access("gold", "proj-a")] == ["proj-b"]
-    assert [f["is_public"] for f in api.list_flavors()] == [False]  # the operator sees it
+
+
+def test_the_list_shows_public_flavors_and_every_one_with_all(db_url: str) -> None:
+    public = api.create_flavor("m1", 1, 512, 1)
+    private = api.create_flavor("gold", 4, 4096, 20, is_public=False)
+    assert api.list_flavors() == [public]  # as nova flavor-list
+    assert api.list_flavors(is_public=None) == [public, private]  # as nova flavor-list --all
+    assert api.list_flavors(is_public=False) == [private]
+    assert _run("flavor-list") == [public]
+    assert _run("flavor-list", "--all") == [public, private]
+    with pytest.raises(InvalidInput, match="is_public"):
+        api.list_flavors(is_public="yes")
 
 
 def test_access_decides_which_project_may_use_a_private_flavor(db_url: str) -> None:
