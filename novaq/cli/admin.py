@@ -11,7 +11,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from novaq.cli.base import api, console, handle_errors, json_option, main, render
+from novaq.cli.base import api, console, err_console, handle_errors, json_option, main, render
+from novaq.exceptions import NovaqError
 
 # -- hosts and services --------------------------------------------------------------------
 
@@ -296,12 +297,25 @@ def server_group_show(group: str, as_json: bool) -> None:
 
 
 @main.command("server-group-delete")
-@click.argument("group")
+@click.argument("groups", nargs=-1, required=True, metavar="GROUP...")
 @handle_errors
-def server_group_delete(group: str) -> None:
-    """Delete a server group (by uuid or name); its servers keep running."""
-    deleted = api().delete_server_group(group)
-    console.print(f"Deleted server group {escape(deleted['name'])} ({deleted['id']})")
+def server_group_delete(groups: tuple[str, ...]) -> None:
+    """Delete server groups (by uuid or name); their servers keep running. A group that
+    cannot be deleted is reported and the others are still deleted (exit 1 at the end),
+    as the nova client does."""
+    failed = 0
+    for group in groups:
+        try:
+            deleted = api().delete_server_group(group)
+        except NovaqError as exc:
+            failed += 1
+            err_console.print(
+                f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(group)}: {escape(str(exc))}"
+            )
+            continue
+        console.print(f"Deleted server group {escape(deleted['name'])} ({deleted['id']})")
+    if failed:
+        sys.exit(1)
 
 
 @main.command("server-group-list")

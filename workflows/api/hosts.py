@@ -87,7 +87,11 @@ def show_hypervisor(hypervisor: Name) -> dict[str, Any]:
     s = common.settings()
     with session_scope(common.db_url()) as session:
         node = _find_node(session, hypervisor)
-        view = views.host_dict(node, _service(session, node.host, s))
+        service = _service(session, node.host, s)
+        view = views.host_dict(node, service)
+        view["hypervisor_version"] = node.hypervisor_version
+        view["disabled_reason"] = None if service is None else service["disabled_reason"]
+        view["forced_down"] = None if service is None else service["forced_down"]
         devices = session.scalars(
             select(PciDevice)
             .where(PciDevice.compute_node_id == node.id, PciDevice.deleted == 0)

@@ -214,3 +214,15 @@ def test_bad_server_group_requests_are_refused_and_change_nothing(db_url: str) -
     assert "ServerGroupNotFound" in _refused("server-group-show", "nope")
     assert "2 server groups are named" in _refused("server-group-delete", "web")
     assert state(db_url) == before
+
+
+def test_server_group_delete_carries_on_past_a_group_it_cannot_delete(db_url: str) -> None:
+    first = api.create_server_group("a", "affinity")
+    api.create_server_group("b", "affinity")
+    result = CliRunner().invoke(main, ["server-group-delete", "a", "nope", "b"])
+    assert result.exit_code == 1, result.output
+    output = " ".join(result.output.split())
+    assert f"Deleted server group a ({first['id']})" in output
+    assert "ERROR (ServerGroupNotFound): nope: Server group nope could not be found." in output
+    assert "Deleted server group b" in output
+    assert api.list_server_groups() == []

@@ -61,6 +61,7 @@ def test_show_gives_resources_devices_and_servers(db_url: str) -> None:
     assert (view["vcpus"], view["memory_mb"], view["local_gb"]) == (16, 32768, 500)
     assert view["vcpus_used"] == 1 and view["memory_mb_used"] == 512 + 512  # + reserved
     assert (view["availability_zone"], view["aggregates"]) == ("nova", [])
+    assert (view["disabled_reason"], view["forced_down"]) == (None, False)
     assert [(d["address"], d["status"], d["instance_uuid"]) for d in view["pci_devices"]] == [
         ("0000:81:00.0", "allocated", uuid),
         ("0000:82:00.0", "available", None),
@@ -123,6 +124,8 @@ def _zones_world(db_url: str) -> None:
     api.add_host_to_aggregate(az3["id"], "host3")
     api.disable_service("host3", reason="broken")
     api.force_down_service("host2")
+    host3 = api.show_hypervisor("host3")
+    assert (host3["status"], host3["disabled_reason"]) == ("disabled", "broken")
 
 
 def test_zones_with_their_hosts_and_services(db_url: str) -> None:
