@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import select
 
+from models import AggregateMetadata
 from models.db import session_scope
 from novaq.cli import main
 from novaq.exceptions import ComputeHostNotFound, InvalidInput
@@ -73,6 +75,8 @@ def test_delete_an_empty_aggregate(db_url: str) -> None:
     api.set_aggregate_metadata(api.show_aggregate("rack1")["id"], {"ssd": "true"})
     assert api.delete_aggregate("rack1")["name"] == "rack1"
     assert api.list_aggregates() == []
+    with session_scope(db_url) as session:  # its metadata went with it
+        assert session.scalars(select(AggregateMetadata)).all() == []
     api.create_aggregate("rack2")
     result = CliRunner().invoke(main, ["aggregate-delete", "rack2"])
     assert result.exit_code == 0 and "Deleted aggregate rack2" in result.output, result.output
