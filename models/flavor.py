@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import JSON, ForeignKey, String, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, String, UniqueConstraint, true
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -23,21 +23,33 @@ from models.base import Base, intpk, str255, timestamp
 
 
 class Flavor(Base):
+    """A flavor. Deleting one is a soft delete, as Nova's was (``deleted`` = the row's id,
+    so a new flavor may take the name again): instances keep their ``flavor_id`` and
+    their own snapshot of it. ``is_public`` False makes it private: only the projects of
+    its ``projects`` (Nova's ``flavor_projects``) may boot with it."""
+
     __tablename__ = "flavors"
+    __table_args__ = (UniqueConstraint("name", "deleted"), UniqueConstraint("flavorid", "deleted"))
 
     id: Mapped[intpk]
-    flavorid: Mapped[str] = mapped_column(String(255), unique=True)
-    name: Mapped[str] = mapped_column(String(255), unique=True)
+    flavorid: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
     vcpus: Mapped[int]
     memory_mb: Mapped[int]
     root_gb: Mapped[int]
     ephemeral_gb: Mapped[int] = mapped_column(default=0)
     swap: Mapped[int] = mapped_column(default=0)
     disabled: Mapped[bool] = mapped_column(default=False)
+    is_public: Mapped[bool] = mapped_column(default=True, server_default=true())
     created_at: Mapped[timestamp]
     updated_at: Mapped[dt.datetime | None]
+    deleted_at: Mapped[dt.datetime | None]
+    deleted: Mapped[int] = mapped_column(default=0, server_default="0")
     extra_specs: Mapped[list[FlavorExtraSpec]] = relationship(
         back_populates="flavor", cascade="all, delete-orphan", lazy="selectin"
+    )
+    projects: Mapped[list[FlavorProject]] = relationship(
+        cascade="all, delete-orphan", lazy="selectin", order_by="FlavorProject.project_id"
     )
 
     @property
@@ -57,6 +69,18 @@ class FlavorExtraSpec(Base):
     key: Mapped[str255]
     value: Mapped[str255]
     flavor: Mapped[Flavor] = relationship(back_populates="extra_specs")
+
+
+class FlavorProject(Base):
+    """A project that may use a private flavor (Nova's ``flavor_projects``)."""
+
+    __tablename__ = "flavor_projects"
+    __table_args__ = (UniqueConstraint("flavor_id", "project_id"),)
+
+    id: Mapped[intpk]
+    flavor_id: Mapped[int] = mapped_column(ForeignKey("flavors.id", ondelete="CASCADE"))
+    project_id: Mapped[str255]
+    created_at: Mapped[timestamp]
 
 
 class FlavorSnapshot(BaseModel):

@@ -10,6 +10,8 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
     cells,
     cluster,
     consoles,
+    flavors,
+    hosts,
     images,
     lifecycle,
     moves,

@@ -11,7 +11,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from novaq.cli.base import api, console, handle_errors, json_option, main, render
+from novaq.cli.base import api, console, err_console, handle_errors, json_option, main, render
+from novaq.exceptions import NovaqError
 
 # -- hosts and services --------------------------------------------------------------------
 
@@ -194,28 +195,64 @@ def aggregate_create(name: str, availability_zone: str | None, as_json: bool) ->
 AGGREGATE_COLUMNS = ("id", "name", "availability_zone", "hosts", "metadata")
 
 
+def _aggregate_id(aggregate: str) -> int:
+    """An aggregate's id from its id or name, as the nova client finds it."""
+    return int(api().show_aggregate(aggregate)["id"])
+
+
 @main.command("aggregate-add-host")
-@click.argument("aggregate_id", type=int)
+@click.argument("aggregate")
 @click.argument("host")
 @json_option
 @handle_errors
-def aggregate_add_host(aggregate_id: int, host: str, as_json: bool) -> None:
-    """Add a compute host to an aggregate."""
-    render(api().add_host_to_aggregate(aggregate_id, host), AGGREGATE_COLUMNS, as_json)
+def aggregate_add_host(aggregate: str, host: str, as_json: bool) -> None:
+    """Add a compute host to an aggregate (by id or name)."""
+    view = api().add_host_to_aggregate(_aggregate_id(aggregate), host)
+    render(view, AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("aggregate-remove-host")
+@click.argument("aggregate")
+@click.argument("host")
+@json_option
+@handle_errors
+def aggregate_remove_host(aggregate: str, host: str, as_json: bool) -> None:
+    """Take a compute host out of an aggregate (by id or name)."""
+    view = api().remove_host_from_aggregate(_aggregate_id(aggregate), host)
+    render(view, AGGREGATE_COLUMNS, as_json)
 
 
 @main.command("aggregate-set-metadata")
-@click.argument("aggregate_id", type=int)
+@click.argument("aggregate")
 @click.argument("items", nargs=-1, required=True, metavar="KEY=VALUE|KEY")
 @json_option
 @handle_errors
-def aggregate_set_metadata(aggregate_id: int, items: tuple[str, ...], as_json: bool) -> None:
-    """Set aggregate metadata (a bare KEY removes it)."""
+def aggregate_set_metadata(aggregate: str, items: tuple[str, ...], as_json: bool) -> None:
+    """Set aggregate metadata (a bare KEY removes it, as the nova client)."""
     metadata: dict[str, str | None] = {}
     for item in items:
         key, sep, value = item.partition("=")
         metadata[key] = value if sep else None
-    render(api().set_aggregate_metadata(aggregate_id, metadata), AGGREGATE_COLUMNS, as_json)
+    view = api().set_aggregate_metadata(_aggregate_id(aggregate), metadata)
+    render(view, AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("aggregate-show")
+@click.argument("aggregate")
+@json_option
+@handle_errors
+def aggregate_show(aggregate: str, as_json: bool) -> None:
+    """Show an aggregate (by id or name)."""
+    render(api().show_aggregate(aggregate), AGGREGATE_COLUMNS, as_json)
+
+
+@main.command("aggregate-delete")
+@click.argument("aggregate")
+@handle_errors
+def aggregate_delete(aggregate: str) -> None:
+    """Delete an aggregate (by id or name); it must have no host."""
+    deleted = api().delete_aggregate(aggregate)
+    console.print(f"Deleted aggregate {escape(deleted['name'])} ({deleted['id']})")
 
 
 @main.command("aggregate-list")
@@ -245,6 +282,40 @@ def server_group_create(
         ("id", "name", "policy", "rules", "members"),
         as_json,
     )
+
+
+GROUP_COLUMNS = ("id", "name", "policy", "rules", "members")
+
+
+@main.command("server-group-show")
+@click.argument("group")
+@json_option
+@handle_errors
+def server_group_show(group: str, as_json: bool) -> None:
+    """Show a server group (by uuid or name)."""
+    render(api().show_server_group(group), GROUP_COLUMNS, as_json)
+
+
+@main.command("server-group-delete")
+@click.argument("groups", nargs=-1, required=True, metavar="GROUP...")
+@handle_errors
+def server_group_delete(groups: tuple[str, ...]) -> None:
+    """Delete server groups (by uuid or name); their servers keep running. A group that
+    cannot be deleted is reported and the others are still deleted (exit 1 at the end),
+    as the nova client does."""
+    failed = 0
+    for group in groups:
+        try:
+            deleted = api().delete_server_group(group)
+        except NovaqError as exc:
+            failed += 1
+            err_console.print(
+                f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(group)}: {escape(str(exc))}"
+            )
+            continue
+        console.print(f"Deleted server group {escape(deleted['name'])} ({deleted['id']})")
+    if failed:
+        sys.exit(1)
 
 
 @main.command("server-group-list")

@@ -19,6 +19,7 @@ FLAVOR_COLUMNS = (
     "ephemeral_gb",
     "swap",
     "extra_specs",
+    "is_public",
 )
 
 
@@ -36,6 +37,7 @@ FLAVOR_COLUMNS = (
     metavar="KEY=VALUE",
     help="Extra spec, e.g. pci_passthrough:alias=QuadroM4000-video:1 (repeatable).",
 )
+@click.option("--private", is_flag=True, help="Only projects given access may use it.")
 @json_option
 @handle_errors
 def flavor_create(
@@ -46,6 +48,7 @@ def flavor_create(
     ephemeral_gb: int,
     swap: int,
     properties: tuple[str, ...],
+    private: bool,
     as_json: bool,
 ) -> None:
     """Create a flavor."""
@@ -55,16 +58,19 @@ def flavor_create(
         if not sep:
             raise click.BadParameter(f"{prop!r} is not KEY=VALUE", param_hint="--property")
         extra_specs[key] = value
-    flavor = api().create_flavor(name, vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs)
+    flavor = api().create_flavor(
+        name, vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs, is_public=not private
+    )
     render(flavor, FLAVOR_COLUMNS, as_json)
 
 
 @main.command("flavor-list")
+@click.option("--all", "all_", is_flag=True, help="Private flavors too (as nova's --all).")
 @json_option
 @handle_errors
-def flavor_list(as_json: bool) -> None:
-    """List flavors."""
-    render(api().list_flavors(), FLAVOR_COLUMNS, as_json)
+def flavor_list(all_: bool, as_json: bool) -> None:
+    """List flavors: the public ones, or every one with --all."""
+    render(api().list_flavors(is_public=None if all_ else True), FLAVOR_COLUMNS, as_json)
 
 
 # -- servers -------------------------------------------------------------------------------

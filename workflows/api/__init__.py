@@ -11,10 +11,22 @@ This package only gathers the calls; they live by subject in its modules
 
 from __future__ import annotations
 
-from workflows.api import admin, cells, consoles, images, lifecycle, moves, servers
+from workflows.api import (
+    admin,
+    cells,
+    consoles,
+    flavor_admin,
+    hosts,
+    images,
+    lifecycle,
+    moves,
+    servers,
+)
 from workflows.api.admin import *  # noqa: F403
 from workflows.api.cells import *  # noqa: F403
 from workflows.api.consoles import *  # noqa: F403
+from workflows.api.flavor_admin import *  # noqa: F403
+from workflows.api.hosts import *  # noqa: F403
 from workflows.api.images import *  # noqa: F403
 from workflows.api.lifecycle import *  # noqa: F403
 from workflows.api.moves import *  # noqa: F403
@@ -29,5 +41,7 @@ __all__ = sorted(
         *lifecycle.__all__,
         *moves.__all__,
         *servers.__all__,
+        *flavor_admin.__all__,
+        *hosts.__all__,
     }
 )

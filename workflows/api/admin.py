@@ -18,12 +18,15 @@ from models.db import session_scope
 from novaq.exceptions import InvalidInput
 from workflows import dispatch
 from workflows.api import aggregates, common, views
+from workflows.api.flavors import check_name
 from workflows.api.validation import Int, Name, Seconds, expect, validated
 from workflows.canvas import step
 from workflows.periodic import send_now
 
 #: An aggregate metadata value: a string (a number is taken as its string); None removes.
 MetadataValue = Annotated[str | int | float | None, expect("a string")]
+#: An aggregate by id or by name.
+AggregateRef = Annotated[int | str, expect("an aggregate id or name")]
 
 
 class ServerGroupRules(TypedDict, total=False):
@@ -166,14 +169,42 @@ def add_host_to_aggregate(aggregate_id: Int, host: Name) -> dict[str, Any]:
 
 @validated(labels={"aggregate_id": "aggregate id"})
 def remove_host_from_aggregate(aggregate_id: Int, host: Name) -> dict[str, Any]:
+    """Take a compute host out of an aggregate (refused if that would change the zone of
+    servers on it, as Nova)."""
     with session_scope(common.db_url()) as session:
         aggregate = aggregates.get_aggregate(session, aggregate_id)
-        rows = [h for h in aggregate.hosts if h.host == host]
-        if not rows:
-            raise InvalidInput(reason=f"host {host!r} is not in aggregate {aggregate.name}")
-        aggregate.hosts.remove(rows[0])
+        aggregates.remove_host(session, aggregate, host, _compute_hosts(session))
         session.flush()
         return aggregates.aggregate_dict(aggregate)
+
+
+def _compute_hosts(session: Any) -> set[str]:
+    return set(
+        session.scalars(select(Service.host).where(Service.binary == COMPUTE, Service.deleted == 0))
+    )
+
+
+@validated()
+def show_aggregate(aggregate: AggregateRef) -> dict[str, Any]:
+    """An aggregate by id or name: its zone, hosts and metadata."""
+    with session_scope(common.db_url()) as session:
+        return aggregates.aggregate_dict(_aggregate(session, aggregate))
+
+
+@validated()
+def delete_aggregate(aggregate: AggregateRef) -> dict[str, Any]:
+    """Delete an aggregate with no host in it (refused otherwise, as Nova); returns it."""
+    with session_scope(common.db_url()) as session:
+        row = _aggregate(session, aggregate)
+        view = aggregates.aggregate_dict(row)
+        aggregates.delete_aggregate(session, row)
+        return view
+
+
+def _aggregate(session: Any, ref: int | str) -> Aggregate:
+    if isinstance(ref, str):
+        check_name(ref, "aggregate")
+    return aggregates.find_aggregate(session, ref)
 
 
 @validated(labels={"aggregate_id": "aggregate id"}, items={"metadata": "metadata"})
@@ -206,6 +237,23 @@ def create_server_group(
                 session, name, policy, (rules or {}).get("max_server_per_host")
             )
         )
+
+
+@validated(labels={"group": "server group"})
+def show_server_group(group: Name) -> dict[str, Any]:
+    """A server group by uuid or name: policy, rules and members."""
+    with session_scope(common.db_url()) as session:
+        return aggregates.group_dict(aggregates.get_server_group(session, group))
+
+
+@validated(labels={"group": "server group"})
+def delete_server_group(group: Name) -> dict[str, Any]:
+    """Delete a server group; its servers keep running, in no group. Returns it."""
+    with session_scope(common.db_url()) as session:
+        row = aggregates.get_server_group(session, group)
+        view = aggregates.group_dict(row)
+        aggregates.delete_server_group(session, row)
+        return view
 
 
 @validated()
@@ -276,6 +324,8 @@ __all__ = [
     "beat_status",
     "create_aggregate",
     "create_server_group",
+    "delete_aggregate",
+    "delete_server_group",
     "disable_service",
     "enable_service",
     "force_down_service",
@@ -288,4 +338,6 @@ __all__ = [
     "list_services",
     "remove_host_from_aggregate",
     "set_aggregate_metadata",
+    "show_aggregate",
+    "show_server_group",
 ]

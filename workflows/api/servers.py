@@ -74,7 +74,9 @@ def create_flavor(
     ephemeral_gb: Int = 0,
     swap: Int = 0,
     extra_specs: dict[Name, SpecValue] | None = None,
+    is_public: bool = True,
 ) -> dict[str, Any]:
+    """A flavor; ``is_public=False`` makes it private (see ``add_flavor_access``)."""
     with session_scope(common.db_url()) as session:
         flavor = flavors.create_flavor(
             session,
@@ -86,17 +88,17 @@ def create_flavor(
             swap,
             extra_specs,
             settings=common.settings(),
+            is_public=is_public,
         )
         return flavors.flavor_dict(flavor)
 
 
 @validated()
-def list_flavors() -> list[dict[str, Any]]:
-    from models import Flavor
-
+def list_flavors(is_public: bool | None = True) -> list[dict[str, Any]]:
+    """Flavors as Nova lists them to an operator: the public ones by default;
+    ``is_public=None`` every one, ``False`` the private ones only."""
     with session_scope(common.db_url()) as session:
-        rows = session.scalars(select(Flavor).where(Flavor.disabled.is_(False)).order_by(Flavor.id))
-        return [flavors.flavor_dict(f) for f in rows]
+        return [flavors.flavor_dict(f) for f in flavors.list_flavors(session, is_public)]
 
 
 # -- build and delete ----------------------------------------------------------------------
@@ -111,8 +113,11 @@ def boot(
     availability_zone: Name | None = None,
     group: Name | None = None,
     hints: Hints | None = None,
+    project: Name | None = None,
 ) -> list[str]:
-    """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR)."""
+    """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR).
+    ``project``: who boots; a private flavor it has no access to is not found (none: the
+    operator, who may use every flavor)."""
     flavors.check_name(name, "server name")
     flavors.check_name(image, "image")
     if not 1 <= count <= MAX_COUNT:
@@ -127,7 +132,7 @@ def boot(
         zone, _, forced = availability_zone.partition(":")
         availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
     with session_scope(common.db_url()) as session:
-        flavor_row = flavors.get_flavor(session, flavor)
+        flavor_row = flavors.get_flavor(session, flavor, project)
         snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
         boot_image = _boot_image(session, image, snapshot)
         for forced in force_hosts:
