@@ -1,8 +1,8 @@
 """Integration tier: real Redis, real PostgreSQL, real ``celery worker`` processes.
 
-Uses Redis database 13 (or ``NOVAQ_IT_REDIS_DB``; one more per pytest-xdist worker) and a PostgreSQL database of its own
-(``novaq_it_<pid>``), both cleaned up at the end. A missing server skips the tier locally
-and fails it in CI.
+Uses Redis database 13 (or ``NOVAQ_IT_REDIS_DB``; one more per pytest-xdist worker) and
+a PostgreSQL database of its own (``novaq_it_<pid>``), both cleaned up at the end. A
+missing server skips the tier locally and fails it in CI.
 """
 
 from __future__ import annotations
