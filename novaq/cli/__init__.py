@@ -14,6 +14,7 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
     lifecycle,
     moves,
     servers,
+    timeline,
 )
 from novaq.cli.base import main
 
