@@ -33,13 +33,13 @@ def record_delivery(
             with sessions() as session:
                 if message is not None:
                     in_flight.record(session, message)
-                if step is not None:
-                    step_records.started(session, step)
                 row = session.scalars(
                     select(TaskDelivery).where(
                         TaskDelivery.task_id == task_id, TaskDelivery.task_name == task_name
                     )
                 ).first()
+                if step is not None:
+                    step_records.started(session, step, redelivered=row is not None)
                 if row is None:
                     session.add(
                         TaskDelivery(

@@ -3,11 +3,14 @@ after the step returned so ``workflows.api.timeline`` can show it.
 
 Both writes ride in a transaction the step opens anyway (``compute.deliveries``): the
 start with the delivery count, the end with the delivery's removal. Each is plain SQL
-that reads the instance's states in the same statement, so a step costs three
+that reads the instance's states in the same statement, so a step costs two
 statements and no commit of its own:
 
-- start: an UPDATE of a redelivery (one more delivery, the new worker), else one
-  INSERT ... SELECT from ``instances`` (the states before);
+- start: one INSERT ... SELECT from ``instances`` (the states before) of the rows not
+  there yet; for a redelivery (its delivery row is still there) one UPDATE instead: one
+  more delivery, the new worker. (A copy delivered after its step returned finds no
+  delivery row and inserts nothing: Celery's deduplication skips most of those before
+  they run, and the step's compare-and-swap the rest.)
 - end: one UPDATE whose correlated sub-selects read the states after.
 """
 
@@ -48,14 +51,18 @@ class StepEnd:
     detail: str | None = None
 
 
-def started(session: Session, start: StepStart) -> None:
-    """Record one delivery of ``start``'s step: a redelivery (same task id) counts one
-    more and names its worker; a first delivery records the states before it."""
+def started(session: Session, start: StepStart, redelivered: bool = False) -> None:
+    """Record one delivery of ``start``'s step. A first delivery inserts its rows with
+    the states before it; a redelivery (its delivery row still there: the worker died,
+    or the reaper sent it again) counts one more on them and names its new worker."""
     if not start.instance_uuids:
         return
     now = utcnow()
     line = f"{start.worker or '-'} {now.isoformat()}\n"
-    result = session.execute(
+    if not redelivered:
+        session.execute(_insert_first(start, now, line))
+        return
+    session.execute(
         update(StepRecord)
         .where(
             StepRecord.task_id == start.task_id,
@@ -72,15 +79,21 @@ def started(session: Session, start: StepStart) -> None:
             detail=None,
         )
     )
-    if getattr(result, "rowcount", 0):
-        return
-    session.execute(_insert_first(start, now, line))
 
 
 def _insert_first(start: StepStart, now: dt.datetime, line: str) -> Insert:
+    """One row per instance that has none for this task id yet, its states read from
+    ``instances`` in the same statement. (Two first deliveries at once: the unique
+    constraint fails one, whose transaction is tried again and finds the row.)"""
+
     def text(value: str | None) -> Any:
         return literal(value, String())
 
+    recorded = (
+        select(StepRecord.id)
+        .where(StepRecord.task_id == start.task_id, StepRecord.instance_uuid == Instance.uuid)
+        .exists()
+    )
     rows = select(
         Instance.uuid,
         text(start.request_id),
@@ -96,7 +109,7 @@ def _insert_first(start: StepStart, now: dt.datetime, line: str) -> Insert:
         Instance.vm_state,
         Instance.task_state,
         Instance.power_state,
-    ).where(Instance.uuid.in_(start.instance_uuids))
+    ).where(Instance.uuid.in_(start.instance_uuids), ~recorded)
     columns = [
         "instance_uuid",
         "request_id",
@@ -145,9 +158,5 @@ def record_end(sessions: Sessions, task_id: str, end: StepEnd) -> None:
 def record_revoked(sessions: Sessions, start: StepStart, end: StepEnd) -> None:
     """A step revoked before it ran (or while it ran) has a record all the same."""
     with sessions() as session:
-        exists = session.scalar(
-            select(StepRecord.id).where(StepRecord.task_id == start.task_id).limit(1)
-        )
-        if exists is None:
-            session.execute(_insert_first(start, utcnow(), f"{start.worker or '-'} (revoked)\n"))
+        session.execute(_insert_first(start, utcnow(), f"{start.worker or '-'} (revoked)\n"))
         ended(session, start.task_id, end)

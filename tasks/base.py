@@ -156,8 +156,9 @@ class NovaqTask(Task):  # type: ignore[misc]
         # must not send them again as it returns.
         request.chain = None
         request.callbacks = None
-        request.novaq_handed_over = True
         sig.delay()
+        # (A publish that failed for good fails this step: after_return then records it.)
+        request.novaq_handed_over = True
         return {"replaced_by": next_ids, "task": in_flight.first_task(frozen).get("task")}
 
     def _own_message(self) -> in_flight.Message | None:

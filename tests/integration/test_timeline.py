@@ -194,7 +194,9 @@ def fault_hosts(two_hosts: Cluster, tmp_path: Path) -> Iterator[Path]:
 def test_a_step_whose_worker_was_killed_shows_its_redelivery(
     two_hosts: Cluster, fault_hosts: Path, cleanup: list[str]
 ) -> None:
-    [uuid] = api.boot("tl-kill", flavor("tl.small", 1, 1024), "cirros", availability_zone="nova:tl1")
+    [uuid] = api.boot(
+        "tl-kill", flavor("tl.small", 1, 1024), "cirros", availability_zone="nova:tl1"
+    )
     cleanup.append(uuid)
     api.wait(uuid, "ACTIVE", timeout=60)
     point = "prep_resize:act"

@@ -53,11 +53,11 @@ def _row(db_url: str) -> StepRecord:
         return row
 
 
-def test_a_step_costs_three_statements_in_transactions_it_already_has(db_url: str) -> None:
+def test_a_step_costs_two_statements_in_transactions_it_already_has(db_url: str) -> None:
     uuid = make_instance(db_url)
     with session_scope(db_url) as session, _counting(session) as statements:
         step_records.started(session, _start(uuid))
-    assert statements == ["UPDATE", "INSERT"]
+    assert statements == ["INSERT"]
     with session_scope(db_url) as session:
         session.execute(
             update(Instance)
@@ -93,7 +93,7 @@ def test_a_redelivery_counts_on_the_same_row_and_names_its_new_worker(db_url: st
     with session_scope(db_url) as session:
         step_records.started(session, _start(uuid, "compute@host1"))
     with session_scope(db_url) as session, _counting(session) as statements:
-        step_records.started(session, _start(uuid, "compute@host1-restarted"))
+        step_records.started(session, _start(uuid, "compute@host1-restarted"), redelivered=True)
     assert statements == ["UPDATE"]
     row = _row(db_url)
     assert row.deliveries == 2 and row.worker == "compute@host1-restarted"
@@ -124,3 +124,11 @@ def test_a_step_revoked_before_it_ran_has_a_record(db_url: str) -> None:
     row = _row(db_url)
     assert row.outcome == StepOutcome.REVOKED and row.ended_at is not None
     assert row.vm_state_after == VmState.BUILDING
+
+
+def test_a_copy_delivered_after_its_step_returned_adds_no_second_row(db_url: str) -> None:
+    uuid = make_instance(db_url)
+    for _ in range(2):
+        with session_scope(db_url) as session:
+            step_records.started(session, _start(uuid))
+    assert _row(db_url).deliveries == 1
