@@ -134,7 +134,7 @@ class NovaqTask(Task):  # type: ignore[misc]
         timeline would show the scheduler step and the build as one task), and this step
         then ends in success, its result naming what it handed over to. They stay linked:
         the replacement's parent id is this step, and every step carries the request id."""
-        for task in _steps_of(sig):
+        for task in steps_of(sig):
             task.options.setdefault("task_id", uuid())
         return super().replace(sig)
 
@@ -145,11 +145,9 @@ class NovaqTask(Task):  # type: ignore[misc]
         # The operation's record passes to the replacement before it is sent, in the
         # transaction that ends this step (its delivery, its step record), as the end of
         # any step passes it to the next of its chain.
-        sig.set(parent_id=request.id)
-        frozen = json.loads(json.dumps(sig))
-        successor = in_flight.message_of_signature(frozen)
-        successor.update(root_id=request.root_id, parent_id=request.id)
-        next_ids = [str(t.id) for t in _steps_of(sig)]
+        successor = handover_message(sig, request.root_id, request.id)
+        frozen = successor["signature"]
+        next_ids = [str(t.id) for t in steps_of(sig)]
         end = step_records.StepEnd(StepOutcome.SUCCESS, f"handed over to {', '.join(next_ids)}")
         self._forget(request.id, succeeded=True, successor=successor, end=end)
         # The replacement carries the rest of this chain and its callbacks: this step
@@ -250,6 +248,19 @@ def step_start(request: Any, task_name: str, host: str | None) -> step_records.S
     )
 
 
+def handover_message(sig: Any, root_id: str | None, parent_id: str) -> in_flight.Message:
+    """The operation's record once step ``parent_id`` handed over to ``sig`` (frozen)."""
+    sig.set(parent_id=parent_id)
+    for errback in list(sig.options.get("link_error") or ()):
+        # A chain hands its errbacks to its steps only as it is sent; the record's first
+        # step must name them for the reaper's undo (``compute.periodic.reaper.undo``).
+        for task in steps_of(sig):
+            task.link_error(errback)
+    message = in_flight.message_of_signature(json.loads(json.dumps(sig)))
+    message.update(root_id=root_id, parent_id=parent_id)
+    return message
+
+
 def end_of(status: str, retval: Any) -> step_records.StepEnd:
     """How a step ended, from Celery's state and return value."""
     if status == "SUCCESS":
@@ -266,12 +277,12 @@ def _text(exc: Any) -> str:
     return str(exc)
 
 
-def _steps_of(sig: Any) -> list[Any]:
+def steps_of(sig: Any) -> list[Any]:
     """The task signatures of ``sig`` (a chain's, in order)."""
     tasks = getattr(sig, "tasks", None)
     if not tasks:
         return [sig]
-    return [step for task in tasks for step in _steps_of(task)]
+    return [step for task in tasks for step in steps_of(task)]
 
 
 @task_revoked.connect

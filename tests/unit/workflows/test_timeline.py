@@ -136,3 +136,20 @@ def test_a_server_with_no_step_recorded_has_its_action_only(db_url: str) -> None
     assert data["server"]["uuid"] == uuid
     [create] = data["operations"]
     assert create["action"] == "create" and create["steps"] == []
+
+
+def test_a_boot_no_host_fits_shows_the_failed_scheduler_step_and_its_fault(
+    db_url: str, worker: None
+) -> None:
+    api.create_flavor("huge", 1, 10**6, 10)
+    [uuid] = api.boot("big", "huge", "cirros")
+    api.wait(uuid, "ERROR", timeout=30)
+    [create] = api.timeline(uuid)["operations"]
+    [select_step] = create["steps"]
+    assert select_step["task"] == "scheduler.select_destinations"
+    assert select_step["outcome"] == "failure"
+    assert select_step["detail"].startswith("NoValidHost: No valid host was found.")
+    assert select_step["transitions"]["vm_state"] == ["building", "error"]
+    [fault] = create["faults"]
+    assert fault["message"].startswith("No valid host was found.")
+    assert create["result"] == "Error"
