@@ -31,6 +31,7 @@ from novaq.cli import main
 from tests.integration.checks import flavor
 from tests.integration.fault_matrix import reap_until_settled
 from tests.integration.workers import ROOT, Cluster
+from tests.timelines import settled_timeline
 from workflows import api
 
 pytestmark = pytest.mark.integration
@@ -109,7 +110,7 @@ def test_a_server_s_whole_workflow_across_hosts(
     api.delete(uuid)
     api.wait(uuid, "DELETED", timeout=60)
 
-    data = api.timeline(uuid)
+    data = settled_timeline(uuid)
     ops = data["operations"]
     assert [o["action"] for o in ops] == ["create", "stop", "resize", "confirmResize", "delete"]
     create, stop, resize, confirm, delete = ops
@@ -211,7 +212,7 @@ def test_a_step_whose_worker_was_killed_shows_its_redelivery(
     two_hosts.wait_ready({"compute@tl2"})
     reap_until_settled(uuid, ("VERIFY_RESIZE",))
 
-    migrate = api.timeline(uuid)["operations"][-1]
+    migrate = settled_timeline(uuid)["operations"][-1]
     assert migrate["action"] == "migrate"
     prep = next(s for s in migrate["steps"] if s["task"] == "compute.prep_resize")
     assert prep["deliveries"] == 2 and len(prep["delivery_log"]) == 2, prep

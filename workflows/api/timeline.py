@@ -12,7 +12,10 @@ request id, one instance action):
 - the faults recorded for the server and the resource heals of its allocations (its own
   and its migrations'), each under the operation that was running when it was recorded.
 
-Everything is in time order. The server may be deleted: its uuid still finds it.
+Everything is in time order. The server may be deleted: its uuid still finds it. A step
+is ``unfinished`` while it runs, after its worker died (until it is delivered again), and
+for a moment after its last transaction made its change visible: its record ends as it
+returns, in the transaction that forgets its delivery.
 """
 
 from __future__ import annotations

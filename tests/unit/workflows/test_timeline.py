@@ -18,6 +18,7 @@ from models.db import session_scope
 from novaq.cli import base, main
 from novaq.exceptions import InstanceNotFound, InvalidInput
 from tasks import app
+from tests.timelines import settled_timeline
 from tests.unit.workflows.servers import boot_active, delete_and_wait, placed_server
 from workflows import api
 
@@ -39,7 +40,7 @@ def _ops(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_the_timeline_shows_every_step_of_boot_stop_and_delete_in_order(
     stopped_then_deleted: str,
 ) -> None:
-    data = api.timeline(stopped_then_deleted)
+    data = settled_timeline(stopped_then_deleted)
     assert [op["action"] for op in data["operations"]] == ["create", "stop", "delete"]
     create = _ops(data)["create"]
     select_step, build = create["steps"]
@@ -73,7 +74,7 @@ def test_the_timeline_shows_every_step_of_boot_stop_and_delete_in_order(
 
 def test_the_scheduler_step_succeeds_in_celery_naming_the_build(stopped_then_deleted: str) -> None:
     """Flower shows the scheduler step as a task of its own that succeeded."""
-    create = _ops(api.timeline(stopped_then_deleted))["create"]
+    create = _ops(settled_timeline(stopped_then_deleted))["create"]
     select_step, build = create["steps"]
     result = app.AsyncResult(select_step["task_id"])
     assert result.state == "SUCCESS"
@@ -90,7 +91,7 @@ def test_the_command_prints_the_tree_and_the_json(
     runner = CliRunner()
     tree = runner.invoke(main, ["timeline", stopped_then_deleted])
     assert tree.exit_code == 0, tree.output
-    data = api.timeline(stopped_then_deleted)
+    data = settled_timeline(stopped_then_deleted)
     for step in (s for op in data["operations"] for s in op["steps"]):
         assert step["task"] in tree.output and step["task_id"] in tree.output
     assert "queue compute.host1" in tree.output and "queue scheduler" in tree.output
@@ -144,7 +145,7 @@ def test_a_boot_no_host_fits_shows_the_failed_scheduler_step_and_its_fault(
     api.create_flavor("huge", 1, 10**6, 10)
     [uuid] = api.boot("big", "huge", "cirros")
     api.wait(uuid, "ERROR", timeout=30)
-    [create] = api.timeline(uuid)["operations"]
+    [create] = settled_timeline(uuid)["operations"]
     [select_step] = create["steps"]
     assert select_step["task"] == "scheduler.select_destinations"
     assert select_step["outcome"] == "failure"
