@@ -5,7 +5,9 @@ state transitions, grouped by operation in time order; bad input refused."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +23,7 @@ from tasks import app
 from tests.timelines import settled_timeline
 from tests.unit.workflows.servers import boot_active, delete_and_wait, placed_server
 from workflows import api
+from workflows.canvas import step
 
 
 @pytest.fixture
@@ -92,8 +95,8 @@ def test_the_command_prints_the_tree_and_the_json(
     tree = runner.invoke(main, ["timeline", stopped_then_deleted])
     assert tree.exit_code == 0, tree.output
     data = settled_timeline(stopped_then_deleted)
-    for step in (s for op in data["operations"] for s in op["steps"]):
-        assert step["task"] in tree.output and step["task_id"] in tree.output
+    for record in (s for op in data["operations"] for s in op["steps"]):
+        assert record["task"] in tree.output and record["task_id"] in tree.output
     assert "queue compute.host1" in tree.output and "queue scheduler" in tree.output
     assert "vm_state active -> stopped" in tree.output
     as_json = runner.invoke(main, ["timeline", "--json", stopped_then_deleted])
@@ -154,3 +157,22 @@ def test_a_boot_no_host_fits_shows_the_failed_scheduler_step_and_its_fault(
     [fault] = create["faults"]
     assert fault["message"].startswith("No valid host was found.")
     assert create["result"] == "Error"
+
+
+def test_a_step_that_expired_before_it_ran_is_recorded_revoked(db_url: str, worker: None) -> None:
+    """Celery drops an expired message without running it (no after_return): the
+    revocation is recorded all the same."""
+    uuid = placed_server(db_url, display_name="late")
+    expired = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
+    message = step("compute.stop_instance", instance_uuid=uuid, request_id="req-late", host="host1")
+    result = message.apply_async(expires=expired)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        steps = [s for op in api.timeline(uuid)["operations"] for s in op["steps"]]
+        if steps:
+            break
+        time.sleep(0.1)
+    [late] = steps
+    assert (late["task"], late["task_id"]) == ("compute.stop_instance", result.id)
+    assert late["outcome"] == "revoked" and late["detail"] == "expired"
+    assert late["transitions"]["vm_state"] == ["active", "active"]
