@@ -172,6 +172,9 @@ def test_a_server_s_whole_workflow_across_hosts(
         assert task["name"] == s["task"] and uuid in task["args"], task
         assert task["state"] == "SUCCESS", task
     assert found[select_step["task_id"]]["result"].count(build["task_id"]) == 1
+    # ... and the steps of one operation by its request id.
+    by_request = flower.tasks(resize["request_id"])
+    assert set(by_request) == {s["task_id"] for s in resize["steps"]}
 
 
 @pytest.fixture

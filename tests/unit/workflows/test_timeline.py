@@ -176,3 +176,30 @@ def test_a_step_that_expired_before_it_ran_is_recorded_revoked(db_url: str, work
     assert (late["task"], late["task_id"]) == ("compute.stop_instance", result.id)
     assert late["outcome"] == "revoked" and late["detail"] == "expired"
     assert late["transitions"]["vm_state"] == ["active", "active"]
+
+
+@app.task(bind=True, name="tests.timeline.retried_once", max_retries=1)
+def retried_once(self: Any, instance_uuid: str, request_id: str, countdown_s: float) -> Any:
+    """A test-only step that asks Celery for one retry, then succeeds."""
+    if self.request.retries == 0:
+        raise self.retry(countdown=countdown_s)
+    return {"instance_uuid": instance_uuid, "outcome": "done"}
+
+
+def test_a_retried_step_shows_retried_then_its_second_delivery(db_url: str, worker: None) -> None:
+    uuid = placed_server(db_url, display_name="retry")
+    sent = retried_once.apply_async(
+        kwargs={"instance_uuid": uuid, "request_id": "req-retry", "countdown_s": 2.0},
+        queue="compute.host1",
+    )
+    seen: set[str] = set()
+    deadline = time.monotonic() + 20
+    record: dict[str, Any] = {}
+    while time.monotonic() < deadline and record.get("outcome") != "success":
+        steps = [s for op in api.timeline(uuid)["operations"] for s in op["steps"]]
+        record = steps[0] if steps else {}
+        seen.add(str(record.get("outcome")))
+        time.sleep(0.05)
+    assert "retried" in seen, seen
+    assert (record["task_id"], record["outcome"], record["detail"]) == (sent.id, "success", "done")
+    assert record["deliveries"] == 2 and len(record["delivery_log"]) == 2
