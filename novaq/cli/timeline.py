@@ -69,33 +69,42 @@ def _operation_label(op: dict[str, Any]) -> Text:
 
 
 def _operation(branch: Tree, op: dict[str, Any]) -> None:
-    for step in op["steps"]:
-        _step(branch.add(_step_label(step)), step)
-    for event in op["events"]:
-        branch.add(
-            Text.assemble(
-                ("event ", "dim"),
-                f"{event['event']} on {event['host'] or '-'}  ",
-                f"{_time(event['started_at'])} -> {_time(event['finished_at'])}  ",
-                (str(event["result"] or "open"), "red" if event["result"] == "Error" else ""),
-            )
-        )
-    for fault in op["faults"]:
-        branch.add(
-            Text.assemble(
-                ("fault ", "bold red"),
-                f"{fault['code']} {fault['message']} (host {fault['host'] or '-'}, "
-                f"{_time(fault['created_at'])})",
-            )
-        )
-    for heal in op["heals"]:
-        branch.add(
-            Text.assemble(
-                ("heal ", "bold yellow"),
-                f"{heal['action']} {heal['resources']} of {heal['consumer_uuid']} on "
-                f"{heal['host']}: {heal['reason']} ({_time(heal['created_at'])})",
-            )
-        )
+    """The operation's steps, host events, faults and heals, interleaved in time order."""
+    entries: list[tuple[str, int, Any]] = []
+    entries += [(s["started_at"] or "", 0, s) for s in op["steps"]]
+    entries += [(e["started_at"] or "", 1, e) for e in op["events"]]
+    entries += [(f["created_at"] or "", 2, f) for f in op["faults"]]
+    entries += [(h["created_at"] or "", 3, h) for h in op["heals"]]
+    for _, kind, item in sorted(entries, key=lambda entry: entry[:2]):
+        if kind == 0:
+            _step(branch.add(_step_label(item)), item)
+        else:
+            branch.add((_event_label, _fault_label, _heal_label)[kind - 1](item))
+
+
+def _event_label(event: dict[str, Any]) -> Text:
+    return Text.assemble(
+        ("event ", "dim"),
+        f"{event['event']} on {event['host'] or '-'}  ",
+        f"{_time(event['started_at'])} -> {_time(event['finished_at'])}  ",
+        (str(event["result"] or "open"), "red" if event["result"] == "Error" else ""),
+    )
+
+
+def _fault_label(fault: dict[str, Any]) -> Text:
+    return Text.assemble(
+        ("fault ", "bold red"),
+        f"{fault['code']} {fault['message']} (host {fault['host'] or '-'}, "
+        f"{_time(fault['created_at'])})",
+    )
+
+
+def _heal_label(heal: dict[str, Any]) -> Text:
+    return Text.assemble(
+        ("heal ", "bold yellow"),
+        f"{heal['action']} {heal['resources']} of {heal['consumer_uuid']} on "
+        f"{heal['host']}: {heal['reason']} ({_time(heal['created_at'])})",
+    )
 
 
 def _step_label(step: dict[str, Any]) -> Text:
