@@ -31,9 +31,9 @@ MARKS = {
 @json_option
 @handle_errors
 def timeline(server: str, as_json: bool) -> None:
-    """Show SERVER's whole workflow (a name or a uuid): each operation, each step with its
-    queue, worker, task id, times, outcome, deliveries and state transitions, the host
-    events, faults and resource heals."""
+    """Show SERVER's whole workflow (a name, or a uuid; a deleted server by its uuid):
+    each operation, each step with its queue, worker, task id, times, outcome,
+    deliveries and state transitions, the host events, faults and resource heals."""
     data = api().timeline(server)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
