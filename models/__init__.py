@@ -19,6 +19,7 @@ from models.pci_device import PciDevice
 from models.periodic import BeatLease, PeriodicTaskRun
 from models.server_group import ServerGroup, ServerGroupMember
 from models.service import Service
+from models.step_record import StepOutcome, StepRecord
 from models.task_log import TaskLog
 from models.volume_usage import VolumeUsage
 
@@ -54,5 +55,7 @@ __all__ = [
     "TaskDelivery",
     "OperationInFlight",
     "Service",
+    "StepOutcome",
+    "StepRecord",
     "utcnow",
 ]

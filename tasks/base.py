@@ -34,15 +34,18 @@ open action event, which the compute host's start-up recovery finishes or undoes
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from celery import Task
+from celery.signals import task_revoked
+from celery.utils import uuid
 from celery.utils.log import get_task_logger
 
-from compute import in_flight
+from compute import in_flight, step_records
 from compute.deliveries import forget_delivery, record_delivery
 from compute.sessions import sessions_for
-from models import outage
+from models import StepOutcome, outage
 from novaq.exceptions import DatabaseUnavailable, NovaqError
 from novaq.settings import Settings, get_settings
 
@@ -85,7 +88,12 @@ class NovaqTask(Task):  # type: ignore[misc]
                 raise
 
     def _run_call(self, *args: Any, **kwargs: Any) -> Any:
-        return super().__call__(*args, **kwargs)
+        if self.request.called_directly:  # an errback, a direct call
+            return super().__call__(*args, **kwargs)
+        # Run by a worker: Celery's tracer has pushed this request already, and reads its
+        # chain and callbacks once the body returns; ``Task.__call__`` would push a copy,
+        # and what ``on_replace`` takes from the request must be taken from the tracer's.
+        return self.run(*args, **kwargs)
 
     def _count_delivery(self, settings: Settings) -> None:
         task_id = self.request.id
@@ -100,6 +108,7 @@ class NovaqTask(Task):  # type: ignore[misc]
                 worker=self.request.hostname,
                 host=settings.host,
                 message=self._own_message(),
+                step=self._step_start(settings),
             ),
             "counting the delivery",
         )
@@ -107,6 +116,10 @@ class NovaqTask(Task):  # type: ignore[misc]
         if attempts > limit:
             LOG.error("%s[%s] delivered %d times; giving up", self.name, task_id, attempts)
             raise DeliveryLimitExceeded(task=self.name, attempts=attempts, limit=limit)
+
+    def _step_start(self, settings: Settings) -> step_records.StepStart | None:
+        """This delivery, for the step's durable record (instance steps only)."""
+        return step_start(self.request, self.name, settings.host)
 
     def _owner(self, task_id: str | None) -> str:
         # An errback, called in-process, has no id of its own.
@@ -116,21 +129,35 @@ class NovaqTask(Task):  # type: ignore[misc]
         return bool(self.count_deliveries and task_id and not self.request.is_eager)
 
     def replace(self, sig: Any) -> Any:
-        # Celery skips after_return for a replaced task (it ends in Ignore): forget here.
-        # The replacement keeps this task's id (Celery freezes it so) and its chain: it is
-        # what runs next.
-        request = self.request
-        successor = in_flight.message_of_request(
-            sig.task,
-            request.id,
-            dict(sig.kwargs),
-            request.chain,
-            list(sig.options.get("link_error") or request.errbacks or ()),
-            request.root_id,
-            request.parent_id,
-        )
-        self._forget(request.id, succeeded=True, successor=successor)
+        """Celery's ``replace``, except that each step of the replacement has a task id
+        of its own (Celery would give the first one this task's id, so Flower and the
+        timeline would show the scheduler step and the build as one task), and this step
+        then ends in success, its result naming what it handed over to. They stay linked:
+        the replacement's parent id is this step, and every step carries the request id."""
+        for task in steps_of(sig):
+            task.options.setdefault("task_id", uuid())
         return super().replace(sig)
+
+    def on_replace(self, sig: Any) -> Any:
+        request = self.request
+        if request.is_eager or not self._counted(request.id):
+            return super().on_replace(sig)
+        # The operation's record passes to the replacement before it is sent, in the
+        # transaction that ends this step (its delivery, its step record), as the end of
+        # any step passes it to the next of its chain.
+        successor = handover_message(sig, request.root_id, request.id)
+        frozen = successor["signature"]
+        next_ids = [str(t.id) for t in steps_of(sig)]
+        end = step_records.StepEnd(StepOutcome.SUCCESS, f"handed over to {', '.join(next_ids)}")
+        self._forget(request.id, succeeded=True, successor=successor, end=end)
+        # The replacement carries the rest of this chain and its callbacks: this step
+        # must not send them again as it returns.
+        request.chain = None
+        request.callbacks = None
+        sig.delay()
+        # (A publish that failed for good fails this step: after_return then records it.)
+        request.novaq_handed_over = True
+        return {"replaced_by": next_ids, "task": in_flight.first_task(frozen).get("task")}
 
     def _own_message(self) -> in_flight.Message | None:
         """This step's message, as the reaper would send it again (instance steps only)."""
@@ -153,6 +180,7 @@ class NovaqTask(Task):  # type: ignore[misc]
         task_id: str | None,
         succeeded: bool = False,
         successor: in_flight.Message | None = None,
+        end: step_records.StepEnd | None = None,
     ) -> None:
         if not self._counted(task_id):
             return
@@ -168,6 +196,7 @@ class NovaqTask(Task):  # type: ignore[misc]
                         self.name,
                         succeeded=succeeded,
                         successor=successor,
+                        end=end,
                     ),
                     "forgetting the delivery",
                 )
@@ -178,10 +207,99 @@ class NovaqTask(Task):  # type: ignore[misc]
     def after_return(
         self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
+        if getattr(self.request, "novaq_handed_over", False):
+            return  # replace() has ended this step already
         succeeded = status == "SUCCESS"
         successor = (
             in_flight.successor_of(self.request.chain, self.request.root_id, task_id)
             if succeeded
             else None
         )
-        self._forget(task_id, succeeded=succeeded, successor=successor)
+        self._forget(task_id, succeeded=succeeded, successor=successor, end=end_of(status, retval))
+
+    def on_retry(self, exc: Any, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        # Celery calls no after_return for a retry: the delivery stays counted (the retry
+        # is one more delivery of the same id); only the step record says so.
+        if self._counted(task_id):
+            end = step_records.StepEnd(StepOutcome.RETRIED, _text(exc))
+            sessions = sessions_for(get_settings().sqlalchemy_url)
+            step_records.record_end(sessions, task_id, end)
+
+
+def step_start(request: Any, task_name: str, host: str | None) -> step_records.StepStart | None:
+    """A delivery of ``request`` (a task's request, or a worker's ``Request``), for its
+    step record; None for a task that acts on no instance."""
+    kwargs = request.kwargs or {}
+    uuids = kwargs.get("instance_uuids") or (
+        [kwargs["instance_uuid"]] if kwargs.get("instance_uuid") else []
+    )
+    if not uuids or not request.id:
+        return None
+    delivery = request.delivery_info or {}
+    return step_records.StepStart(
+        task_id=str(request.id),
+        task_name=task_name,
+        request_id=str(kwargs.get("request_id") or ""),
+        instance_uuids=tuple(str(u) for u in uuids),
+        parent_id=request.parent_id,
+        queue=delivery.get("routing_key"),
+        worker=request.hostname,
+        host=host,
+    )
+
+
+def handover_message(sig: Any, root_id: str | None, parent_id: str) -> in_flight.Message:
+    """The operation's record once step ``parent_id`` handed over to ``sig`` (frozen)."""
+    sig.set(parent_id=parent_id)
+    for errback in list(sig.options.get("link_error") or ()):
+        # A chain hands its errbacks to its steps only as it is sent; the record's first
+        # step must name them for the reaper's undo (``compute.periodic.reaper.undo``).
+        for task in steps_of(sig):
+            task.link_error(errback)
+    message = in_flight.message_of_signature(json.loads(json.dumps(sig)))
+    message.update(root_id=root_id, parent_id=parent_id)
+    return message
+
+
+def end_of(status: str, retval: Any) -> step_records.StepEnd:
+    """How a step ended, from Celery's state and return value."""
+    if status == "SUCCESS":
+        detail = retval.get("outcome") if isinstance(retval, dict) else None
+        return step_records.StepEnd(StepOutcome.SUCCESS, str(detail) if detail else None)
+    if status == "RETRY":
+        return step_records.StepEnd(StepOutcome.RETRIED, _text(retval))
+    return step_records.StepEnd(StepOutcome.FAILURE, _text(retval))
+
+
+def _text(exc: Any) -> str:
+    if isinstance(exc, BaseException):
+        return f"{type(exc).__name__}: {exc}"
+    return str(exc)
+
+
+def steps_of(sig: Any) -> list[Any]:
+    """The task signatures of ``sig`` (a chain's, in order)."""
+    tasks = getattr(sig, "tasks", None)
+    if not tasks:
+        return [sig]
+    return [step for task in tasks for step in steps_of(task)]
+
+
+@task_revoked.connect
+def _record_revoked(
+    sender: Any = None, request: Any = None, expired: bool = False, **_: Any
+) -> None:
+    """A step revoked (or expired) before or while it ran ends its record ``revoked``:
+    its after_return never comes. One transaction, only on a revocation."""
+    if request is None or not isinstance(sender, NovaqTask) or not sender.count_deliveries:
+        return
+    settings = get_settings()
+    start = step_start(request, sender.name, settings.host)
+    if start is None:
+        return
+    end = step_records.StepEnd(StepOutcome.REVOKED, "expired" if expired else "revoked")
+    sessions = sessions_for(settings.sqlalchemy_url)
+    try:
+        step_records.record_revoked(sessions, start, end)
+    except Exception:  # noqa: BLE001 - the record is a trace; the worker carries on
+        LOG.exception("could not record the revocation of %s[%s]", sender.name, request.id)

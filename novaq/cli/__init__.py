@@ -16,6 +16,7 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
     lifecycle,
     moves,
     servers,
+    timeline,
     waiting,
 )
 from novaq.cli.base import main

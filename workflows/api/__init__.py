@@ -22,6 +22,7 @@ from workflows.api import (
     moves,
     servers,
 )
+from workflows.api import timeline as _timeline
 from workflows.api.admin import *  # noqa: F403
 from workflows.api.cells import *  # noqa: F403
 from workflows.api.consoles import *  # noqa: F403
@@ -31,6 +32,7 @@ from workflows.api.images import *  # noqa: F403
 from workflows.api.lifecycle import *  # noqa: F403
 from workflows.api.moves import *  # noqa: F403
 from workflows.api.servers import *  # noqa: F403
+from workflows.api.timeline import *  # noqa: F403
 
 __all__ = sorted(
     {
@@ -43,5 +45,6 @@ __all__ = sorted(
         *servers.__all__,
         *flavor_admin.__all__,
         *hosts.__all__,
+        *_timeline.__all__,
     }
 )

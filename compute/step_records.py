@@ -1,0 +1,162 @@
+"""The durable record of each step of a server's workflow (``models.StepRecord``), kept
+after the step returned so ``workflows.api.timeline`` can show it.
+
+Both writes ride in a transaction the step opens anyway (``compute.deliveries``): the
+start with the delivery count, the end with the delivery's removal. Each is plain SQL
+that reads the instance's states in the same statement, so a step costs two
+statements and no commit of its own:
+
+- start: one INSERT ... SELECT from ``instances`` (the states before) of the rows not
+  there yet; for a redelivery (its delivery row is still there) one UPDATE instead: one
+  more delivery, the new worker. (A copy delivered after its step returned finds no
+  delivery row and inserts nothing: Celery's deduplication skips most of those before
+  they run, and the step's compare-and-swap the rest.)
+- end: one UPDATE whose correlated sub-selects read the states after.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Insert, String, insert, literal, select, update
+from sqlalchemy.orm import Session
+
+from compute.sessions import Sessions
+from models import Instance, StepOutcome, StepRecord, utcnow
+from models.base import UTCDateTime
+
+#: How much of a failure's text a record keeps.
+DETAIL_MAX = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class StepStart:
+    """A delivery of one step, as its Celery request tells it."""
+
+    task_id: str
+    task_name: str
+    request_id: str
+    instance_uuids: tuple[str, ...]
+    parent_id: str | None = None
+    queue: str | None = None
+    worker: str | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepEnd:
+    outcome: StepOutcome
+    detail: str | None = None
+
+
+def started(session: Session, start: StepStart, redelivered: bool = False) -> None:
+    """Record one delivery of ``start``'s step. A first delivery inserts its rows with
+    the states before it; a redelivery (its delivery row still there: the worker died,
+    or the reaper sent it again) counts one more on them and names its new worker."""
+    if not start.instance_uuids:
+        return
+    now = utcnow()
+    line = f"{start.worker or '-'} {now.isoformat()}\n"
+    if not redelivered:
+        session.execute(_insert_first(start, now, line))
+        return
+    session.execute(
+        update(StepRecord)
+        .where(
+            StepRecord.task_id == start.task_id,
+            StepRecord.instance_uuid.in_(start.instance_uuids),
+        )
+        .values(
+            deliveries=StepRecord.deliveries + 1,
+            delivery_log=StepRecord.delivery_log + line,
+            worker=start.worker,
+            host=start.host,
+            queue=start.queue,
+            ended_at=None,
+            outcome=None,
+            detail=None,
+        )
+    )
+
+
+def _insert_first(start: StepStart, now: dt.datetime, line: str) -> Insert:
+    """One row per instance that has none for this task id yet, its states read from
+    ``instances`` in the same statement. (Two first deliveries at once: the unique
+    constraint fails one, whose transaction is tried again and finds the row.)"""
+
+    def text(value: str | None) -> Any:
+        return literal(value, String())
+
+    recorded = (
+        select(StepRecord.id)
+        .where(StepRecord.task_id == start.task_id, StepRecord.instance_uuid == Instance.uuid)
+        .exists()
+    )
+    rows = select(
+        Instance.uuid,
+        text(start.request_id),
+        text(start.task_id),
+        text(start.task_name),
+        text(start.parent_id),
+        text(start.queue),
+        text(start.worker),
+        text(start.host),
+        literal(1),
+        text(line),
+        literal(now, UTCDateTime()),
+        Instance.vm_state,
+        Instance.task_state,
+        Instance.power_state,
+    ).where(Instance.uuid.in_(start.instance_uuids), ~recorded)
+    columns = [
+        "instance_uuid",
+        "request_id",
+        "task_id",
+        "task_name",
+        "parent_id",
+        "queue",
+        "worker",
+        "host",
+        "deliveries",
+        "delivery_log",
+        "started_at",
+        "vm_state_before",
+        "task_state_before",
+        "power_state_before",
+    ]
+    return insert(StepRecord).from_select(columns, rows)
+
+
+def ended(session: Session, task_id: str, end: StepEnd) -> None:
+    """The step ``task_id`` returned: its outcome, and the states it left behind."""
+
+    def now_of(column: Any) -> Any:
+        return select(column).where(Instance.uuid == StepRecord.instance_uuid).scalar_subquery()
+
+    session.execute(
+        update(StepRecord)
+        .where(StepRecord.task_id == task_id)
+        .values(
+            ended_at=utcnow(),
+            outcome=end.outcome,
+            detail=(end.detail or None) and end.detail[:DETAIL_MAX],
+            vm_state_after=now_of(Instance.vm_state),
+            task_state_after=now_of(Instance.task_state),
+            power_state_after=now_of(Instance.power_state),
+        )
+    )
+
+
+def record_end(sessions: Sessions, task_id: str, end: StepEnd) -> None:
+    """``ended`` in a transaction of its own (a retry: no delivery ends with it)."""
+    with sessions() as session:
+        ended(session, task_id, end)
+
+
+def record_revoked(sessions: Sessions, start: StepStart, end: StepEnd) -> None:
+    """A step revoked before it ran (or while it ran) has a record all the same."""
+    with sessions() as session:
+        session.execute(_insert_first(start, utcnow(), f"{start.worker or '-'} (revoked)\n"))
+        ended(session, start.task_id, end)
