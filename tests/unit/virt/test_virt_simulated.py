@@ -383,6 +383,9 @@ def test_host_profile_accepts_a_failure_rate_from_zero_to_one(rate: float) -> No
 
 @pytest.fixture
 def forget_drivers() -> Iterator[None]:
+    # Before too: an earlier test in this process (pytest-xdist mixes the order) may have
+    # left its own host1 in the cache, with other options.
+    virt.clear_drivers()
     yield
     virt.clear_drivers()
 
