@@ -3,6 +3,8 @@ finding a local cluster.
 
 Each command parses its arguments, calls one function of ``workflows.api`` (or the cluster
 launcher) and renders the result; a ``novaq`` error becomes one red line and exit code 1.
+A verb on several servers (``on_each``) goes on past a server that fails, reports each,
+and exits 1 at the end if any failed, as the nova client does.
 """
 
 from __future__ import annotations
@@ -33,10 +35,52 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except NovaqError as exc:
-            err_console.print(f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(str(exc))}")
+            report_error(exc)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def report_error(exc: NovaqError, about: str = "") -> None:
+    """One red line on stderr: the error's class and message (after ``about``)."""
+    err_console.print(f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(about + str(exc))}")
+
+
+def on_each(
+    verb: str,
+    servers: Sequence[str],
+    call: Callable[[str], str],
+    status: str | None = None,
+    wait_s: float | None = None,
+) -> None:
+    """Ask ``call(server)`` (returning the request id) for every server in turn; with
+    ``wait_s``, then wait for each accepted one to reach ``status``. A failure is
+    reported and the next server tried; exits 1 at the end if any failed."""
+    accepted: list[str] = []
+    failed = 0
+    for server in servers:
+        try:
+            # The uuid first: a name no longer finds a server that is deleted.
+            uuid = str(api().show(server)["uuid"]) if wait_s is not None else server
+            request_id = call(server)
+        except NovaqError as exc:
+            report_error(exc, f"{verb} {server}: ")
+            failed += 1
+            continue
+        click.echo(f"Request to {verb} server {server} has been accepted ({request_id}).")
+        accepted.append(uuid)
+    if wait_s is not None and status is not None:
+        for uuid in accepted:
+            try:
+                api().wait(uuid, status, timeout=wait_s)
+            except NovaqError as exc:
+                report_error(exc, f"{verb} {uuid}: ")
+                failed += 1
+    if failed:
+        err_console.print(
+            f"[bold red]ERROR:[/] {failed} of {len(servers)} requests to {verb} failed."
+        )
+        sys.exit(1)
 
 
 def find_local_cluster() -> None:
@@ -82,7 +126,20 @@ def render(
         table = Table(*(escape(c) for c in cols), title=_text(title))
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in cols))
-    console.print(table)
+    _output().print(table)
+
+
+#: The width of a table that is piped: wider than any row, so rich never cuts a cell.
+UNBOUNDED = 1_000_000
+
+
+def _output() -> Console:
+    """On a terminal, rich fits a table to its width (cutting cells with "…"); piped or
+    redirected, a table is as wide as its content, so uuids and host names stay whole
+    for ``grep`` and ``awk``."""
+    if console.is_terminal:
+        return console
+    return Console(width=UNBOUNDED, soft_wrap=False)
 
 
 def _text(value: str | None) -> Text | None:
@@ -99,9 +156,22 @@ def _cell(value: Any) -> Text:
     return Text(str(value))
 
 
+def parse_pairs(items: Iterable[str], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a mapping (a value may hold ``=``); anything else is a
+    usage error naming ``option``."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=option)
+        pairs[key] = value
+    return pairs
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 @click.group()
+@click.version_option(package_name="novaq", prog_name="novaq")
 def main() -> None:
     """novaq: the compute side of a Nova-style cloud, on Celery."""

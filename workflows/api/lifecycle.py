@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.canvas import Signature
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
@@ -30,7 +29,6 @@ from models import ImageStatus, Instance
 from models.db import session_scope
 from novaq.exceptions import (
     ImageNotActive,
-    InstanceNotFound,
     InvalidInput,
     UnexpectedTaskStateError,
 )
@@ -196,7 +194,7 @@ def restore(uuid: str) -> str:
     the API at once."""
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
-        instance = _locked_row(session, uuid)
+        instance = common.locked_row(session, uuid)
         if instance.host is None:
             gate.check_instance_state(instance, "restore")
             request_id = common.new_request_id()
@@ -320,7 +318,7 @@ def _set_task_state(
 def _set_lock(uuid: str, action: str, reason: str | None) -> dict[str, Any]:
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
-        instance = _locked_row(session, uuid)
+        instance = common.locked_row(session, uuid)
         gate.check_instance_state(instance, action)
         meta = dict(instance.system_metadata or {})
         if action == "lock" and meta.get("locked"):
@@ -338,18 +336,6 @@ def _set_lock(uuid: str, action: str, reason: str | None) -> dict[str, Any]:
         session.flush()
         actions.record_event(session, uuid, request_id, f"api_{action}", None)
         return views.instance_dict(session, instance)
-
-
-def _locked_row(session: Session, uuid: str) -> Instance:
-    instance = session.scalars(
-        select(Instance)
-        .where(Instance.uuid == uuid, Instance.deleted == 0)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).first()
-    if instance is None:
-        raise InstanceNotFound(uuid=uuid)
-    return instance
 
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The public API for servers: flavors, boot, delete, and what a server looks like."""
+"""The public API for servers: flavors, boot, update, delete, and what a server looks
+like."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from compute.delete import local_delete
 from compute.instance_state import get_instance
 from compute.pci import requests_from_extra_specs
 from compute.states import TaskState, VmState
-from models import Instance, InstanceAction, utcnow
+from models import Instance, InstanceAction, ServerGroup, utcnow
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from novaq.exceptions import (
@@ -27,8 +28,16 @@ from novaq.exceptions import (
     WaitTimeout,
 )
 from scheduler.request_spec import RequestSpec
-from workflows import dispatch
-from workflows.api import aggregates, common, flavors, submit, views
+from workflows import dispatch, gate
+from workflows.api import (
+    aggregates,
+    common,
+    flavors,
+    server_metadata,
+    server_query,
+    submit,
+    views,
+)
 from workflows.api.submit import Written
 from workflows.api.validation import Int, Name, Printable, Seconds, expect, validated
 from workflows.build import build_workflow
@@ -47,11 +56,18 @@ Uuids = Annotated[
 ]
 
 
+#: A metadata change's value: a string, or None to delete the key.
+MetaValue = Annotated[str | None, expect("a string (or None to delete the key)")]
+
+
 class Hints(TypedDict, total=False):
-    """The scheduler hints novaq knows."""
+    """The scheduler hints novaq knows (Nova's ``os:scheduler_hints``): servers to share
+    a host with or to keep away from (uuids or names), and ``group``, the server group
+    (as ``boot(group=...)``)."""
 
     same_host: Uuids
     different_host: Uuids
+    group: Name
 
 
 class InstanceFilters(TypedDict, total=False):
@@ -59,7 +75,10 @@ class InstanceFilters(TypedDict, total=False):
     name: str
     vm_state: str
     status: str
+    flavor: Name
     deleted: bool
+    limit: Int | None
+    marker: Name | None
 
 
 # -- flavors -------------------------------------------------------------------------------
@@ -102,7 +121,10 @@ def list_flavors() -> list[dict[str, Any]]:
 # -- build and delete ----------------------------------------------------------------------
 
 
-@validated(labels={"name": "server name"}, items={"hints": "scheduler hint"})
+@validated(
+    labels={"name": "server name"},
+    items={"hints": "scheduler hint", "metadata": "metadata"},
+)
 def boot(
     name: Name,
     flavor: Name,
@@ -111,14 +133,30 @@ def boot(
     availability_zone: Name | None = None,
     group: Name | None = None,
     hints: Hints | None = None,
+    min_count: Int | None = None,
+    max_count: Int | None = None,
+    metadata: dict[str, str] | None = None,
+    description: str | None = None,
 ) -> list[str]:
-    """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR)."""
+    """Create servers; returns their uuids at once (BUILD, then ACTIVE or ERROR).
+
+    ``count`` servers, or as Nova: ``min_count`` (default 1) to ``max_count`` (default
+    ``min_count``). With more than one, the names get ``-1``, ``-2``, ... The scheduler
+    places every one or none (Nova's ``_ensure_sufficient_hosts``: all ERROR with
+    NoValidHost). ``group``: a server group's uuid or name (also the ``group`` hint);
+    ``metadata``: the servers' user metadata (``--property``)."""
     flavors.check_name(name, "server name")
     flavors.check_name(image, "image")
-    if not 1 <= count <= MAX_COUNT:
-        raise InvalidInput(reason=f"count must be an integer from 1 to {MAX_COUNT}, got {count!r}")
-    uuids = cast(dict[str, list[str]], hints or {})  # Uuids made each value a list
+    number = _number_of_servers(count, min_count, max_count)
+    hint_values: dict[str, Any] = dict(hints or {})
+    group = _group_ref(group, hint_values.pop("group", None))
+    uuids = cast(dict[str, list[str]], hint_values)  # Uuids made each value a list
     checked_hints = {key: [common.check_uuid(v) for v in values] for key, values in uuids.items()}
+    server_metadata.check_metadata(metadata or {})
+    server_metadata.check_count(metadata or {})
+    checked_description = None
+    if description is not None:
+        checked_description = server_metadata.check_description(description)
     settings = common.settings()
     availability_zone = availability_zone or settings.default_schedule_zone
     force_hosts: tuple[str, ...] = ()
@@ -138,14 +176,14 @@ def boot(
                 raise InvalidInput(
                     reason=f"availability zone {availability_zone!r} is not available"
                 )
-        group_uuid = None if group is None else aggregates.get_server_group(session, group).uuid
+        group_uuid = None if group is None else _find_group(session, group).uuid
     pci_requests = tuple(requests_from_extra_specs(snapshot.extra_specs, common.settings()))
     dispatch.check_broker()
     request_id = common.new_request_id()
     with session_scope(common.db_url()) as session:
         specs = []
-        for index in range(count):
-            display = name if count == 1 else f"{name}-{index + 1}"
+        for index in range(number):
+            display = name if number == 1 else f"{name}-{index + 1}"
             spec = RequestSpec(
                 instance_uuid=str(uuid_module.uuid4()),
                 flavor=snapshot,
@@ -154,12 +192,15 @@ def boot(
                 availability_zone=availability_zone,
                 hints=checked_hints,
                 group=group_uuid,
-                num_instances=count,
+                num_instances=number,
                 pci_requests=pci_requests,
                 image_properties=dict(boot_image.properties),
                 force_hosts=force_hosts,
             )
-            session.add(_new_instance(spec, display, flavor_id, boot_image.system_metadata))
+            instance = _new_instance(spec, display, flavor_id, boot_image.system_metadata)
+            instance.description = checked_description
+            server_metadata.replace(instance, metadata or {})
+            session.add(instance)
             actions.start_action(session, spec.instance_uuid, "create", request_id)
             specs.append(spec)
         if group_uuid is not None:
@@ -169,6 +210,63 @@ def boot(
     created = tuple(s.instance_uuid for s in specs)
     submit.publish(build_workflow(request_id, specs), Written(request_id, created, created=True))
     return list(created)
+
+
+def _number_of_servers(count: int, min_count: int | None, max_count: int | None) -> int:
+    """How many servers a boot creates. Nova's API: ``max_count`` defaults to
+    ``min_count``, which defaults to 1, and ``min_count <= max_count``; its quota check
+    then lowers ``max_count`` to what the quota allows, refusing the request only when
+    ``min_count`` does not fit. novaq's one limit is ``MAX_COUNT`` servers a request,
+    applied the same way."""
+    if min_count is None and max_count is None:
+        if not 1 <= count <= MAX_COUNT:
+            raise InvalidInput(
+                reason=f"count must be an integer from 1 to {MAX_COUNT}, got {count!r}",
+                field="count",
+            )
+        return count
+    if count != 1:
+        raise InvalidInput(reason="give count, or min_count and max_count, not both")
+    low = 1 if min_count is None else min_count
+    high = low if max_count is None else max_count
+    for label, value in (("min_count", low), ("max_count", high)):
+        if value < 1:
+            raise InvalidInput(reason=f"{label} must be 1 or more, got {value}", field=label)
+    if low > high:
+        raise InvalidInput(
+            reason=f"min_count must be <= max_count, got {low} > {high}", field="min_count"
+        )
+    if low > MAX_COUNT:
+        raise InvalidInput(
+            reason=f"min_count {low} is more than the {MAX_COUNT} servers a request may create",
+            field="min_count",
+        )
+    return min(high, MAX_COUNT)
+
+
+def _group_ref(group: str | None, hinted: str | None) -> str | None:
+    """The server group of a boot: ``group``, or the ``group`` hint (the same thing in
+    Nova's API); two different ones are refused."""
+    if group is not None and hinted is not None and group != hinted:
+        raise InvalidInput(
+            reason=f"group {group!r} and the group hint {hinted!r} name different groups",
+            field="group",
+        )
+    return group if group is not None else hinted
+
+
+def _find_group(session: Any, ref: str) -> ServerGroup:
+    """A server group by uuid, or by a name only one group has."""
+    found = list(session.scalars(select(ServerGroup).where(ServerGroup.uuid == ref)))
+    if not found:
+        found = list(session.scalars(select(ServerGroup).where(ServerGroup.name == ref)))
+    if not found:
+        raise aggregates.ServerGroupNotFound(group=ref)
+    if len(found) > 1:
+        raise InvalidInput(
+            reason=f"{len(found)} server groups are named {ref!r}; use a uuid", field="group"
+        )
+    return found[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,23 +389,43 @@ def show(uuid: str) -> dict[str, Any]:
         return views.instance_dict(session, get_instance(session, uuid))
 
 
+@validated(labels={"name": "server name"}, items={"metadata": "metadata"})
+def update(
+    server: str,
+    name: Name | None = None,
+    description: str | None = None,
+    metadata: dict[str, MetaValue] | None = None,
+) -> dict[str, Any]:
+    """Rename a server, set its description (``""`` clears it) and change its metadata
+    (merged; a ``None`` value deletes the key). Returns the server. As Nova: a new name
+    or description in any state (``update_instance``); metadata only when ACTIVE,
+    PAUSED, SUSPENDED or SHUTOFF with no task, and not locked."""
+    if name is not None:
+        flavors.check_name(name, "server name")
+    cleared = None if description is None else server_metadata.check_description(description)
+    server_metadata.check_metadata(metadata or {}, deleting=True)
+    uuid = common.check_uuid(server)
+    with session_scope(common.db_url()) as session:
+        instance = common.locked_row(session, uuid)
+        if metadata:
+            gate.check_instance_state(instance, "update_metadata")
+            server_metadata.replace(instance, server_metadata.merged(instance, metadata))
+        if name is not None:
+            instance.display_name = name
+        if description is not None:
+            instance.description = cleared
+        instance.updated_at = utcnow()
+        session.flush()
+        return views.instance_dict(session, instance)
+
+
 @validated(extra="filter")
 def list_instances(**filters: Unpack[InstanceFilters]) -> list[dict[str, Any]]:
-    """Servers, newest last. Filters: host, name, vm_state, status, deleted (bool)."""
-    query = select(Instance).order_by(Instance.id)
-    if not filters.get("deleted"):
-        query = query.where(Instance.deleted == 0)
-    if "host" in filters:
-        query = query.where(Instance.host == filters["host"])
-    if "name" in filters:
-        query = query.where(Instance.display_name == filters["name"])
-    if "vm_state" in filters:
-        query = query.where(Instance.vm_state == filters["vm_state"])
+    """Servers, oldest first. Filters (``server_query``): host, name (a regular
+    expression), vm_state, status, flavor, deleted (True: only deleted servers); then
+    ``marker`` (the uuid of the last server of the previous page) and ``limit``."""
     with session_scope(common.db_url()) as session:
-        rows = [views.instance_dict(session, i) for i in session.scalars(query)]
-    if "status" in filters:
-        rows = [r for r in rows if r["status"] == str(filters["status"]).upper()]
-    return rows
+        return server_query.run(session, server_query.build(session, dict(filters)))
 
 
 @validated()
@@ -367,6 +485,7 @@ def diagnostics(uuid: str, timeout: Seconds = 30.0) -> dict[str, Any]:
 
 __all__ = [
     "boot",
+    "update",
     "create_flavor",
     "delete",
     "diagnostics",
