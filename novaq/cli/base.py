@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -25,8 +25,30 @@ from rich.text import Text
 from novaq.exceptions import NovaqError
 
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console()
-err_console = Console(stderr=True)
+
+#: The width of output that is piped: wider than any row, so rich never cuts a cell.
+UNBOUNDED = 1_000_000
+
+
+class _Console(Console):
+    """A console that fits a terminal but cuts nothing when piped or redirected: rich
+    otherwise takes the width of whichever standard stream is a terminal (or 80) and
+    shortens uuids and host names with "…", which ``grep`` and ``awk`` then miss. A
+    width set explicitly (``console.width = ...``) still wins."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(UNBOUNDED, Console.size.fget(self).height)  # type: ignore[attr-defined]
+        return Console.size.fget(self)  # type: ignore[attr-defined, no-any-return]
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 
 def handle_errors(func: F) -> F:
@@ -42,8 +64,11 @@ def handle_errors(func: F) -> F:
 
 
 def report_error(exc: NovaqError, about: str = "") -> None:
-    """One red line on stderr: the error's class and message (after ``about``)."""
-    err_console.print(f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(about + str(exc))}")
+    """One red line on stderr: the error's class and message (after ``about``), never
+    wrapped (a script greps it whole)."""
+    err_console.print(
+        f"[bold red]ERROR ({type(exc).__name__}):[/] {escape(about + str(exc))}", soft_wrap=True
+    )
 
 
 def on_each(
@@ -126,20 +151,7 @@ def render(
         table = Table(*(escape(c) for c in cols), title=_text(title))
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in cols))
-    _output().print(table)
-
-
-#: The width of a table that is piped: wider than any row, so rich never cuts a cell.
-UNBOUNDED = 1_000_000
-
-
-def _output() -> Console:
-    """On a terminal, rich fits a table to its width (cutting cells with "…"); piped or
-    redirected, a table is as wide as its content, so uuids and host names stay whole
-    for ``grep`` and ``awk``."""
-    if console.is_terminal:
-        return console
-    return Console(width=UNBOUNDED, soft_wrap=False)
+    console.print(table)
 
 
 def _text(value: str | None) -> Text | None:
