@@ -182,6 +182,7 @@ def boot(
 @click.option("--host", default=None)
 @click.option("--flavor", default=None, help="Only servers of this flavor (name or id).")
 @click.option("--deleted", is_flag=True, help="Only deleted servers.")
+@click.option("--locked/--unlocked", default=None, help="Only locked (or only unlocked) servers.")
 @click.option("--limit", type=int, default=None, help="At most N servers.")
 @click.option("--marker", default=None, help="Start after the server with this uuid.")
 @json_option
@@ -192,6 +193,7 @@ def list_servers(
     host: str | None,
     flavor: str | None,
     deleted: bool,
+    locked: bool | None,
     limit: int | None,
     marker: str | None,
     as_json: bool,
@@ -202,6 +204,7 @@ def list_servers(
         "status": status,
         "host": host,
         "flavor": flavor,
+        "locked": locked,
         "limit": limit,
         "marker": marker,
     }

@@ -3,9 +3,10 @@
 Filters: ``name`` a regular expression searched in the name (Nova's regex filters),
 ``status`` one of Nova's statuses, ``host``, ``flavor`` (the flavor the server has now,
 by name or id), ``vm_state``, ``deleted`` (True: only deleted servers, as Nova's
-``--deleted``). Then Nova's pagination: the servers after ``marker`` (a server's uuid,
-deleted or not; unknown: ``MarkerNotFound``), at most ``limit`` of them. Every filter is
-checked before anything is read, so bad input is refused whatever the servers are.
+``--deleted``), ``locked`` (Nova 2.73). Then Nova's pagination: the servers after
+``marker`` (a server's uuid, deleted or not; unknown: ``MarkerNotFound``), at most
+``limit`` of them. Every filter is checked before anything is read, so bad input is
+refused whatever the servers are.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Select, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from compute.states import api_status
 from models import Instance
 from novaq.exceptions import InvalidInput, NotFound
 from workflows.api import flavors, views
+from workflows.gate import is_locked
 
 
 class MarkerNotFound(NotFound):
@@ -39,7 +41,9 @@ class Query:
 
 
 def build(session: Session, filters: dict[str, Any]) -> Query:
-    statement = select(Instance).order_by(Instance.id)
+    # The metadata of every listed server in one query, not one per row.
+    statement = select(Instance).options(selectinload(Instance.metadata_items))
+    statement = statement.order_by(Instance.id)
     statement = statement.where(
         Instance.deleted != 0 if filters.get("deleted") else Instance.deleted == 0
     )
@@ -56,6 +60,9 @@ def build(session: Session, filters: dict[str, Any]) -> Query:
         keep.append(_status_is(filters["status"]))
     if "flavor" in filters:
         keep.append(_flavor_is(session, filters["flavor"]))
+    if "locked" in filters:
+        locked = filters["locked"]
+        keep.append(lambda instance: is_locked(instance) == locked)
     limit = filters.get("limit")
     if limit is not None and limit < 0:
         raise InvalidInput(reason=f"limit must be 0 or more, got {limit}", field="limit")

@@ -77,6 +77,7 @@ class InstanceFilters(TypedDict, total=False):
     status: str
     flavor: Name
     deleted: bool
+    locked: bool
     limit: Int | None
     marker: Name | None
 
@@ -422,7 +423,7 @@ def update(
 @validated(extra="filter")
 def list_instances(**filters: Unpack[InstanceFilters]) -> list[dict[str, Any]]:
     """Servers, oldest first. Filters (``server_query``): host, name (a regular
-    expression), vm_state, status, flavor, deleted (True: only deleted servers); then
+    expression), vm_state, status, flavor, deleted (True: only deleted servers), locked; then
     ``marker`` (the uuid of the last server of the previous page) and ``limit``."""
     with session_scope(common.db_url()) as session:
         return server_query.run(session, server_query.build(session, dict(filters)))

@@ -245,6 +245,16 @@ def test_list_filters_by_name_regex_status_host_and_flavor(db_url: str) -> None:
     assert names(flavor=flavor_dict(vcpus=2)["id"], name="web") == []
 
 
+def test_list_filters_by_lock(db_url: str) -> None:
+    free = placed_server(db_url, display_name="free")
+    held = placed_server(db_url, display_name="held")
+    api.lock(held)
+    assert [r["uuid"] for r in api.list_instances(locked=True)] == [held]
+    assert [r["uuid"] for r in api.list_instances(locked=False)] == [free]
+    with pytest.raises(InvalidInput, match="locked must be a boolean"):
+        api.list_instances(locked="yes")
+
+
 def test_list_deleted_shows_only_the_deleted(db_url: str) -> None:
     live = placed_server(db_url, display_name="live")
     gone = placed_server(db_url, display_name="gone", vm_state="deleted", deleted=1)

@@ -168,6 +168,9 @@ def test_list_filters_and_pages(db_url: str) -> None:
     assert len(listed("--status", "SHUTOFF")) == 1
     assert listed("--host", "host1", "--flavor", "test.1", "--name", "web-2") == uuids[2:]
     assert listed("--deleted") == []
+    api.lock(uuids[1])
+    assert listed("--locked") == uuids[1:2]
+    assert len(listed("--unlocked")) == 3
 
 
 @pytest.mark.parametrize(
