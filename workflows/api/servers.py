@@ -149,15 +149,7 @@ def boot(
     flavors.check_name(name, "server name")
     flavors.check_name(image, "image")
     number = _number_of_servers(count, min_count, max_count)
-    hint_values: dict[str, Any] = dict(hints or {})
-    group = _group_ref(group, hint_values.pop("group", None))
-    uuids = cast(dict[str, list[str]], hint_values)  # Uuids made each value a list
-    checked_hints = {key: [common.check_uuid(v) for v in values] for key, values in uuids.items()}
-    server_metadata.check_metadata(metadata or {})
-    server_metadata.check_count(metadata or {})
-    checked_description = None
-    if description is not None:
-        checked_description = server_metadata.check_description(description)
+    extras = _checked_extras(group, hints, metadata, description)
     settings = common.settings()
     availability_zone = availability_zone or settings.default_schedule_zone
     force_hosts: tuple[str, ...] = ()
@@ -177,7 +169,7 @@ def boot(
                 raise InvalidInput(
                     reason=f"availability zone {availability_zone!r} is not available"
                 )
-        group_uuid = None if group is None else _find_group(session, group).uuid
+        group_uuid = None if extras.group is None else _find_group(session, extras.group).uuid
     pci_requests = tuple(requests_from_extra_specs(snapshot.extra_specs, common.settings()))
     dispatch.check_broker()
     request_id = common.new_request_id()
@@ -191,7 +183,7 @@ def boot(
                 image=boot_image.id,
                 image_name=boot_image.name,
                 availability_zone=availability_zone,
-                hints=checked_hints,
+                hints=extras.hints,
                 group=group_uuid,
                 num_instances=number,
                 pci_requests=pci_requests,
@@ -199,8 +191,8 @@ def boot(
                 force_hosts=force_hosts,
             )
             instance = _new_instance(spec, display, flavor_id, boot_image.system_metadata)
-            instance.description = checked_description
-            server_metadata.replace(instance, metadata or {})
+            instance.description = extras.description
+            server_metadata.replace(instance, extras.metadata)
             session.add(instance)
             actions.start_action(session, spec.instance_uuid, "create", request_id)
             specs.append(spec)
@@ -243,6 +235,38 @@ def _number_of_servers(count: int, min_count: int | None, max_count: int | None)
             field="min_count",
         )
     return min(high, MAX_COUNT)
+
+
+@dataclass(frozen=True, slots=True)
+class _Extras:
+    """What a boot asks beyond flavor, image and zone, checked: the scheduler hints
+    (servers as uuids), the server group's reference, the metadata and description."""
+
+    hints: dict[str, list[str]]
+    group: str | None
+    metadata: dict[str, str]
+    description: str | None
+
+
+def _checked_extras(
+    group: str | None,
+    hints: Hints | None,
+    metadata: dict[str, str] | None,
+    description: str | None,
+) -> _Extras:
+    hint_values: dict[str, Any] = dict(hints or {})
+    group = _group_ref(group, hint_values.pop("group", None))
+    servers = cast(dict[str, list[str]], hint_values)  # Uuids made each value a list
+    metadata = dict(metadata or {})
+    server_metadata.check_metadata(metadata)
+    server_metadata.check_count(metadata)
+    return _Extras(
+        # A server named in a hint is found by name too (one live server, or refused).
+        hints={key: [common.check_uuid(v) for v in values] for key, values in servers.items()},
+        group=group,
+        metadata=metadata,
+        description=None if description is None else server_metadata.check_description(description),
+    )
 
 
 def _group_ref(group: str | None, hinted: str | None) -> str | None:
