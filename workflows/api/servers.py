@@ -1,73 +1,37 @@
-"""The public API for servers: flavors, boot, update, delete, and what a server looks
-like."""
+"""The public API for servers: flavors, boot (``boot.py``), update (``server_update.py``),
+delete, and what a server looks like."""
 
 from __future__ import annotations
 
 import time
-import uuid as uuid_module
-from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
-from pydantic import BeforeValidator
 from sqlalchemy import select
 from typing_extensions import TypedDict, Unpack
 
-from compute import images
 from compute import instance_actions as actions
 from compute.delete import local_delete
 from compute.instance_state import get_instance
-from compute.pci import requests_from_extra_specs
 from compute.states import TaskState, VmState
-from models import Instance, InstanceAction, ServerGroup, utcnow
+from models import InstanceAction, utcnow
 from models.db import session_scope
-from models.flavor import FlavorSnapshot
 from novaq.exceptions import (
     InstanceErrored,
     InstanceInvalidState,
     InvalidInput,
     WaitTimeout,
 )
-from scheduler.request_spec import RequestSpec
-from workflows import dispatch, gate
-from workflows.api import (
-    aggregates,
-    common,
-    flavors,
-    server_metadata,
-    server_query,
-    submit,
-    views,
-)
+from workflows import dispatch
+from workflows.api import common, flavors, server_query, submit, views
+from workflows.api.boot import boot
+from workflows.api.server_update import update
 from workflows.api.submit import Written
 from workflows.api.validation import Int, Name, Printable, Seconds, expect, validated
-from workflows.build import build_workflow
 from workflows.canvas import step
 from workflows.delete import delete_workflow, soft_delete_step
 
-MAX_COUNT = 100
-
 #: An extra spec's value: a string (a number is taken as its string).
 SpecValue = Annotated[str | int | float, expect("a string")]
-#: A scheduler hint's value: an instance uuid or a list of them (one is taken as a list).
-Uuids = Annotated[
-    list[str],
-    BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
-    expect("an instance uuid or a list of them"),
-]
-
-
-#: A metadata change's value: a string, or None to delete the key.
-MetaValue = Annotated[str | None, expect("a string (or None to delete the key)")]
-
-
-class Hints(TypedDict, total=False):
-    """The scheduler hints novaq knows (Nova's ``os:scheduler_hints``): servers to share
-    a host with or to keep away from (uuids or names), and ``group``, the server group
-    (as ``boot(group=...)``)."""
-
-    same_host: Uuids
-    different_host: Uuids
-    group: Name
 
 
 class InstanceFilters(TypedDict, total=False):
@@ -120,222 +84,6 @@ def list_flavors() -> list[dict[str, Any]]:
 
 
 # -- build and delete ----------------------------------------------------------------------
-
-
-@validated(
-    labels={"name": "server name"},
-    items={"hints": "scheduler hint", "metadata": "metadata"},
-)
-def boot(
-    name: Name,
-    flavor: Name,
-    image: Name,
-    count: Int = 1,
-    availability_zone: Name | None = None,
-    group: Name | None = None,
-    hints: Hints | None = None,
-    min_count: Int | None = None,
-    max_count: Int | None = None,
-    metadata: dict[str, str] | None = None,
-    description: str | None = None,
-) -> list[str]:
-    """Create servers; returns their uuids at once (BUILD, then ACTIVE or ERROR).
-
-    ``count`` servers, or as Nova: ``min_count`` (default 1) to ``max_count`` (default
-    ``min_count``). With more than one, the names get ``-1``, ``-2``, ... The scheduler
-    places every one or none (Nova's ``_ensure_sufficient_hosts``: all ERROR with
-    NoValidHost). ``group``: a server group's uuid or name (also the ``group`` hint);
-    ``metadata``: the servers' user metadata (``--property``)."""
-    flavors.check_name(name, "server name")
-    flavors.check_name(image, "image")
-    number = _number_of_servers(count, min_count, max_count)
-    extras = _checked_extras(group, hints, metadata, description)
-    settings = common.settings()
-    availability_zone = availability_zone or settings.default_schedule_zone
-    force_hosts: tuple[str, ...] = ()
-    if availability_zone and ":" in availability_zone:
-        # Nova's "zone:host" boot syntax: force the host, bypassing the filters.
-        zone, _, forced = availability_zone.partition(":")
-        availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
-    with session_scope(common.db_url()) as session:
-        flavor_row = flavors.get_flavor(session, flavor)
-        snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
-        boot_image = _boot_image(session, image, snapshot)
-        for forced in force_hosts:
-            common.check_compute_host(session, forced)
-        if availability_zone is not None:
-            flavors.check_name(availability_zone, "availability_zone")
-            if availability_zone not in aggregates.known_zones(session, settings):
-                raise InvalidInput(
-                    reason=f"availability zone {availability_zone!r} is not available"
-                )
-        group_uuid = None if extras.group is None else _find_group(session, extras.group).uuid
-    pci_requests = tuple(requests_from_extra_specs(snapshot.extra_specs, common.settings()))
-    dispatch.check_broker()
-    request_id = common.new_request_id()
-    with session_scope(common.db_url()) as session:
-        specs = []
-        for index in range(number):
-            display = name if number == 1 else f"{name}-{index + 1}"
-            spec = RequestSpec(
-                instance_uuid=str(uuid_module.uuid4()),
-                flavor=snapshot,
-                image=boot_image.id,
-                image_name=boot_image.name,
-                availability_zone=availability_zone,
-                hints=extras.hints,
-                group=group_uuid,
-                num_instances=number,
-                pci_requests=pci_requests,
-                image_properties=dict(boot_image.properties),
-                force_hosts=force_hosts,
-            )
-            instance = _new_instance(spec, display, flavor_id, boot_image.system_metadata)
-            instance.description = extras.description
-            server_metadata.replace(instance, extras.metadata)
-            session.add(instance)
-            actions.start_action(session, spec.instance_uuid, "create", request_id)
-            specs.append(spec)
-        if group_uuid is not None:
-            aggregates.add_members(
-                aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
-            )
-    created = tuple(s.instance_uuid for s in specs)
-    submit.publish(build_workflow(request_id, specs), Written(request_id, created, created=True))
-    return list(created)
-
-
-def _number_of_servers(count: int, min_count: int | None, max_count: int | None) -> int:
-    """How many servers a boot creates. Nova's API: ``max_count`` defaults to
-    ``min_count``, which defaults to 1, and ``min_count <= max_count``; its quota check
-    then lowers ``max_count`` to what the quota allows, refusing the request only when
-    ``min_count`` does not fit. novaq's one limit is ``MAX_COUNT`` servers a request,
-    applied the same way."""
-    if min_count is None and max_count is None:
-        if not 1 <= count <= MAX_COUNT:
-            raise InvalidInput(
-                reason=f"count must be an integer from 1 to {MAX_COUNT}, got {count!r}",
-                field="count",
-            )
-        return count
-    if count != 1:
-        raise InvalidInput(reason="give count, or min_count and max_count, not both")
-    low = 1 if min_count is None else min_count
-    high = low if max_count is None else max_count
-    for label, value in (("min_count", low), ("max_count", high)):
-        if value < 1:
-            raise InvalidInput(reason=f"{label} must be 1 or more, got {value}", field=label)
-    if low > high:
-        raise InvalidInput(
-            reason=f"min_count must be <= max_count, got {low} > {high}", field="min_count"
-        )
-    if low > MAX_COUNT:
-        raise InvalidInput(
-            reason=f"min_count {low} is more than the {MAX_COUNT} servers a request may create",
-            field="min_count",
-        )
-    return min(high, MAX_COUNT)
-
-
-@dataclass(frozen=True, slots=True)
-class _Extras:
-    """What a boot asks beyond flavor, image and zone, checked: the scheduler hints
-    (servers as uuids), the server group's reference, the metadata and description."""
-
-    hints: dict[str, list[str]]
-    group: str | None
-    metadata: dict[str, str]
-    description: str | None
-
-
-def _checked_extras(
-    group: str | None,
-    hints: Hints | None,
-    metadata: dict[str, str] | None,
-    description: str | None,
-) -> _Extras:
-    hint_values: dict[str, Any] = dict(hints or {})
-    group = _group_ref(group, hint_values.pop("group", None))
-    servers = cast(dict[str, list[str]], hint_values)  # Uuids made each value a list
-    metadata = dict(metadata or {})
-    server_metadata.check_metadata(metadata)
-    server_metadata.check_count(metadata)
-    return _Extras(
-        # A server named in a hint is found by name too (one live server, or refused).
-        hints={key: [common.check_uuid(v) for v in values] for key, values in servers.items()},
-        group=group,
-        metadata=metadata,
-        description=None if description is None else server_metadata.check_description(description),
-    )
-
-
-def _group_ref(group: str | None, hinted: str | None) -> str | None:
-    """The server group of a boot: ``group``, or the ``group`` hint (the same thing in
-    Nova's API); two different ones are refused."""
-    if group is not None and hinted is not None and group != hinted:
-        raise InvalidInput(
-            reason=f"group {group!r} and the group hint {hinted!r} name different groups",
-            field="group",
-        )
-    return group if group is not None else hinted
-
-
-def _find_group(session: Any, ref: str) -> ServerGroup:
-    """A server group by uuid, or by a name only one group has."""
-    found = list(session.scalars(select(ServerGroup).where(ServerGroup.uuid == ref)))
-    if not found:
-        found = list(session.scalars(select(ServerGroup).where(ServerGroup.name == ref)))
-    if not found:
-        raise aggregates.ServerGroupNotFound(group=ref)
-    if len(found) > 1:
-        raise InvalidInput(
-            reason=f"{len(found)} server groups are named {ref!r}; use a uuid", field="group"
-        )
-    return found[0]
-
-
-@dataclass(frozen=True, slots=True)
-class _BootImage:
-    """What boot keeps of the image once it passed Nova's checks against the flavor."""
-
-    id: str
-    name: str
-    properties: dict[str, str]
-    system_metadata: dict[str, str]
-
-
-def _boot_image(session: Any, ref: str, flavor: FlavorSnapshot) -> _BootImage:
-    image = images.find_image(session, ref)
-    images.check_bootable(image, flavor)
-    return _BootImage(
-        id=image.id,
-        name=image.name,
-        properties={k: str(v) for k, v in (image.properties or {}).items()},
-        system_metadata=images.system_metadata(image, flavor),
-    )
-
-
-def _new_instance(
-    spec: RequestSpec, display_name: str, flavor_id: int, system_metadata: dict[str, str]
-) -> Instance:
-    flavor = spec.flavor
-    return Instance(
-        uuid=spec.instance_uuid,
-        display_name=display_name,
-        flavor_id=flavor_id,
-        flavor=flavor,
-        image_ref=spec.image,
-        vcpus=flavor.vcpus,
-        memory_mb=flavor.memory_mb,
-        root_gb=flavor.root_gb,
-        ephemeral_gb=flavor.ephemeral_gb,
-        vm_state=VmState.BUILDING,
-        task_state=TaskState.SCHEDULING,
-        power_state=0,
-        availability_zone=spec.availability_zone,
-        request_spec=spec.to_dict(),
-        system_metadata=dict(system_metadata),
-    )
 
 
 @validated()
@@ -412,36 +160,6 @@ def show(uuid: str) -> dict[str, Any]:
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
         return views.instance_dict(session, get_instance(session, uuid))
-
-
-@validated(labels={"name": "server name"}, items={"metadata": "metadata"})
-def update(
-    server: str,
-    name: Name | None = None,
-    description: str | None = None,
-    metadata: dict[str, MetaValue] | None = None,
-) -> dict[str, Any]:
-    """Rename a server, set its description (``""`` clears it) and change its metadata
-    (merged; a ``None`` value deletes the key). Returns the server. As Nova: a new name
-    or description in any state (``update_instance``); metadata only when ACTIVE,
-    PAUSED, SUSPENDED or SHUTOFF with no task, and not locked."""
-    if name is not None:
-        flavors.check_name(name, "server name")
-    cleared = None if description is None else server_metadata.check_description(description)
-    server_metadata.check_metadata(metadata or {}, deleting=True)
-    uuid = common.check_uuid(server)
-    with session_scope(common.db_url()) as session:
-        instance = common.locked_row(session, uuid)
-        if metadata:
-            gate.check_instance_state(instance, "update_metadata")
-            server_metadata.replace(instance, server_metadata.merged(instance, metadata))
-        if name is not None:
-            instance.display_name = name
-        if description is not None:
-            instance.description = cleared
-        instance.updated_at = utcnow()
-        session.flush()
-        return views.instance_dict(session, instance)
 
 
 @validated(extra="filter")

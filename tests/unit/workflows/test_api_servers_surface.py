@@ -21,10 +21,10 @@ from tests.factories import flavor_dict
 from tests.unit.workflows.bad_input import state
 from tests.unit.workflows.servers import action_count, clear_queues, placed_server, queued
 from workflows import api
+from workflows.api.boot import MAX_COUNT
 from workflows.api.common import AmbiguousServerName
 from workflows.api.server_metadata import MAX_METADATA_ITEMS, MetadataItemNotFound
 from workflows.api.server_query import MarkerNotFound
-from workflows.api.servers import MAX_COUNT
 
 
 @pytest.fixture(autouse=True)
