@@ -77,6 +77,14 @@ def test_delete_of_several_goes_on_past_a_failure(db_url: str) -> None:
     assert api.list_instances() == []
 
 
+def test_delete_by_name_waits_on_the_uuid_the_name_found(db_url: str) -> None:
+    """Once deleted, the name finds no server: the wait follows the uuid instead."""
+    uuid = placed_server(db_url, display_name="a", host=None, node=None, vm_state="error")
+    result = novaq("delete", "a", "--wait", "10")
+    assert result.exit_code == 0, result.output
+    assert api.show(uuid)["status"] == "DELETED"
+
+
 def test_a_verb_on_servers_that_all_succeed_exits_0(db_url: str) -> None:
     placed_server(db_url, display_name="a")
     placed_server(db_url, display_name="b")
