@@ -99,7 +99,7 @@ def boot(
                 raise InvalidInput(
                     reason=f"availability zone {availability_zone!r} is not available"
                 )
-        group_uuid = None if extras.group is None else _find_group(session, extras.group).uuid
+        group_uuid = _group_uuid(session, extras.groups)
     pci_requests = tuple(requests_from_extra_specs(snapshot.extra_specs, common.settings()))
     dispatch.check_broker()
     request_id = common.new_request_id()
@@ -173,7 +173,7 @@ class _Extras:
     (servers as uuids), the server group's reference, the metadata and description."""
 
     hints: dict[str, list[str]]
-    group: str | None
+    groups: tuple[str, ...]
     metadata: dict[str, str]
     description: str | None
 
@@ -185,7 +185,7 @@ def _checked_extras(
     description: str | None,
 ) -> _Extras:
     hint_values: dict[str, Any] = dict(hints or {})
-    group = _group_ref(group, hint_values.pop("group", None))
+    hinted = hint_values.pop("group", None)
     servers = cast(dict[str, list[str]], hint_values)  # Uuids made each value a list
     metadata = dict(metadata or {})
     server_metadata.check_metadata(metadata)
@@ -193,21 +193,22 @@ def _checked_extras(
     return _Extras(
         # A server named in a hint is found by name too (one live server, or refused).
         hints={key: [common.check_uuid(v) for v in values] for key, values in servers.items()},
-        group=group,
+        groups=tuple(ref for ref in (group, hinted) if ref is not None),
         metadata=metadata,
         description=None if description is None else server_metadata.check_description(description),
     )
 
 
-def _group_ref(group: str | None, hinted: str | None) -> str | None:
-    """The server group of a boot: ``group``, or the ``group`` hint (the same thing in
-    Nova's API); two different ones are refused."""
-    if group is not None and hinted is not None and group != hinted:
+def _group_uuid(session: Any, refs: tuple[str, ...]) -> str | None:
+    """The server group of a boot: ``group`` or the ``group`` hint (the same thing in
+    Nova's API), by uuid or name; two naming different groups are refused."""
+    found = {_find_group(session, ref).uuid for ref in refs}
+    if len(found) > 1:
         raise InvalidInput(
-            reason=f"group {group!r} and the group hint {hinted!r} name different groups",
+            reason=f"group {refs[0]!r} and the group hint {refs[1]!r} name different groups",
             field="group",
         )
-    return group if group is not None else hinted
+    return next(iter(found), None)
 
 
 def _find_group(session: Any, ref: str) -> ServerGroup:

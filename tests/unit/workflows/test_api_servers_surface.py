@@ -190,6 +190,9 @@ def test_boot_group_and_hints_by_name(db_url: str) -> None:
     assert api.list_server_groups()[0]["members"] == uuids
     [hinted] = _boot(name="db", hints={"group": group["id"], "different_host": ["vm-1"]})
     assert hinted in api.list_server_groups()[0]["members"]
+    [same] = _boot(name="again", group="web", hints={"group": group["id"]})  # one group
+    assert same in api.list_server_groups()[0]["members"]
+    api.create_server_group("other", "affinity")
     with pytest.raises(InvalidInput, match="name different groups"):
         _boot(group="web", hints={"group": "other"})
 
