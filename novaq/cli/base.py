@@ -103,7 +103,8 @@ def on_each(
                 failed += 1
     if failed:
         err_console.print(
-            f"[bold red]ERROR:[/] {failed} of {len(servers)} requests to {verb} failed."
+            f"[bold red]ERROR:[/] {failed} of {len(servers)} requests to {verb} failed.",
+            soft_wrap=True,
         )
         sys.exit(1)
 

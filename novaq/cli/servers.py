@@ -133,6 +133,7 @@ def hints_of(items: tuple[str, ...]) -> dict[str, Any]:
 )
 @click.option(
     "--property",
+    "--meta",
     "properties",
     multiple=True,
     metavar="KEY=VALUE",

@@ -20,11 +20,9 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def image_names(session: Session, image_ids: set[str] | None = None) -> dict[str, str]:
+def image_names(session: Session, image_ids: set[str]) -> dict[str, str]:
     """Image id -> name, for the Image column of a list (one query, not one per row)."""
-    query = select(Image.id, Image.name)
-    if image_ids is not None:
-        query = query.where(Image.id.in_(image_ids))
+    query = select(Image.id, Image.name).where(Image.id.in_(image_ids))
     return {image_id: name for image_id, name in session.execute(query)}
 
 

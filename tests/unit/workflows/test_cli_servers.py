@@ -129,7 +129,7 @@ def test_boot_with_counts_group_hint_and_properties(db_url: str) -> None:
         "different_host=db",
         "--property",
         "role=frontend",
-        "--property",
+        "--meta",  # the nova client's name for it
         "tier=1",
         "--json",
     )
