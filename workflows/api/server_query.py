@@ -2,11 +2,11 @@
 
 Filters: ``name`` a regular expression searched in the name (Nova's regex filters),
 ``status`` one of Nova's statuses, ``host``, ``flavor`` (the flavor the server has now,
-by name or id), ``vm_state``, ``deleted`` (True: only deleted servers, as Nova's
-``--deleted``), ``locked`` (Nova 2.73). Then Nova's pagination: the servers after
-``marker`` (a server's uuid, deleted or not; unknown: ``MarkerNotFound``), at most
-``limit`` of them. Every filter is checked before anything is read, so bad input is
-refused whatever the servers are.
+by name or id), ``vm_state``, ``locked`` (Nova 2.73), ``deleted`` (True: only deleted
+and soft-deleted servers, as Nova's ``--deleted``; False, the default: neither). Then
+Nova's pagination: the servers after ``marker`` (a server's uuid, deleted or not;
+unknown: ``MarkerNotFound``), at most ``limit`` of them. Every filter is checked before
+anything is read, so bad input is refused whatever the servers are.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import ColumnElement, Select, and_, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from compute.states import api_status
 from models import Instance
+from models.states import VmState
 from novaq.exceptions import InvalidInput, NotFound
 from workflows.api import flavors, views
 from workflows.gate import is_locked
@@ -44,9 +45,7 @@ def build(session: Session, filters: dict[str, Any]) -> Query:
     # The metadata of every listed server in one query, not one per row.
     statement = select(Instance).options(selectinload(Instance.metadata_items))
     statement = statement.order_by(Instance.id)
-    statement = statement.where(
-        Instance.deleted != 0 if filters.get("deleted") else Instance.deleted == 0
-    )
+    statement = statement.where(_deleted_clause(filters))
     if "host" in filters:
         statement = statement.where(Instance.host == filters["host"])
     if "vm_state" in filters:
@@ -79,6 +78,19 @@ def run(session: Session, query: Query) -> list[dict[str, Any]]:
             rows.append(instance)
     names = views.image_names(session, {i.image_ref for i in rows})
     return [views.instance_dict(session, i, names) for i in rows]
+
+
+def _deleted_clause(filters: dict[str, Any]) -> ColumnElement[bool]:
+    """Nova's ``deleted`` filter: a soft-deleted server counts as deleted (listed with
+    ``deleted``, not without). Asking for the DELETED or SOFT_DELETED status without
+    saying ``deleted`` means deleted servers (Nova does so for DELETED)."""
+    deleted = filters.get("deleted")
+    if deleted is None:
+        deleted = str(filters.get("status", "")).upper() in ("DELETED", "SOFT_DELETED")
+    soft = Instance.vm_state == VmState.SOFT_DELETED
+    if deleted:
+        return or_(Instance.deleted != 0, soft)
+    return and_(Instance.deleted == 0, ~soft)
 
 
 def _marker_id(session: Session, marker: str) -> int:

@@ -258,11 +258,17 @@ def test_list_filters_by_lock(db_url: str) -> None:
         api.list_instances(locked="yes")
 
 
-def test_list_deleted_shows_only_the_deleted(db_url: str) -> None:
+def test_list_deleted_shows_only_the_deleted_and_soft_deleted(db_url: str) -> None:
     live = placed_server(db_url, display_name="live")
     gone = placed_server(db_url, display_name="gone", vm_state="deleted", deleted=1)
+    soft = placed_server(db_url, display_name="soft", vm_state="soft-delete")
     assert [r["uuid"] for r in api.list_instances()] == [live]
-    assert [r["uuid"] for r in api.list_instances(deleted=True)] == [gone]
+    assert [r["uuid"] for r in api.list_instances(deleted=True)] == [gone, soft]
+    assert [r["uuid"] for r in api.list_instances(deleted=False)] == [live]
+    assert [r["uuid"] for r in api.list_instances(status="DELETED")] == [gone]
+    assert [r["uuid"] for r in api.list_instances(status="soft_deleted")] == [soft]
+    assert api.list_instances(status="DELETED", deleted=False) == []
+    assert api.show("soft")["uuid"] == soft  # still found by name: it can be restored
 
 
 def test_list_pages_with_limit_and_marker(db_url: str) -> None:
