@@ -1,8 +1,9 @@
 """The public API for the life of a server: stop, start, reboot, pause, suspend, rescue,
 lock and their reverses, each refused in a state Nova refuses it.
 
-A request is checked in this order, before anything is written or enqueued: the uuid,
-the instance (not deleted), the gate (``workflows/gate.py``: lock, vm_state, task_state,
+A request is checked in this order, before anything is written or enqueued: the server
+(a uuid, or the name of exactly one live server: ``common.check_uuid``), the instance
+(not deleted), the gate (``workflows/gate.py``: lock, vm_state, task_state,
 ``launched_at``), the host (set, and its compute service up: Nova's
 ``check_instance_host(check_is_up=True)``), the broker. Then one transaction sets the
 API's task_state by compare-and-swap (Nova's ``instance.save(expected_task_state=[None])``)
