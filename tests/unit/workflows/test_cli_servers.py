@@ -253,3 +253,6 @@ def test_move_commands_take_a_name(db_url: str) -> None:
     result = _resize_accepted(db_url)
     assert result.exit_code == 0, result.output
     assert "Request to resize server vm has been accepted" in result.output
+    listed = novaq("migration-list", "--instance", "vm", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [m["migration_type"] for m in json.loads(listed.output)] == ["resize"]
