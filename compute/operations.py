@@ -187,6 +187,8 @@ _ROWS = (
     # lock/unlock have no state check in Nova, and are the two a lock does not refuse
     Operation("lock", Rule(None, None, must_have_launched=False, check_lock=False)),
     Operation("unlock", Rule(None, None, must_have_launched=False, check_lock=False)),
+    # Nova's update/delete_instance_metadata: API-only, refused when locked or busy
+    Operation("update_metadata", Rule(_states(V.ACTIVE, V.PAUSED, V.SUSPENDED, V.STOPPED))),
 )
 
 OPERATIONS: dict[str, Operation] = {op.action: op for op in _ROWS}

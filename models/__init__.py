@@ -13,7 +13,7 @@ from models.host_mapping import HostMapping
 from models.image import ContainerFormat, DiskFormat, Image, ImageStatus
 from models.in_flight import OperationInFlight
 from models.info_cache import InstanceInfoCache
-from models.instance import Instance
+from models.instance import Instance, InstanceMetadata
 from models.migration import Migration
 from models.pci_device import PciDevice
 from models.periodic import BeatLease, PeriodicTaskRun
@@ -58,4 +58,5 @@ __all__ = [
     "StepOutcome",
     "StepRecord",
     "utcnow",
+    "InstanceMetadata",
 ]

@@ -1,13 +1,17 @@
 """``instances``: a server. Two state axes as in Nova: ``vm_state`` (stable) and
-``task_state`` (in flight); ``power_state`` is the hypervisor's last known view."""
+``task_state`` (in flight); ``power_state`` is the hypervisor's last known view.
+
+``instance_metadata``: the server's user metadata (Nova's ``instance_metadata``: what
+``--property`` at boot and ``meta set`` write), one row per key, apart from the
+``system_metadata`` novaq itself keeps."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, String
-from sqlalchemy.orm import Mapped, mapped_column, validates
+from sqlalchemy import JSON, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship, validates
 
 from models.base import Base, intpk, str255, timestamp, uuid36
 from models.enum_types import IntEnumType, StrEnumType
@@ -29,6 +33,8 @@ class Instance(Base):
     id: Mapped[intpk]
     uuid: Mapped[uuid36] = mapped_column(unique=True)
     display_name: Mapped[str255]
+    # Nova's server description (API 2.19): free text, at most 255 characters, or none.
+    description: Mapped[str | None] = mapped_column(String(255))
     flavor_id: Mapped[int] = mapped_column(ForeignKey("flavors.id"))
     # A snapshot of the flavor at boot (with extra_specs), as Nova's instance_extra.flavor.
     flavor: Mapped[FlavorSnapshot] = mapped_column(FlavorSnapshotType)
@@ -57,6 +63,15 @@ class Instance(Base):
     # Nova's ``cleaned``: the host's files of a deleted instance are gone
     # (``_run_pending_deletes`` retries until they are).
     cleaned: Mapped[int] = mapped_column(default=0, server_default="0")
+    # Loaded only when read (the views): the many queries that move states never need it.
+    metadata_items: Mapped[list[InstanceMetadata]] = relationship(
+        cascade="all, delete-orphan", order_by="InstanceMetadata.key"
+    )
+
+    @property
+    def metadata_dict(self) -> dict[str, str]:
+        """The user metadata as Nova's API shows it."""
+        return {m.key: m.value for m in self.metadata_items}
 
     @validates("flavor")
     def _flavor(self, key: str, value: FlavorSnapshot | dict[str, Any]) -> FlavorSnapshot:
@@ -90,3 +105,13 @@ class Instance(Base):
 
     def __repr__(self) -> str:
         return f"<Instance {self.uuid} {self.vm_state}/{self.task_state} on {self.host}>"
+
+
+class InstanceMetadata(Base):
+    __tablename__ = "instance_metadata"
+    __table_args__ = (UniqueConstraint("instance_uuid", "key"),)
+
+    id: Mapped[intpk]
+    instance_uuid: Mapped[uuid36] = mapped_column(ForeignKey("instances.uuid", ondelete="CASCADE"))
+    key: Mapped[str255]
+    value: Mapped[str255]

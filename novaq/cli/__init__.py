@@ -15,6 +15,7 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
     images,
     lifecycle,
     moves,
+    server_update,
     servers,
     timeline,
     waiting,

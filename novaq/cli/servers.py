@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from novaq.cli.base import api, handle_errors, json_option, main, render
+from novaq.cli.base import api, handle_errors, json_option, main, on_each, parse_pairs, render
 
 # -- flavors -------------------------------------------------------------------------------
 
@@ -52,12 +52,7 @@ def flavor_create(
     as_json: bool,
 ) -> None:
     """Create a flavor."""
-    extra_specs = {}
-    for prop in properties:
-        key, sep, value = prop.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{prop!r} is not KEY=VALUE", param_hint="--property")
-        extra_specs[key] = value
+    extra_specs = parse_pairs(properties, "--property")
     flavor = api().create_flavor(
         name, vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs, is_public=not private
     )
@@ -75,10 +70,21 @@ def flavor_list(all_: bool, as_json: bool) -> None:
 
 # -- servers -------------------------------------------------------------------------------
 
-LIST_COLUMNS = ("uuid", "name", "status", "task_state", "power_state_name", "host")
+#: The list's columns, as ``nova list``/``openstack server list`` show them.
+LIST_COLUMNS = (
+    "uuid",
+    "name",
+    "status",
+    "task_state",
+    "power_state_name",
+    "host",
+    "image_name",
+    "flavor_name",
+)
 SHOW_COLUMNS = (
     "uuid",
     "name",
+    "description",
     "status",
     "vm_state",
     "task_state",
@@ -86,21 +92,60 @@ SHOW_COLUMNS = (
     "host",
     "node",
     "image",
+    "image_name",
     "flavor",
+    "metadata",
+    "locked",
+    "locked_reason",
     "pci_devices",
     "created_at",
     "launched_at",
     "deleted_at",
     "fault",
 )
+#: Hints that may be given several times, each time one more server.
+LIST_HINTS = ("same_host", "different_host")
+
+
+def hints_of(items: tuple[str, ...]) -> dict[str, Any]:
+    """``--hint KEY=VALUE`` as the API's hints: a server-list hint collects every value
+    given, any other hint takes the last (an unknown one is refused by the API)."""
+    hints: dict[str, Any] = {}
+    for item in items:
+        key, value = next(iter(parse_pairs([item], "--hint").items()))
+        if key in LIST_HINTS:
+            hints.setdefault(key, []).append(value)
+        else:
+            hints[key] = value
+    return hints
 
 
 @main.command()
 @click.argument("name")
 @click.option("--flavor", required=True)
 @click.option("--image", default="cirros", show_default=True)
-@click.option("--min-count", "count", type=int, default=1, show_default=True)
+@click.option("--min-count", type=int, default=None, help="Boot at least N servers (default 1).")
+@click.option(
+    "--max-count", type=int, default=None, help="Boot up to N servers (default: --min-count)."
+)
 @click.option("--availability-zone")
+@click.option("--group", default=None, help="Server group (uuid or name) to boot into.")
+@click.option(
+    "--hint",
+    "hints",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Scheduler hint: same_host, different_host (a server, repeatable) or group.",
+)
+@click.option(
+    "--property",
+    "--meta",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Server metadata (repeatable).",
+)
+@click.option("--description", default=None, help="The servers' description.")
 @click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N s for ACTIVE.")
 @json_option
 @handle_errors
@@ -108,13 +153,29 @@ def boot(
     name: str,
     flavor: str,
     image: str,
-    count: int,
+    min_count: int | None,
+    max_count: int | None,
     availability_zone: str | None,
+    group: str | None,
+    hints: tuple[str, ...],
+    properties: tuple[str, ...],
+    description: str | None,
     wait_s: float | None,
     as_json: bool,
 ) -> None:
-    """Boot servers."""
-    uuids = api().boot(name, flavor, image, count=count, availability_zone=availability_zone)
+    """Boot servers (several are named NAME-1, NAME-2, ...)."""
+    uuids = api().boot(
+        name,
+        flavor,
+        image,
+        min_count=min_count,
+        max_count=max_count,
+        availability_zone=availability_zone,
+        group=group,
+        hints=hints_of(hints) or None,
+        metadata=parse_pairs(properties, "--property") or None,
+        description=description,
+    )
     if wait_s is not None:
         rows = [api().wait(u, "ACTIVE", timeout=wait_s) for u in uuids]
     else:
@@ -123,66 +184,81 @@ def boot(
 
 
 @main.command("list")
-@click.option("--host")
-@click.option("--status")
-@click.option("--deleted", is_flag=True, help="Include deleted servers.")
+@click.option("--name", default=None, help="Only servers whose name matches this regex.")
+@click.option("--status", default=None, help="Only servers in this status (ACTIVE, ERROR...).")
+@click.option("--host", default=None)
+@click.option("--flavor", default=None, help="Only servers of this flavor (name or id).")
+@click.option("--deleted", is_flag=True, help="Only deleted servers.")
+@click.option("--locked/--unlocked", default=None, help="Only locked (or only unlocked) servers.")
+@click.option("--limit", type=int, default=None, help="At most N servers.")
+@click.option("--marker", default=None, help="Start after the server with this uuid.")
 @json_option
 @handle_errors
-def list_servers(host: str | None, status: str | None, deleted: bool, as_json: bool) -> None:
-    """List servers."""
-    filters: dict[str, Any] = {}
-    if host:
-        filters["host"] = host
-    if status:
-        filters["status"] = status
+def list_servers(
+    name: str | None,
+    status: str | None,
+    host: str | None,
+    flavor: str | None,
+    deleted: bool,
+    locked: bool | None,
+    limit: int | None,
+    marker: str | None,
+    as_json: bool,
+) -> None:
+    """List servers, oldest first."""
+    given = {
+        "name": name,
+        "status": status,
+        "host": host,
+        "flavor": flavor,
+        "locked": locked,
+        "limit": limit,
+        "marker": marker,
+    }
+    filters: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if deleted:
         filters["deleted"] = True
     render(api().list_instances(**filters), LIST_COLUMNS, as_json)
 
 
 @main.command()
-@click.argument("uuid")
+@click.argument("server")
 @json_option
 @handle_errors
-def show(uuid: str, as_json: bool) -> None:
-    """Show a server."""
-    render(api().show(uuid), SHOW_COLUMNS, as_json)
+def show(server: str, as_json: bool) -> None:
+    """Show a server (by uuid or name)."""
+    render(api().show(server), SHOW_COLUMNS, as_json)
 
 
 @main.command()
-@click.argument("uuids", nargs=-1, required=True)
+@click.argument("servers", nargs=-1, required=True)
 @click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N s for DELETED.")
 @handle_errors
-def delete(uuids: tuple[str, ...], wait_s: float | None) -> None:
+def delete(servers: tuple[str, ...], wait_s: float | None) -> None:
     """Delete servers."""
-    for uuid in uuids:
-        request_id = api().delete(uuid)
-        click.echo(f"Request to delete server {uuid} has been accepted ({request_id}).")
-    if wait_s is not None:
-        for uuid in uuids:
-            api().wait(uuid, "DELETED", timeout=wait_s)
+    on_each("delete", servers, api().delete, "DELETED", wait_s)
 
 
 @main.command()
-@click.argument("uuid")
+@click.argument("server")
 @json_option
 @handle_errors
-def diagnostics(uuid: str, as_json: bool) -> None:
+def diagnostics(server: str, as_json: bool) -> None:
     """The host's live view of a server's guest."""
     render(
-        api().diagnostics(uuid),
+        api().diagnostics(server),
         ("uuid", "name", "power_state", "vcpus", "memory_mb", "pci_addresses", "xml"),
         as_json,
     )
 
 
 @main.command("instance-action-list")
-@click.argument("uuid")
+@click.argument("server")
 @json_option
 @handle_errors
-def instance_action_list(uuid: str, as_json: bool) -> None:
+def instance_action_list(server: str, as_json: bool) -> None:
     """List a server's actions and their events."""
-    actions = api().list_actions(uuid)
+    actions = api().list_actions(server)
     if as_json:
         render(actions, (), True)
         return

@@ -7,10 +7,12 @@ import uuid as uuid_module
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from compute.servicegroup import COMPUTE, is_up
 from compute.sessions import Sessions, sessions_for
 from models import Instance, InstanceAction, Service
+from models.db import session_scope
 from novaq.exceptions import ComputeHostNotFound, InstanceNotFound, InvalidInput
 from novaq.settings import Settings, get_settings
 
@@ -33,11 +35,30 @@ def new_request_id() -> str:
 
 
 def check_uuid(value: str) -> str:
-    """``value`` as a canonical uuid; a string that is none names no instance."""
+    """The uuid of the server ``value`` names: a uuid as is (canonical), else the name of
+    exactly one live server (``resolve_server``), so every call taking a server takes
+    its name as the nova client does. Unknown: ``InstanceNotFound``; a name two servers
+    share: ``AmbiguousServerName``."""
     try:
         return str(uuid_module.UUID(value))
     except ValueError:
-        raise InstanceNotFound(uuid=value) from None
+        pass
+    with session_scope(db_url()) as session:
+        return resolve_server(session, value)
+
+
+def locked_row(session: Session, uuid: str) -> Instance:
+    """The live server ``uuid`` under its row lock, read afresh (a write in the API that
+    no compare-and-swap guards: lock, unlock, restore, update)."""
+    instance = session.scalars(
+        select(Instance)
+        .where(Instance.uuid == uuid, Instance.deleted == 0)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).first()
+    if instance is None:
+        raise InstanceNotFound(uuid=uuid)
+    return instance
 
 
 def host_is_up(session: Any, host: str, s: Settings) -> bool:
@@ -85,7 +106,12 @@ def resolve_server(session: Any, server: str) -> str:
     if not uuids:
         raise InstanceNotFound(uuid=server)
     if len(uuids) > 1:
-        raise InvalidInput(
-            reason=f"{len(uuids)} servers are named {server!r}; use a uuid to be more specific"
-        )
+        raise AmbiguousServerName(name=server, count=len(uuids))
     return uuids[0]
+
+
+class AmbiguousServerName(InvalidInput):
+    """A name that several live servers share (the nova client's "Multiple server matches
+    found"): nothing is done to any of them."""
+
+    msg_fmt = "%(count)d servers are named %(name)r; use a uuid to be more specific."

@@ -1,8 +1,9 @@
 """The public API for the life of a server: stop, start, reboot, pause, suspend, rescue,
 lock and their reverses, each refused in a state Nova refuses it.
 
-A request is checked in this order, before anything is written or enqueued: the uuid,
-the instance (not deleted), the gate (``workflows/gate.py``: lock, vm_state, task_state,
+A request is checked in this order, before anything is written or enqueued: the server
+(a uuid, or the name of exactly one live server: ``common.check_uuid``), the instance
+(not deleted), the gate (``workflows/gate.py``: lock, vm_state, task_state,
 ``launched_at``), the host (set, and its compute service up: Nova's
 ``check_instance_host(check_is_up=True)``), the broker. Then one transaction sets the
 API's task_state by compare-and-swap (Nova's ``instance.save(expected_task_state=[None])``)
@@ -18,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.canvas import Signature
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
@@ -30,7 +30,6 @@ from models import ImageStatus, Instance
 from models.db import session_scope
 from novaq.exceptions import (
     ImageNotActive,
-    InstanceNotFound,
     InvalidInput,
     UnexpectedTaskStateError,
 )
@@ -196,7 +195,7 @@ def restore(uuid: str) -> str:
     the API at once."""
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
-        instance = _locked_row(session, uuid)
+        instance = common.locked_row(session, uuid)
         if instance.host is None:
             gate.check_instance_state(instance, "restore")
             request_id = common.new_request_id()
@@ -320,7 +319,7 @@ def _set_task_state(
 def _set_lock(uuid: str, action: str, reason: str | None) -> dict[str, Any]:
     uuid = common.check_uuid(uuid)
     with session_scope(common.db_url()) as session:
-        instance = _locked_row(session, uuid)
+        instance = common.locked_row(session, uuid)
         gate.check_instance_state(instance, action)
         meta = dict(instance.system_metadata or {})
         if action == "lock" and meta.get("locked"):
@@ -338,18 +337,6 @@ def _set_lock(uuid: str, action: str, reason: str | None) -> dict[str, Any]:
         session.flush()
         actions.record_event(session, uuid, request_id, f"api_{action}", None)
         return views.instance_dict(session, instance)
-
-
-def _locked_row(session: Session, uuid: str) -> Instance:
-    instance = session.scalars(
-        select(Instance)
-        .where(Instance.uuid == uuid, Instance.deleted == 0)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).first()
-    if instance is None:
-        raise InstanceNotFound(uuid=uuid)
-    return instance
 
 
 __all__ = [

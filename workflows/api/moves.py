@@ -231,7 +231,10 @@ class MigrationFilters(TypedDict, total=False):
 
 @validated(extra="filter")
 def list_migrations(**filters: Unpack[MigrationFilters]) -> list[dict[str, Any]]:
-    """Migrations, oldest first. Filters: instance_uuid, status, migration_type, host."""
+    """Migrations, oldest first. Filters: instance_uuid (a server's uuid or name),
+    status, migration_type, host."""
+    if "instance_uuid" in filters:
+        filters["instance_uuid"] = common.check_uuid(filters["instance_uuid"])
     query = select(Migration).order_by(Migration.id)
     for key in ("instance_uuid", "status", "migration_type"):
         if key in filters:

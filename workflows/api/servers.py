@@ -1,57 +1,36 @@
-"""The public API for servers: flavors, boot, delete, and what a server looks like."""
+"""The public API for servers: flavors, boot (``boot.py``), update (``server_update.py``),
+delete, and what a server looks like."""
 
 from __future__ import annotations
 
 import time
-import uuid as uuid_module
-from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
-from pydantic import BeforeValidator
 from sqlalchemy import select
 from typing_extensions import TypedDict, Unpack
 
-from compute import images
 from compute import instance_actions as actions
 from compute.delete import local_delete
 from compute.instance_state import get_instance
-from compute.pci import requests_from_extra_specs
 from compute.states import TaskState, VmState
-from models import Instance, InstanceAction, utcnow
+from models import InstanceAction, utcnow
 from models.db import session_scope
-from models.flavor import FlavorSnapshot
 from novaq.exceptions import (
     InstanceErrored,
     InstanceInvalidState,
-    InvalidInput,
     WaitTimeout,
 )
-from scheduler.request_spec import RequestSpec
 from workflows import dispatch
-from workflows.api import aggregates, common, flavors, submit, views, waiting
+from workflows.api import common, flavors, server_query, submit, views, waiting
+from workflows.api.boot import boot
+from workflows.api.server_update import update
 from workflows.api.submit import Written
 from workflows.api.validation import Int, Name, Printable, Seconds, expect, validated
-from workflows.build import build_workflow
 from workflows.canvas import step
 from workflows.delete import delete_workflow, soft_delete_step
 
-MAX_COUNT = 100
-
 #: An extra spec's value: a string (a number is taken as its string).
 SpecValue = Annotated[str | int | float, expect("a string")]
-#: A scheduler hint's value: an instance uuid or a list of them (one is taken as a list).
-Uuids = Annotated[
-    list[str],
-    BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
-    expect("an instance uuid or a list of them"),
-]
-
-
-class Hints(TypedDict, total=False):
-    """The scheduler hints novaq knows."""
-
-    same_host: Uuids
-    different_host: Uuids
 
 
 class InstanceFilters(TypedDict, total=False):
@@ -59,7 +38,11 @@ class InstanceFilters(TypedDict, total=False):
     name: str
     vm_state: str
     status: str
+    flavor: Name
     deleted: bool
+    locked: bool
+    limit: Int | None
+    marker: Name | None
 
 
 # -- flavors -------------------------------------------------------------------------------
@@ -102,122 +85,6 @@ def list_flavors(is_public: bool | None = True) -> list[dict[str, Any]]:
 
 
 # -- build and delete ----------------------------------------------------------------------
-
-
-@validated(labels={"name": "server name"}, items={"hints": "scheduler hint"})
-def boot(
-    name: Name,
-    flavor: Name,
-    image: Name,
-    count: Int = 1,
-    availability_zone: Name | None = None,
-    group: Name | None = None,
-    hints: Hints | None = None,
-    project: Name | None = None,
-) -> list[str]:
-    """Create ``count`` servers; returns their uuids at once (BUILD, then ACTIVE or ERROR).
-    ``project``: who boots; a private flavor it has no access to is not found (none: the
-    operator, who may use every flavor)."""
-    flavors.check_name(name, "server name")
-    flavors.check_name(image, "image")
-    if not 1 <= count <= MAX_COUNT:
-        raise InvalidInput(reason=f"count must be an integer from 1 to {MAX_COUNT}, got {count!r}")
-    uuids = cast(dict[str, list[str]], hints or {})  # Uuids made each value a list
-    checked_hints = {key: [common.check_uuid(v) for v in values] for key, values in uuids.items()}
-    settings = common.settings()
-    availability_zone = availability_zone or settings.default_schedule_zone
-    force_hosts: tuple[str, ...] = ()
-    if availability_zone and ":" in availability_zone:
-        # Nova's "zone:host" boot syntax: force the host, bypassing the filters.
-        zone, _, forced = availability_zone.partition(":")
-        availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
-    with session_scope(common.db_url()) as session:
-        flavor_row = flavors.get_flavor(session, flavor, project)
-        snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
-        boot_image = _boot_image(session, image, snapshot)
-        for forced in force_hosts:
-            common.check_compute_host(session, forced)
-        if availability_zone is not None:
-            flavors.check_name(availability_zone, "availability_zone")
-            if availability_zone not in aggregates.known_zones(session, settings):
-                raise InvalidInput(
-                    reason=f"availability zone {availability_zone!r} is not available"
-                )
-        group_uuid = None if group is None else aggregates.get_server_group(session, group).uuid
-    pci_requests = tuple(requests_from_extra_specs(snapshot.extra_specs, common.settings()))
-    dispatch.check_broker()
-    request_id = common.new_request_id()
-    with session_scope(common.db_url()) as session:
-        specs = []
-        for index in range(count):
-            display = name if count == 1 else f"{name}-{index + 1}"
-            spec = RequestSpec(
-                instance_uuid=str(uuid_module.uuid4()),
-                flavor=snapshot,
-                image=boot_image.id,
-                image_name=boot_image.name,
-                availability_zone=availability_zone,
-                hints=checked_hints,
-                group=group_uuid,
-                num_instances=count,
-                pci_requests=pci_requests,
-                image_properties=dict(boot_image.properties),
-                force_hosts=force_hosts,
-            )
-            session.add(_new_instance(spec, display, flavor_id, boot_image.system_metadata))
-            actions.start_action(session, spec.instance_uuid, "create", request_id)
-            specs.append(spec)
-        if group_uuid is not None:
-            aggregates.add_members(
-                aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
-            )
-    created = tuple(s.instance_uuid for s in specs)
-    submit.publish(build_workflow(request_id, specs), Written(request_id, created, created=True))
-    return list(created)
-
-
-@dataclass(frozen=True, slots=True)
-class _BootImage:
-    """What boot keeps of the image once it passed Nova's checks against the flavor."""
-
-    id: str
-    name: str
-    properties: dict[str, str]
-    system_metadata: dict[str, str]
-
-
-def _boot_image(session: Any, ref: str, flavor: FlavorSnapshot) -> _BootImage:
-    image = images.find_image(session, ref)
-    images.check_bootable(image, flavor)
-    return _BootImage(
-        id=image.id,
-        name=image.name,
-        properties={k: str(v) for k, v in (image.properties or {}).items()},
-        system_metadata=images.system_metadata(image, flavor),
-    )
-
-
-def _new_instance(
-    spec: RequestSpec, display_name: str, flavor_id: int, system_metadata: dict[str, str]
-) -> Instance:
-    flavor = spec.flavor
-    return Instance(
-        uuid=spec.instance_uuid,
-        display_name=display_name,
-        flavor_id=flavor_id,
-        flavor=flavor,
-        image_ref=spec.image,
-        vcpus=flavor.vcpus,
-        memory_mb=flavor.memory_mb,
-        root_gb=flavor.root_gb,
-        ephemeral_gb=flavor.ephemeral_gb,
-        vm_state=VmState.BUILDING,
-        task_state=TaskState.SCHEDULING,
-        power_state=0,
-        availability_zone=spec.availability_zone,
-        request_spec=spec.to_dict(),
-        system_metadata=dict(system_metadata),
-    )
 
 
 @validated()
@@ -298,21 +165,11 @@ def show(uuid: str) -> dict[str, Any]:
 
 @validated(extra="filter")
 def list_instances(**filters: Unpack[InstanceFilters]) -> list[dict[str, Any]]:
-    """Servers, newest last. Filters: host, name, vm_state, status, deleted (bool)."""
-    query = select(Instance).order_by(Instance.id)
-    if not filters.get("deleted"):
-        query = query.where(Instance.deleted == 0)
-    if "host" in filters:
-        query = query.where(Instance.host == filters["host"])
-    if "name" in filters:
-        query = query.where(Instance.display_name == filters["name"])
-    if "vm_state" in filters:
-        query = query.where(Instance.vm_state == filters["vm_state"])
+    """Servers, oldest first. Filters (``server_query``): host, name (a regular
+    expression), vm_state, status, flavor, deleted (True: only deleted servers), locked; then
+    ``marker`` (the uuid of the last server of the previous page) and ``limit``."""
     with session_scope(common.db_url()) as session:
-        rows = [views.instance_dict(session, i) for i in session.scalars(query)]
-    if "status" in filters:
-        rows = [r for r in rows if r["status"] == str(filters["status"]).upper()]
-    return rows
+        return server_query.run(session, server_query.build(session, dict(filters)))
 
 
 @validated()
@@ -387,6 +244,7 @@ def diagnostics(uuid: str, timeout: Seconds = 30.0) -> dict[str, Any]:
 
 __all__ = [
     "boot",
+    "update",
     "create_flavor",
     "delete",
     "diagnostics",

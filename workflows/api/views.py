@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from compute.instance_actions import latest_fault
 from compute.pci import device_dict, instance_devices
 from compute.states import api_status
-from models import ComputeNode, Instance, InstanceAction
+from models import ComputeNode, Image, Instance, InstanceAction
 from virt.power_state import NAMES as POWER_STATE_NAMES
 
 
@@ -18,11 +20,25 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def instance_dict(session: Session, instance: Instance) -> dict[str, Any]:
+def image_names(session: Session, image_ids: set[str]) -> dict[str, str]:
+    """Image id -> name, for the Image column of a list (one query, not one per row)."""
+    query = select(Image.id, Image.name).where(Image.id.in_(image_ids))
+    return {image_id: name for image_id, name in session.execute(query)}
+
+
+def instance_dict(
+    session: Session, instance: Instance, names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A server as ``show`` and ``list`` return it. ``names``: image names already
+    loaded (``image_names``); by default the server's own is looked up."""
     fault = latest_fault(session, instance.uuid)
+    if names is None:
+        names = image_names(session, {instance.image_ref})
     return {
         "uuid": instance.uuid,
         "name": instance.display_name,
+        "description": instance.description,
+        "metadata": instance.metadata_dict,
         "status": api_status(instance.vm_state, instance.task_state),
         "vm_state": instance.vm_state,
         "task_state": instance.task_state,
@@ -32,7 +48,11 @@ def instance_dict(session: Session, instance: Instance) -> dict[str, Any]:
         "host": instance.host,
         "node": instance.node,
         "image": instance.image_ref,
+        # Names for the list's Image and Flavor columns: the image as the registry names
+        # it now, the flavor as it was when the server got it (Nova's original_name).
+        "image_name": names.get(instance.image_ref),
         "flavor": instance.flavor.dump(),
+        "flavor_name": instance.flavor.name,
         "pci_devices": [device_dict(d) for d in instance_devices(session, instance.uuid)],
         "availability_zone": instance.availability_zone,
         "locked": bool((instance.system_metadata or {}).get("locked")),

@@ -1,7 +1,7 @@
 """flavors: soft delete and private flavors (is_public, flavor_projects)
 
 Revision ID: 0013
-Revises: 0008
+Revises: 0012
 Create Date: 2026-11-24
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 import models.base
 
 revision = "0013"
-down_revision = "0008"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

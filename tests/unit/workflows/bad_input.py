@@ -14,6 +14,7 @@ from models import (
     FlavorExtraSpec,
     Instance,
     InstanceAction,
+    InstanceMetadata,
     Migration,
     ServerGroup,
     Service,
@@ -42,6 +43,7 @@ def state(db_url: str) -> tuple[Any, ...]:
                 FlavorExtraSpec,
                 Instance,
                 InstanceAction,
+                InstanceMetadata,
                 Migration,
                 ServerGroup,
             )
@@ -51,7 +53,13 @@ def state(db_url: str) -> tuple[Any, ...]:
             for s in session.scalars(select(Service).order_by(Service.id))
         )
         instances = tuple(
-            (i.display_name, i.vm_state, i.task_state, dict(i.system_metadata or {}))
+            (
+                i.display_name,
+                i.description,
+                i.vm_state,
+                i.task_state,
+                dict(i.system_metadata or {}),
+            )
             for i in session.scalars(select(Instance).order_by(Instance.id))
         )
     return counts, services, instances, queued(*QUEUES)

@@ -60,6 +60,12 @@ def _boot(_: str) -> Any:
     return api.boot("vm", "m1", "cirros")
 
 
+def _boot_with_metadata(_: str) -> Any:
+    return api.boot(
+        "vm", "m1", "cirros", min_count=2, max_count=3, metadata={"a": "1"}, description="d"
+    )
+
+
 def _boot_two_in_a_group(_: str) -> Any:
     [group] = api.list_server_groups()
     return api.boot("vm", "m1", "cirros", count=2, group=group["id"])
@@ -68,6 +74,7 @@ def _boot_two_in_a_group(_: str) -> Any:
 CASES = [
     Case("boot", _boot, "scheduler.select_destinations", vm_state=None),
     Case("boot-two-in-group", _boot_two_in_a_group, "scheduler.select_destinations", None),
+    Case("boot-with-metadata", _boot_with_metadata, "scheduler.select_destinations", None),
     Case("delete", api.delete, "compute.terminate_instance"),
     Case("soft-delete", api.delete, "compute.soft_delete_instance", soft=True),
     Case(

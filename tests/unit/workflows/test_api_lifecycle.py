@@ -68,6 +68,7 @@ ALL_ACTIONS = {
     "restore",
     "lock",
     "unlock",
+    "update_metadata",
 }
 
 
