@@ -35,6 +35,13 @@ class _Console(Console):
     shortens uuids and host names with "…", which ``grep`` and ``awk`` then miss. A
     width set explicitly (``console.width = ...``) still wins."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if "width" not in kwargs:
+            # rich fixes the width from $COLUMNS when the console is made (at import): that
+            # is the terminal's business, read again on each print when there is one.
+            self._width = None
+
     @property
     def size(self) -> ConsoleDimensions:
         if self._width is None and not self.is_terminal:

@@ -6,6 +6,7 @@ properties, list's filters, update/rename/meta, lock reasons."""
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -256,3 +257,16 @@ def test_move_commands_take_a_name(db_url: str) -> None:
     listed = novaq("migration-list", "--instance", "vm", "--json")
     assert listed.exit_code == 0, listed.output
     assert [m["migration_type"] for m in json.loads(listed.output)] == ["resize"]
+
+
+def test_a_console_made_under_a_narrow_columns_still_cuts_nothing_when_piped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # rich fixes its width from $COLUMNS when the console is made (at import, whatever
+    # the process's environment was then); piped output must not keep that width.
+    from novaq.cli import base
+
+    monkeypatch.setenv("COLUMNS", "60")
+    piped = base._Console(file=io.StringIO())
+    assert piped.size.width == base.UNBOUNDED
+    assert base._Console(file=io.StringIO(), width=70).size.width == 70  # explicit wins

@@ -126,7 +126,7 @@ def test_an_ambiguous_name_is_refused(db_url: str) -> None:
     with pytest.raises(InvalidInput, match="2 servers are named 'twin'"):
         api.timeline("twin")
     result = CliRunner().invoke(main, ["timeline", "twin"])
-    assert result.exit_code == 1 and "ERROR (InvalidInput)" in result.output
+    assert result.exit_code == 1 and "ERROR (AmbiguousServerName)" in result.output
     with pytest.raises(InvalidInput):
         api.timeline("")
     with pytest.raises(InvalidInput):
