@@ -265,3 +265,9 @@ class FlavorDiskSmallerThanMinDisk(FlavorDiskTooSmall):
 class ImageStoreError(NovaqError):
     msg_fmt = "Image store error: %(reason)s"
     code = 503
+
+
+class ComputeServiceInUse(InvalidInput):
+    """Nova's refusal to evacuate a server whose compute service is still up."""
+
+    msg_fmt = "Compute service of %(host)s is still in use."

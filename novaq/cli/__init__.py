@@ -13,6 +13,7 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
     images,
     lifecycle,
     moves,
+    rebuild,
     servers,
 )
 from novaq.cli.base import main

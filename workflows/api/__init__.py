@@ -12,12 +12,14 @@ This package only gathers the calls; they live by subject in its modules
 from __future__ import annotations
 
 from workflows.api import admin, cells, consoles, images, lifecycle, moves, servers
+from workflows.api import rebuild as rebuild_calls
 from workflows.api.admin import *  # noqa: F403
 from workflows.api.cells import *  # noqa: F403
 from workflows.api.consoles import *  # noqa: F403
 from workflows.api.images import *  # noqa: F403
 from workflows.api.lifecycle import *  # noqa: F403
 from workflows.api.moves import *  # noqa: F403
+from workflows.api.rebuild import *  # noqa: F403
 from workflows.api.servers import *  # noqa: F403
 
 __all__ = sorted(
@@ -29,5 +31,6 @@ __all__ = sorted(
         *lifecycle.__all__,
         *moves.__all__,
         *servers.__all__,
+        *rebuild_calls.__all__,
     }
 )

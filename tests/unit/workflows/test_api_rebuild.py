@@ -1,0 +1,299 @@
+"""Rebuild and evacuate through the public API and the ``novaq`` command: Nova's states
+through a real in-thread worker on libvirt test:///, and every bad request refused with a
+clear error before anything is written or sent."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select, update
+
+from compute.claims import consumer_allocations
+from models import Migration, Service
+from models.db import session_scope
+from novaq.cli import main
+from novaq.exceptions import (
+    ComputeHostNotFound,
+    ComputeServiceInUse,
+    FlavorDiskSmallerThanImage,
+    FlavorDiskSmallerThanMinDisk,
+    FlavorMemoryTooSmall,
+    ImageNotActive,
+    ImageNotFound,
+    InstanceInvalidState,
+    InstanceNotFound,
+    InvalidInput,
+)
+from tests.factories import make_compute_node, make_image_ref, make_instance
+from tests.unit.workflows.servers import (
+    action_count,
+    boot_active,
+    clear_queues,
+    delete_and_wait,
+    placed_server,
+    queued,
+)
+from workflows import api
+from workflows.gate import InstanceHostDown, InstanceIsLocked
+
+QUEUES = ("scheduler", "compute.host1", "compute.host2")
+
+
+@pytest.fixture
+def no_messages() -> Iterator[None]:
+    clear_queues(*QUEUES)
+    yield
+    clear_queues(*QUEUES)
+
+
+def _nothing_written(db_url: str) -> tuple[int, int, int]:
+    with session_scope(db_url) as session:
+        migrations = len(session.scalars(select(Migration)).all())
+    return queued(*QUEUES), action_count(db_url), migrations
+
+
+def _image(db_url: str, name: str, **values: Any) -> str:
+    ref = make_image_ref(db_url, name)
+    if values:
+        from models import Image
+
+        with session_scope(db_url) as session:
+            session.execute(update(Image).where(Image.id == ref).values(**values))
+    return ref
+
+
+def _set_host_down(db_url: str, host: str, forced: bool = False) -> None:
+    values: dict[str, Any] = {"forced_down": True} if forced else {
+        "last_seen_up": dt.datetime(2000, 1, 1),
+        "created_at": dt.datetime(2000, 1, 1),
+    }
+    with session_scope(db_url) as session:
+        session.execute(update(Service).where(Service.host == host).values(**values))
+
+
+# -- rebuild through the worker -------------------------------------------------------------
+
+
+def test_rebuild_gives_the_server_a_new_guest_from_the_new_image(db_url: str, worker: None) -> None:
+    uuid = boot_active("rb1")
+    fedora = _image(db_url, "fedora")
+    before = api.show(uuid)
+    with session_scope(db_url) as session:
+        held = consumer_allocations(session, uuid)
+
+    api.rebuild(uuid, "fedora")
+    view = api.wait(uuid, "ACTIVE", timeout=30)
+
+    assert (view["vm_state"], view["task_state"], view["host"]) == ("active", None, "host1")
+    assert view["launched_at"] >= before["launched_at"]
+    assert api.diagnostics(uuid)["power_state"] == 1
+    with session_scope(db_url) as session:
+        from compute.instance_state import get_instance
+
+        instance = get_instance(session, uuid)
+        assert instance.image_ref == fedora
+        assert instance.system_metadata["image_base_image_ref"] == fedora
+        assert instance.request_spec["image"] == fedora
+        assert consumer_allocations(session, uuid) == held  # Nova's NopClaim
+    [action] = [a for a in api.list_actions(uuid) if a["action"] == "rebuild"]
+    assert [e["event"] for e in action["events"]] == ["compute_rebuild_instance"]
+    assert action["events"][0]["result"] == "Success"
+    delete_and_wait(uuid)
+
+
+def test_a_stopped_server_stays_stopped_after_rebuild(db_url: str, worker: None) -> None:
+    uuid = boot_active("rb2")
+    api.stop(uuid)
+    api.wait(uuid, "SHUTOFF", timeout=30)
+    _image(db_url, "fedora")
+
+    api.rebuild("rb2", "fedora")  # by name
+    view = api.wait(uuid, "SHUTOFF", timeout=30)
+
+    assert (view["vm_state"], view["task_state"]) == ("stopped", None)
+    assert api.diagnostics(uuid)["power_state"] == 4
+    delete_and_wait(uuid)
+
+
+def test_rebuild_passes_through_novas_task_states(db_url: str, worker: None) -> None:
+    """Every task_state the instance takes on its way, as Nova's (sampled from the rows)."""
+    uuid = boot_active("rb3")
+    seen: list[Any] = []
+    api.rebuild(uuid, "cirros")
+    for _ in range(3000):
+        view = api.show(uuid)
+        if not seen or seen[-1] != view["task_state"]:
+            seen.append(view["task_state"])
+        if view["task_state"] is None:
+            break
+    assert seen[0] in ("rebuilding", "rebuild_block_device_mapping", "rebuild_spawning")
+    assert seen[-1] is None
+    order = ["rebuilding", "rebuild_block_device_mapping", "rebuild_spawning", None]
+    assert [order.index(s) for s in seen] == sorted(order.index(s) for s in seen)
+    delete_and_wait(uuid)
+
+
+def test_the_cli_rebuilds_and_waits(db_url: str, worker: None) -> None:
+    uuid = boot_active("rb4")
+    _image(db_url, "fedora")
+    result = CliRunner().invoke(main, ["rebuild", "rb4", "--image", "fedora", "--wait", "30"])
+    assert result.exit_code == 0, result.output
+    assert "accepted" in result.output and f"Server {uuid} is ACTIVE on host1" in result.output
+    delete_and_wait(uuid)
+
+
+# -- rebuild refused ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"status": "queued"}, ImageNotActive),
+        ({"min_ram": 4096}, FlavorMemoryTooSmall),
+        ({"min_disk": 50}, FlavorDiskSmallerThanMinDisk),
+        ({"virtual_size": 20 * 1024**3}, FlavorDiskSmallerThanImage),
+    ],
+)
+def test_an_image_the_flavor_cannot_boot_is_refused(
+    db_url: str, no_messages: None, values: dict[str, Any], error: type[Exception]
+) -> None:
+    uuid = placed_server(db_url, request_spec={}, system_metadata={})
+    _image(db_url, "big", **values)
+    before = _nothing_written(db_url)
+
+    with pytest.raises(error):
+        api.rebuild(uuid, "big")
+
+    assert _nothing_written(db_url) == before
+    assert api.show(uuid)["task_state"] is None
+
+
+def test_an_unknown_image_or_server_is_refused(db_url: str, no_messages: None) -> None:
+    uuid = placed_server(db_url)
+    before = _nothing_written(db_url)
+    with pytest.raises(ImageNotFound):
+        api.rebuild(uuid, "no-such-image")
+    with pytest.raises(InstanceNotFound):
+        api.rebuild("no-such-server", "cirros")
+    assert _nothing_written(db_url) == before
+
+
+@pytest.mark.parametrize(
+    ("vm_state", "task_state"),
+    [("paused", None), ("suspended", None), ("resized", None), ("active", "powering-off")],
+)
+def test_rebuild_in_a_state_nova_forbids_is_refused(
+    db_url: str, no_messages: None, vm_state: str, task_state: str | None
+) -> None:
+    uuid = placed_server(db_url, vm_state, task_state=task_state)
+    before = _nothing_written(db_url)
+    with pytest.raises(InstanceInvalidState, match="rebuild"):
+        api.rebuild(uuid, "cirros")
+    assert _nothing_written(db_url) == before
+
+
+def test_a_locked_server_or_a_down_host_refuses_rebuild(db_url: str, no_messages: None) -> None:
+    locked = placed_server(db_url, system_metadata={"locked": "admin"})
+    before = _nothing_written(db_url)
+    with pytest.raises(InstanceIsLocked):
+        api.rebuild(locked, "cirros")
+    other = placed_server(db_url)
+    before = _nothing_written(db_url)
+    _set_host_down(db_url, "host1")
+    with pytest.raises(InstanceHostDown):
+        api.rebuild(other, "cirros")
+    assert _nothing_written(db_url) == before
+
+
+def test_a_name_matching_two_servers_is_refused(db_url: str, no_messages: None) -> None:
+    placed_server(db_url, display_name="twin")
+    placed_server(db_url, display_name="twin")
+    before = _nothing_written(db_url)
+    with pytest.raises(InvalidInput, match="2 servers are named 'twin'"):
+        api.rebuild("twin", "cirros")
+    with pytest.raises(InvalidInput, match="2 servers are named 'twin'"):
+        api.evacuate("twin")
+    assert _nothing_written(db_url) == before
+
+
+# -- evacuate refused -----------------------------------------------------------------------
+
+
+def test_evacuating_a_server_whose_host_is_up_is_refused(db_url: str, no_messages: None) -> None:
+    uuid = placed_server(db_url)
+    make_compute_node(db_url, "host2")
+    before = _nothing_written(db_url)
+    with pytest.raises(ComputeServiceInUse, match="Compute service of host1 is still in use"):
+        api.evacuate(uuid)
+    assert _nothing_written(db_url) == before
+    assert api.show(uuid)["task_state"] is None
+
+
+def test_evacuate_to_an_unknown_or_the_same_host_is_refused(
+    db_url: str, no_messages: None
+) -> None:
+    uuid = placed_server(db_url)
+    _set_host_down(db_url, "host1", forced=True)
+    before = _nothing_written(db_url)
+    with pytest.raises(ComputeHostNotFound, match="host99"):
+        api.evacuate(uuid, host="host99")
+    with pytest.raises(InvalidInput, match="can't be the same"):
+        api.evacuate(uuid, host="host1")
+    assert _nothing_written(db_url) == before
+
+
+@pytest.mark.parametrize(
+    ("vm_state", "task_state"),
+    [("paused", None), ("shelved", None), ("resized", None), ("stopped", "powering-on")],
+)
+def test_evacuate_in_a_state_nova_forbids_is_refused(
+    db_url: str, no_messages: None, vm_state: str, task_state: str | None
+) -> None:
+    uuid = placed_server(db_url, vm_state, task_state=task_state)
+    _set_host_down(db_url, "host1", forced=True)
+    before = _nothing_written(db_url)
+    with pytest.raises(InstanceInvalidState, match="evacuate"):
+        api.evacuate(uuid)
+    assert _nothing_written(db_url) == before
+
+
+def test_a_never_launched_server_cannot_be_evacuated(db_url: str, no_messages: None) -> None:
+    make_compute_node(db_url, "host1")
+    uuid = make_instance(db_url, host="host1", node="host1", vm_state="error", task_state=None)
+    _set_host_down(db_url, "host1", forced=True)
+    with pytest.raises(InstanceInvalidState, match="never been launched"):
+        api.evacuate(uuid)
+
+
+def test_the_cli_reports_a_refused_evacuation(db_url: str, no_messages: None) -> None:
+    uuid = placed_server(db_url)
+    result = CliRunner().invoke(main, ["evacuate", uuid])
+    assert result.exit_code == 1
+    assert "ComputeServiceInUse" in result.output and "host1" in result.output
+    result = CliRunner().invoke(main, ["evacuate", uuid, "--host", "host99"])
+    assert result.exit_code == 1 and "host99" in result.output
+
+
+def test_evacuate_of_a_forced_down_host_writes_the_evacuation_and_sends_the_scheduler_step(
+    db_url: str, no_messages: None
+) -> None:
+    uuid = placed_server(db_url)
+    make_compute_node(db_url, "host2")
+    _set_host_down(db_url, "host1", forced=True)
+
+    api.evacuate(uuid, host="host2")
+
+    view = api.show(uuid)
+    assert (view["status"], view["task_state"]) == ("REBUILD", "rebuilding")
+    [migration] = api.list_migrations(instance_uuid=uuid)
+    assert (migration["migration_type"], migration["status"], migration["source_compute"]) == (
+        "evacuation",
+        "accepted",
+        "host1",
+    )
+    assert queued("scheduler") == 1
+    assert [a["action"] for a in api.list_actions(uuid)][-1] == "evacuate"
