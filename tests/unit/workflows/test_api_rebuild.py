@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from compute.claims import consumer_allocations
-from models import Migration, Service
+from compute.instance_state import get_instance
+from models import Image, Migration, Service
 from models.db import session_scope
 from novaq.cli import main
 from novaq.exceptions import (
@@ -59,18 +60,20 @@ def _nothing_written(db_url: str) -> tuple[int, int, int]:
 def _image(db_url: str, name: str, **values: Any) -> str:
     ref = make_image_ref(db_url, name)
     if values:
-        from models import Image
-
         with session_scope(db_url) as session:
             session.execute(update(Image).where(Image.id == ref).values(**values))
     return ref
 
 
 def _set_host_down(db_url: str, host: str, forced: bool = False) -> None:
-    values: dict[str, Any] = {"forced_down": True} if forced else {
-        "last_seen_up": dt.datetime(2000, 1, 1),
-        "created_at": dt.datetime(2000, 1, 1),
-    }
+    values: dict[str, Any] = (
+        {"forced_down": True}
+        if forced
+        else {
+            "last_seen_up": dt.datetime(2000, 1, 1),
+            "created_at": dt.datetime(2000, 1, 1),
+        }
+    )
     with session_scope(db_url) as session:
         session.execute(update(Service).where(Service.host == host).values(**values))
 
@@ -92,8 +95,6 @@ def test_rebuild_gives_the_server_a_new_guest_from_the_new_image(db_url: str, wo
     assert view["launched_at"] >= before["launched_at"]
     assert api.diagnostics(uuid)["power_state"] == 1
     with session_scope(db_url) as session:
-        from compute.instance_state import get_instance
-
         instance = get_instance(session, uuid)
         assert instance.image_ref == fedora
         assert instance.system_metadata["image_base_image_ref"] == fedora
@@ -233,9 +234,7 @@ def test_evacuating_a_server_whose_host_is_up_is_refused(db_url: str, no_message
     assert api.show(uuid)["task_state"] is None
 
 
-def test_evacuate_to_an_unknown_or_the_same_host_is_refused(
-    db_url: str, no_messages: None
-) -> None:
+def test_evacuate_to_an_unknown_or_the_same_host_is_refused(db_url: str, no_messages: None) -> None:
     uuid = placed_server(db_url)
     _set_host_down(db_url, "host1", forced=True)
     before = _nothing_written(db_url)
