@@ -37,6 +37,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from compute import images
 from compute import instance_actions as actions
 from compute.build import destroy_quietly
 from compute.claims import move_consumer, release, retry_on_conflict
@@ -50,8 +51,9 @@ from compute.resource_tracker import get_node
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from compute.steps import SKIPPED, Step, StepContext, StepRun, abort, close_event, run_step
-from models import Instance, utcnow
+from models import Image, Instance, utcnow
 from models.states import MigrationStatus
+from novaq.exceptions import NovaqError
 from virt.driver import GuestSpec
 
 LOG = logging.getLogger(__name__)
@@ -250,6 +252,56 @@ def abort_evacuation(
     if done:
         LOG.warning("Evacuation %s failed, instance back on its source: %s", migration_uuid, exc)
     return done
+
+
+def fail_rebuild_scheduling(
+    sessions: Sessions,
+    instance_uuid: str,
+    request_id: str,
+    exc: BaseException,
+    orig_image_ref: str,
+) -> bool:
+    """The server's host cannot run the new image (Nova's conductor): the server in ERROR
+    with the fault, its former image given back (``image_ref``, and the image's fields in
+    its request and system metadata), the event recorded and the action closed. False,
+    doing nothing, once the rebuild has left ``rebuilding``."""
+
+    def work(session: Session) -> bool:
+        instance = get_instance(session, instance_uuid, lock=True)
+        if instance.deleted or instance.task_state != TaskState.REBUILDING:
+            return False
+        instance.vm_state, instance.task_state = VmState.ERROR, None
+        try:
+            image = images.find_image(session, orig_image_ref)
+        except NovaqError:  # purged meanwhile: only its id can be given back
+            instance.image_ref = orig_image_ref
+        else:
+            instance.image_ref = image.id
+            instance.system_metadata = with_image_metadata(instance, image)
+            instance.request_spec = with_image_request(instance, image)
+        instance.updated_at = utcnow()
+        actions.add_fault(session, instance_uuid, exc, None)
+        actions.record_event(session, instance_uuid, request_id, SCHEDULE_EVENT, None, exc)
+        return True
+
+    return retry_on_conflict(sessions, work)
+
+
+def with_image_metadata(instance: Instance, image: Image) -> dict[str, Any]:
+    """Nova's ``_reset_image_metadata``: the system metadata with the former image's
+    ``image_*`` keys out and ``image``'s in."""
+    kept = {k: v for k, v in (instance.system_metadata or {}).items() if not k.startswith("image_")}
+    return {**kept, **images.system_metadata(image, instance.flavor)}
+
+
+def with_image_request(instance: Instance, image: Image) -> dict[str, Any]:
+    """The boot request with ``image`` (what the scheduler's image filters read)."""
+    return dict(
+        instance.request_spec or {},
+        image=image.id,
+        image_name=image.name,
+        image_properties={k: str(v) for k, v in (image.properties or {}).items()},
+    )
 
 
 def abort_rebuild(

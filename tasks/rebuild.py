@@ -12,11 +12,26 @@ from compute import notifications, rebuild
 from novaq.celery_app import app
 from novaq.exceptions import NoValidHost
 from scheduler.evacuate import EvacuationScheduler
+from scheduler.rebuild import check_rebuild as rebuild_check
 from tasks import context
 from tasks.compute import check_host
-from workflows.rebuild import evacuate_step
+from workflows.rebuild import evacuate_step, rebuild_workflow
 
 LOG = get_task_logger(__name__)
+
+
+@app.task(bind=True, name="scheduler.check_rebuild")
+def check_rebuild(self: Any, instance_uuid: str, request_id: str, orig_image_ref: str) -> Any:
+    """Nova's conductor for a rebuild with a new image: the image filters on the
+    server's host, then the host step there."""
+    sessions = context.sessions()
+    try:
+        host = rebuild_check(context.scheduler(), sessions, instance_uuid)
+    except NoValidHost as exc:
+        rebuild.fail_rebuild_scheduling(sessions, instance_uuid, request_id, exc, orig_image_ref)
+        raise
+    notifications.emit(sessions, "instance.rebuild_scheduled", instance_uuid, None, request_id)
+    return self.replace(rebuild_workflow(instance_uuid, request_id, host))
 
 
 @app.task(bind=True, name="scheduler.select_for_evacuation")

@@ -1,6 +1,7 @@
 """Rebuild and evacuate as Celery canvases, every step routed by its own ``host``.
 
-- rebuild: one step on the server's host, ``compute.rebuild_instance``;
+- rebuild: one step on the server's host, ``compute.rebuild_instance``, after
+  ``scheduler.check_rebuild`` (the image filters on that host) when the image changes;
 - evacuate: ``scheduler.select_for_evacuation`` (selects and claims the destination),
   which replaces itself with ``compute.rebuild_instance`` on the destination, with the
   migration.
@@ -20,6 +21,18 @@ ON_ERROR = "scheduler.on_rebuild_error"
 def rebuild_workflow(instance_uuid: str, request_id: str, host: str) -> Signature:
     workflow = step(
         "compute.rebuild_instance", instance_uuid=instance_uuid, request_id=request_id, host=host
+    )
+    workflow.on_error(errback(ON_ERROR))
+    return workflow
+
+
+def check_rebuild_workflow(instance_uuid: str, request_id: str, orig_image_ref: str) -> Signature:
+    """A rebuild with a new image: the scheduler checks the server's host first."""
+    workflow = step(
+        "scheduler.check_rebuild",
+        instance_uuid=instance_uuid,
+        request_id=request_id,
+        orig_image_ref=orig_image_ref,
     )
     workflow.on_error(errback(ON_ERROR))
     return workflow

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from compute import images
 from compute import instance_actions as actions
 from compute.instance_state import get_instance
-from compute.rebuild import cas_rebuilding
+from compute.rebuild import cas_rebuilding, with_image_metadata, with_image_request
 from compute.states import TaskState, VmState
 from models import Instance, Migration
 from models.db import session_scope
@@ -27,7 +27,11 @@ from workflows import gate as gates
 from workflows.api import common, flavors, submit
 from workflows.api.submit import MigrationWritten, Written
 from workflows.api.validation import Name, validated
-from workflows.rebuild import rebuild_workflow, select_evacuation_workflow
+from workflows.rebuild import (
+    check_rebuild_workflow,
+    rebuild_workflow,
+    select_evacuation_workflow,
+)
 
 __all__ = ["evacuate", "rebuild"]
 
@@ -86,11 +90,19 @@ def rebuild(server: Name, image: Name) -> str:
             uuid,
             expected_vm_state=list(ALLOW_REBUILD),
             image_ref=new_image.id,
-            system_metadata=_image_metadata(instance, new_image),
-            request_spec=_image_request(instance, new_image),
+            system_metadata=with_image_metadata(instance, new_image),
+            request_spec=with_image_request(instance, new_image),
         )
+        orig_image_ref = instance.image_ref
         actions.start_action(session, uuid, "rebuild", request_id)
-    submit.publish(rebuild_workflow(uuid, request_id, host), written)
+    # Nova runs the scheduler's image filters on the server's host when the image changes.
+    changed = orig_image_ref != image_id
+    workflow = (
+        check_rebuild_workflow(uuid, request_id, orig_image_ref or "")
+        if changed
+        else rebuild_workflow(uuid, request_id, host)
+    )
+    submit.publish(workflow, written)
     return request_id
 
 
@@ -99,23 +111,6 @@ def _up_host(session: Session, instance: Instance) -> str:
     if not common.host_is_up(session, instance.host, common.settings()):
         raise gates.InstanceHostDown(action="rebuild", uuid=instance.uuid, host=instance.host)
     return instance.host
-
-
-def _image_metadata(instance: Instance, image: Any) -> dict[str, Any]:
-    """Nova's ``_reset_image_metadata``: the old image's ``image_*`` keys out, the new
-    image's in."""
-    kept = {k: v for k, v in (instance.system_metadata or {}).items() if not k.startswith("image_")}
-    return {**kept, **images.system_metadata(image, instance.flavor)}
-
-
-def _image_request(instance: Instance, image: Any) -> dict[str, Any]:
-    """The boot request with the new image (what the scheduler's image filters read)."""
-    return dict(
-        instance.request_spec or {},
-        image=image.id,
-        image_name=image.name,
-        image_properties={k: str(v) for k, v in (image.properties or {}).items()},
-    )
 
 
 @validated()

@@ -5,6 +5,7 @@ clear error before anything is written or sent."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
+from compute import instance_actions as actions
 from compute.claims import consumer_allocations
 from compute.instance_state import get_instance
 from models import Image, Migration, Service
@@ -29,6 +31,7 @@ from novaq.exceptions import (
     InstanceNotFound,
     InvalidInput,
 )
+from tasks.rebuild import on_rebuild_error
 from tests.factories import make_compute_node, make_image_ref, make_instance
 from tests.unit.workflows.servers import (
     action_count,
@@ -296,3 +299,76 @@ def test_evacuate_of_a_forced_down_host_writes_the_evacuation_and_sends_the_sche
     )
     assert queued("scheduler") == 1
     assert [a["action"] for a in api.list_actions(uuid)][-1] == "evacuate"
+
+
+def test_a_new_image_the_host_cannot_run_is_refused_by_the_scheduler_and_given_back(
+    db_url: str, worker: None
+) -> None:
+    """Nova's rebuild check (the image filters on the server's own host): ERROR with the
+    fault, the former image back, the allocation untouched."""
+    uuid = boot_active("rb5")
+    _image(db_url, "s390", properties={"hw_architecture": "s390x"})
+    with session_scope(db_url) as session:
+        held = consumer_allocations(session, uuid)
+
+    api.rebuild(uuid, "s390")
+    view = api.wait(uuid, "ERROR", timeout=30)
+
+    assert "ImagePropertiesFilter: 1 -> 0" in view["fault"]["message"]
+    cirros = api.show_image("cirros")["id"]
+    with session_scope(db_url) as session:
+        instance = get_instance(session, uuid)
+        assert instance.image_ref == cirros
+        assert instance.request_spec["image"] == instance.image_ref
+        assert consumer_allocations(session, uuid) == held
+    [action] = [a for a in api.list_actions(uuid) if a["action"] == "rebuild"]
+    assert [(e["event"], e["result"]) for e in action["events"]] == [
+        ("conductor_rebuild_server", "Error")
+    ]
+    assert api.diagnostics(uuid)["power_state"] == 1  # its guest was never touched
+    api.delete(uuid)  # wait() would stop at its ERROR
+    deadline = time.monotonic() + 30
+    while api.show(uuid)["status"] != "DELETED" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert api.show(uuid)["status"] == "DELETED"
+
+
+class _Request:
+    """What Celery hands an errback: the failed step's name and keyword arguments."""
+
+    def __init__(self, task: str, **kwargs: Any) -> None:
+        self.task, self.kwargs = task, kwargs
+
+
+def test_the_errback_undoes_a_rebuild_whose_step_never_ran(db_url: str) -> None:
+    uuid = placed_server(db_url, task_state="rebuilding")
+    with session_scope(db_url) as session:
+        actions.start_action(session, uuid, "rebuild", "req-rb")
+    request = _Request("compute.rebuild_instance", instance_uuid=uuid, request_id="req-rb")
+
+    on_rebuild_error(request, RuntimeError("delivery limit"), None)
+    on_rebuild_error(request, RuntimeError("delivery limit"), None)  # idempotent
+
+    view = api.show(uuid)
+    assert (view["vm_state"], view["task_state"]) == ("error", None)
+    assert view["fault"]["message"] == "delivery limit"
+
+
+def test_the_errback_undoes_an_evacuation_the_scheduler_never_took(
+    db_url: str, no_messages: None
+) -> None:
+    uuid = placed_server(db_url)
+    make_compute_node(db_url, "host2")
+    _set_host_down(db_url, "host1", forced=True)
+    api.evacuate(uuid)
+    [migration] = api.list_migrations(instance_uuid=uuid)
+    request = _Request(
+        "scheduler.select_for_evacuation", instance_uuid=uuid, migration_uuid=migration["uuid"]
+    )
+
+    on_rebuild_error(request, RuntimeError("lost"), None)
+
+    view = api.show(uuid)
+    assert (view["vm_state"], view["task_state"], view["host"]) == ("error", None, "host1")
+    assert api.list_migrations(instance_uuid=uuid)[0]["status"] == "error"
+    assert api.list_actions(uuid)[-1]["events"][0]["result"] == "Error"
