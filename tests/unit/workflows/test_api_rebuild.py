@@ -372,3 +372,32 @@ def test_the_errback_undoes_an_evacuation_the_scheduler_never_took(
     assert (view["vm_state"], view["task_state"], view["host"]) == ("error", None, "host1")
     assert api.list_migrations(instance_uuid=uuid)[0]["status"] == "error"
     assert api.list_actions(uuid)[-1]["events"][0]["result"] == "Error"
+
+
+@pytest.mark.parametrize(
+    ("call", "kwargs", "field"),
+    [
+        ("rebuild", {"image": 7}, "image"),
+        ("rebuild", {"image": ["cirros"]}, "image"),
+        ("rebuild", {"image": "c\x00"}, "image"),
+        ("rebuild", {"image": "x" * 256}, "image"),
+        ("evacuate", {"host": "host\x00"}, "host"),
+        ("evacuate", {"host": ["host2"]}, "host"),
+        ("evacuate", {"host": 2}, "host"),
+    ],
+)
+def test_malformed_arguments_are_refused_naming_the_field(
+    db_url: str, no_messages: None, call: str, kwargs: dict[str, Any], field: str
+) -> None:
+    uuid = placed_server(db_url)
+    _set_host_down(db_url, "host1", forced=True)
+    before = _nothing_written(db_url)
+    with pytest.raises(InvalidInput) as raised:
+        getattr(api, call)(uuid, **kwargs)
+    assert field in str(raised.value)
+    assert _nothing_written(db_url) == before
+
+
+def test_the_cli_needs_an_image_to_rebuild(db_url: str) -> None:
+    result = CliRunner().invoke(main, ["rebuild", "vm"])
+    assert result.exit_code == 2 and "--image" in result.output
