@@ -45,6 +45,11 @@ Images (the registry and boot's checks against it)::
         └── FlavorDiskSmallerThanMinDisk   root_gb < the image's min_disk
     ImageStoreError                  the store failed (no qemu-img, disk full, unreadable)
 
+Rebuild and evacuate::
+
+    InvalidInput
+    └── ComputeServiceInUse          evacuate while the server's compute service is up
+
 Messages come from class templates filled with keyword arguments, as Nova's do:
 ``NoValidHost(reason="...")``.
 """

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from novaq.cli import main
 from tests.factories import write_raw_image
 from tests.integration.checks import assert_no_leaks, boot_active, flavor, hostdevs, memory_used
 from tests.integration.workers import Cluster
@@ -92,8 +94,10 @@ def test_evacuate_from_a_dead_host_then_its_restart_cleans_up(
 
     evacuation_hosts.workers[SOURCE].stop()  # the host dies, its guest with it "running"
     api.force_down_service(SOURCE)  # the operator fences it
-    api.evacuate("evac", host=DEST)
-    view = api.wait(uuid, "ACTIVE", timeout=60)
+    result = CliRunner().invoke(main, ["evacuate", "evac", "--host", DEST, "--wait", "60"])
+    assert result.exit_code == 0, result.output
+    assert f"Server {uuid} is ACTIVE on {DEST}" in result.output
+    view = api.show(uuid)
 
     assert view["host"] == DEST
     [migration] = api.list_migrations(instance_uuid=uuid)
