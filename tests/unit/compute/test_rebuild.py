@@ -252,10 +252,18 @@ def test_a_redelivered_evacuation_step_resumes_and_one_that_ended_is_skipped(
     assert _leaks(db_url) == []
 
 
+@pytest.mark.parametrize(
+    ("vm_state", "final", "power"),
+    [
+        ("active", "active", power_state.RUNNING),
+        ("error", "active", power_state.RUNNING),  # Nova: a rebuild repairs an ERROR server
+        ("stopped", "stopped", power_state.SHUTDOWN),
+    ],
+)
 def test_rebuild_keeps_the_host_and_claim_and_recreates_the_disk_from_the_new_image(
-    db_url: str, hosts: Hosts
+    db_url: str, hosts: Hosts, vm_state: str, final: str, power: int
 ) -> None:
-    uuid, nodes = _server(db_url, hosts)
+    uuid, nodes = _server(db_url, hosts, vm_state)
     fedora = make_image_ref(db_url, "fedora")
     with session_scope(db_url) as session:
         session.execute(update(Service).where(Service.host == "src").values(forced_down=False))
@@ -267,10 +275,10 @@ def test_rebuild_keeps_the_host_and_claim_and_recreates_the_disk_from_the_new_im
 
     assert rebuild.rebuild_instance(ctx, uuid) == "done"
 
-    assert _state(db_url, uuid) == ("active", None, "src", "src")
+    assert _state(db_url, uuid) == (final, None, "src", "src")
     assert not (directory / "old-data").exists()  # the old disks went with their directory
     assert _backing(directory / "disk") == cache_file_name(fedora)
-    assert hosts["src"].get_info(uuid).power_state == power_state.RUNNING
+    assert hosts["src"].get_info(uuid).power_state == power
     assert _held(db_url, uuid) == {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 1}
     assert _leaks(db_url) == []
 
