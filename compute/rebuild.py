@@ -65,7 +65,7 @@ REBUILD_TASKS = (
 )
 REBUILD_EVENT = "compute_rebuild_instance"
 SCHEDULE_EVENT = "conductor_rebuild_server"
-#: Nova's ``_destroy_evacuated_instances`` looks at evacuations in these statuses.
+#: An evacuation still under way (what its undo may end).
 EVACUATION_LIVE = (MigrationStatus.ACCEPTED, MigrationStatus.PRE_MIGRATING)
 
 
