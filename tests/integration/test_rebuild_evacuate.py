@@ -7,6 +7,8 @@ had and frees its allocation, leaving the audit clean."""
 from __future__ import annotations
 
 import contextlib
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,12 @@ from click.testing import CliRunner
 from novaq.cli import main
 from tests.factories import write_raw_image
 from tests.integration.checks import assert_no_leaks, boot_active, flavor, hostdevs, memory_used
-from tests.integration.workers import Cluster
+from tests.integration.workers import Cluster, Worker
 from workflows import api
 
 pytestmark = pytest.mark.integration
 
-SOURCE, DEST = "evac-a", "evac-b"
+SOURCE, DEST, SLOW = "evac-a", "evac-b", "evac-slow"
 
 
 def _image(state_dir: Path, name: str) -> str:
@@ -120,3 +122,49 @@ def test_evacuate_from_a_dead_host_then_its_restart_cleans_up(
     assert_no_leaks((SOURCE, DEST))
     events = [e["event"] for a in api.list_actions(uuid) for e in a["events"]]
     assert events[-1] == "compute_rebuild_instance"
+
+
+@pytest.fixture
+def slow_destination(evacuation_hosts: Cluster, tmp_path: Path) -> Iterator[Worker]:
+    """A destination whose guests take 5 s to start: a window to kill its worker."""
+    config = tmp_path / "slow.toml"
+    config.write_text(f'[[hosts]]\nname = "{SLOW}"\nspawn_delay_s = 5\n')
+    worker = evacuation_hosts.add(
+        SLOW, f"compute.{SLOW}", f"compute@{SLOW}", SLOW, extra_env={"NOVAQ_CONFIG": str(config)}
+    )
+    evacuation_hosts.wait_ready({f"compute@{SLOW}"})
+    yield worker
+    evacuation_hosts.workers.pop(SLOW).stop()
+    with contextlib.suppress(Exception):
+        api.force_down_service(SLOW)
+
+
+def test_an_evacuation_whose_destination_dies_mid_spawn_resumes_there(
+    evacuation_hosts: Cluster, slow_destination: Worker, cleanup: list[str]
+) -> None:
+    [uuid] = api.boot(
+        "evac-kill", flavor("ev.small", 1, 1024), "cirros", availability_zone=f"nova:{SOURCE}"
+    )
+    cleanup.append(uuid)
+    api.wait(uuid, "ACTIVE", timeout=60)
+    evacuation_hosts.workers.pop(SOURCE).stop()  # out of the cluster's readiness checks
+    api.force_down_service(SOURCE)
+
+    api.evacuate(uuid, host=SLOW)
+    deadline = time.monotonic() + 30
+    while api.show(uuid)["task_state"] != "rebuild_spawning":
+        assert time.monotonic() < deadline, api.show(uuid)
+        time.sleep(0.1)
+    slow_destination.stop(signal.SIGKILL)  # mid spawn, its guest half started
+    slow_destination.start()
+    evacuation_hosts.wait_ready({f"compute@{SLOW}"})
+
+    view = api.wait(uuid, "ACTIVE", timeout=90)  # the step comes back and resumes
+    assert view["host"] == SLOW
+    assert api.list_migrations(instance_uuid=uuid)[0]["status"] == "done"
+    assert_no_leaks((SOURCE, SLOW))
+    _add_host(evacuation_hosts, SOURCE)
+    api.force_down_service(SOURCE, forced_down=False)
+    assert api.list_migrations(instance_uuid=uuid)[0]["status"] == "completed"
+    assert _guests(api.audit(), SOURCE) == 0
+    assert_no_leaks((SOURCE, SLOW))
