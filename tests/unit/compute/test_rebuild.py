@@ -22,7 +22,7 @@ from compute.instance_state import get_instance
 from compute.recovery import recover_host
 from compute.sessions import sessions_for
 from compute.steps import StepContext
-from models import ComputeNode, Migration, Service, utcnow
+from models import ComputeNode, Instance, Migration, Service, utcnow
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from novaq.exceptions import NoValidHost
@@ -241,8 +241,8 @@ def test_a_redelivered_evacuation_step_resumes_and_one_that_ended_is_skipped(
     assert _select(db_url, migration) == "dst"  # a redelivered scheduler step: same claim
     with session_scope(db_url) as session:  # the worker died mid-spawn
         session.execute(
-            update(type(get_instance(session, uuid)))
-            .where(type(get_instance(session, uuid)).uuid == uuid)
+            update(Instance)
+            .where(Instance.uuid == uuid)
             .values(task_state="rebuild_spawning", host="dst", node="dst")
         )
     ctx = _ctx(db_url, hosts, "dst")

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from compute import instance_actions as actions
+from compute import notifications
 from compute.claims import consumer_allocations
 from compute.instance_state import get_instance
 from models import Image, Migration, Service
@@ -401,3 +402,21 @@ def test_malformed_arguments_are_refused_naming_the_field(
 def test_the_cli_needs_an_image_to_rebuild(db_url: str) -> None:
     result = CliRunner().invoke(main, ["rebuild", "vm"])
     assert result.exit_code == 2 and "--image" in result.output
+
+
+def test_rebuild_sends_novas_versioned_notifications(db_url: str, worker: None) -> None:
+    uuid = boot_active("rb6")
+    _image(db_url, "fedora")
+    sent: list[str] = []
+    notifications.install(lambda message, priority: sent.append(message["event_type"]))
+    try:
+        api.rebuild(uuid, "fedora")
+        api.wait(uuid, "ACTIVE", timeout=30)
+    finally:
+        notifications.install(None)
+    assert [e for e in sent if e.startswith("instance.rebuild")] == [
+        "instance.rebuild_scheduled",
+        "instance.rebuild.start",
+        "instance.rebuild.end",
+    ]
+    delete_and_wait(uuid)
