@@ -15,6 +15,10 @@ guest it still runs. At start:
   own steps, which finish it (``done``: its source allocation is then dropped at this
   host's next start) or undo it (``failed``/``error``: the allocation goes back to the
   server, back on this host in ERROR, which the operator can rebuild or evacuate again).
+
+On the destination's side, a guest a failed evacuation left here (its step died after
+spawning, and the undo sent the server back to its source) is destroyed too
+(``destroy_failed_evacuation_guests``), unless the server is on this host now.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ from sqlalchemy.orm import Session
 from compute.claims import release, retry_on_conflict
 from compute.recovery.common import Host
 from compute.resource_tracker import get_node
-from models import Migration, utcnow
+from models import Instance, Migration, utcnow
 from models.migration import MigrationType
 from models.states import MigrationStatus
 
 LOG = logging.getLogger(__name__)
 
+#: An evacuation whose undo put the server back on its source.
+FAILED = (MigrationStatus.ERROR, MigrationStatus.FAILED)
 #: The evacuations whose guests must not run here (Nova's filter).
 EVACUATED = (MigrationStatus.ACCEPTED, MigrationStatus.PRE_MIGRATING, MigrationStatus.DONE)
 
@@ -95,3 +101,38 @@ def _complete(session: Session, *, rc: Host, migration_uuid: str, node: str | No
         release(session, migration_uuid, source.id)
     migration.status = MigrationStatus.COMPLETED
     migration.updated_at = utcnow()
+
+
+def destroy_failed_evacuation_guests(rc: Host) -> list[str]:
+    """The destination's side: a guest here of an evacuation to this host that failed
+    (its undo, the errback or the reaper while this host was down, put the server back on
+    its source) is a leftover of that attempt, destroyed with its files. A server that is
+    on this host now (a later move brought it here) keeps its guest."""
+    local = set(rc.driver.list_instance_uuids())
+    if not local:
+        return []
+    with rc.sessions() as session:
+        failed = set(
+            session.scalars(
+                select(Migration.instance_uuid).where(
+                    Migration.migration_type == MigrationType.EVACUATION,
+                    Migration.dest_compute == rc.host,
+                    Migration.status.in_(FAILED),
+                    Migration.instance_uuid.in_(local),
+                )
+            )
+        )
+        here = set(
+            session.scalars(
+                select(Instance.uuid).where(
+                    Instance.uuid.in_(failed), Instance.host == rc.host, Instance.deleted == 0
+                )
+            )
+        )
+    done = []
+    for uuid in sorted(failed - here):
+        LOG.info("Instance %s: destroying the guest a failed evacuation left on %s", uuid, rc.host)
+        rc.driver.destroy(uuid)
+        rc.driver.delete_instance_files(uuid)
+        done.append(f"{uuid}: failed evacuation to {rc.host} -> guest destroyed")
+    return done

@@ -88,7 +88,10 @@ from compute.periodic import PeriodicContext
 from compute.periodic.running_deleted import cleanup_running_deleted_instances
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.recovery.common import Found, Host
-from compute.recovery.evacuated import destroy_evacuated_instances
+from compute.recovery.evacuated import (
+    destroy_evacuated_instances,
+    destroy_failed_evacuation_guests,
+)
 from compute.recovery.moves import recover_resize_migrating, recover_resize_prep
 from compute.recovery.resume import NO_RESUME as NO_RESUME  # re-exported: it was defined here
 from compute.recovery.resume import resume_safely
@@ -145,7 +148,7 @@ def recover_host(
 def _destroy_evacuated(rc: Host) -> list[str]:
     """Nova runs ``_destroy_evacuated_instances`` first (``compute/recovery/evacuated.py``)."""
     try:
-        return destroy_evacuated_instances(rc)
+        return destroy_evacuated_instances(rc) + destroy_failed_evacuation_guests(rc)
     except Exception:  # noqa: BLE001 - the other recoveries must still run
         LOG.exception("init_host on %s: cleanup of evacuated instances failed", rc.host)
         return []

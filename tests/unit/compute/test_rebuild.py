@@ -313,3 +313,27 @@ def test_a_failed_rebuild_leaves_the_server_in_error_with_a_fault(
     assert "refuses to start guests" in api.show(uuid)["fault"]["message"]
     assert _held(db_url, uuid) == {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 1}
     assert _leaks(db_url) == []
+
+
+def test_a_guest_left_by_an_evacuation_undone_while_its_destination_was_down_goes_at_its_start(
+    db_url: str, hosts: Hosts
+) -> None:
+    """The destination spawned, then died before recording it; the reaper's undo (the
+    errback's) sent the server back to its source. The destination's restart removes the
+    guest it still has."""
+    uuid, nodes = _server(db_url, hosts)
+    api.evacuate(uuid)
+    migration = _migration(db_url, uuid).uuid
+    _select(db_url, migration)
+    with session_scope(db_url) as session:
+        hosts["dst"].spawn(guest_spec(session, get_instance(session, uuid)))
+    assert rebuild.abort_evacuation(sessions_for(db_url), migration, RuntimeError("lost"), "dst")
+    assert _state(db_url, uuid) == ("error", None, "src", "src")
+
+    done = recover_host(sessions_for(db_url), hosts["dst"], "dst")
+
+    assert f"{uuid}: failed evacuation to dst -> guest destroyed" in done
+    assert not hosts["dst"].instance_exists(uuid)
+    assert not hosts["dst"].instance_files_exist(uuid)
+    assert hosts["src"].instance_exists(uuid)  # the source's guest is the server's
+    assert _leaks(db_url) == []
