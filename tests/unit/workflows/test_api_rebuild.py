@@ -420,3 +420,20 @@ def test_rebuild_sends_novas_versioned_notifications(db_url: str, worker: None) 
         "instance.rebuild.end",
     ]
     delete_and_wait(uuid)
+
+
+def test_a_host_down_by_its_heartbeats_alone_may_be_evacuated_from_the_cli(
+    db_url: str, no_messages: None
+) -> None:
+    """Nova's rule is the service group's: down (no heartbeat within service_down_time)
+    or forced down."""
+    uuid = placed_server(db_url, display_name="lonely")
+    make_compute_node(db_url, "host2")
+    _set_host_down(db_url, "host1")
+
+    result = CliRunner().invoke(main, ["evacuate", "lonely"])
+
+    assert result.exit_code == 0, result.output
+    assert "Request to evacuate server lonely has been accepted" in result.output
+    assert api.show(uuid)["task_state"] == "rebuilding"
+    assert queued("scheduler") == 1
