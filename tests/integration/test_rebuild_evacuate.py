@@ -47,7 +47,9 @@ def evacuation_hosts(two_hosts: Cluster) -> Iterator[Cluster]:
         _add_host(two_hosts, host)
     yield two_hosts
     for host in (SOURCE, DEST):
-        two_hosts.workers.pop(host).stop()
+        worker = two_hosts.workers.pop(host, None)  # a failed test may have stopped it
+        if worker is not None:
+            worker.stop()
         with contextlib.suppress(Exception):
             api.force_down_service(host)
 
@@ -134,7 +136,7 @@ def slow_destination(evacuation_hosts: Cluster, tmp_path: Path) -> Iterator[Work
     )
     evacuation_hosts.wait_ready({f"compute@{SLOW}"})
     yield worker
-    evacuation_hosts.workers.pop(SLOW).stop()
+    evacuation_hosts.workers.pop(SLOW, worker).stop()
     with contextlib.suppress(Exception):
         api.force_down_service(SLOW)
 
