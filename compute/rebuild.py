@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 
 from compute import images
 from compute import instance_actions as actions
-from compute.build import destroy_quietly
+from compute.build import destroy_deleted_guest, destroy_quietly
 from compute.claims import move_consumer, release, retry_on_conflict
 from compute.failure_policies import error
 from compute.guest import guest_spec
@@ -53,7 +53,7 @@ from compute.states import TaskState, VmState
 from compute.steps import SKIPPED, Step, StepContext, StepRun, abort, close_event, run_step
 from models import Image, Instance, utcnow
 from models.states import MigrationStatus
-from novaq.exceptions import NovaqError
+from novaq.exceptions import InstanceNotFound, NovaqError
 from virt.driver import GuestSpec
 
 LOG = logging.getLogger(__name__)
@@ -138,10 +138,18 @@ def _evacuation_failed(ctx: StepContext, run: StepRun, exc: BaseException) -> No
 
 
 def _deleted_meanwhile(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
-    """A delete took the server over mid-rebuild: take the new guest down again (the
-    delete ran on a guest that was not there yet)."""
-    LOG.info("Instance %s was deleted while being rebuilt on %s", run.instance_uuid, ctx.host)
-    destroy_quietly(ctx.driver, run.instance_uuid)
+    """A delete took the server over mid-rebuild (the only request that can): take the
+    new guest and its files down again, since the delete ran before they existed here."""
+    uuid = run.instance_uuid
+    with ctx.sessions() as session:
+        try:
+            deleted = bool(get_instance(session, uuid).deleted)
+        except InstanceNotFound:
+            deleted = True
+    if deleted:
+        LOG.info("Instance %s was deleted while being rebuilt on %s", uuid, ctx.host)
+        destroy_deleted_guest(ctx, uuid)
+        ctx.driver.delete_instance_files(uuid)
     close_event(ctx, run, exc)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 from compute import rebuild
 from compute.audit import audit_node
 from compute.claims import ResourceRequest, consumer_allocations
+from compute.delete import local_delete
 from compute.guest import guest_spec
 from compute.instance_state import get_instance
 from compute.recovery import recover_host
@@ -33,6 +34,7 @@ from tests.factories import claim, flavor_dict, make_compute_node, make_image_re
 from tests.unit.compute.conftest import Hosts
 from tests.unit.workflows.servers import clear_queues
 from virt import power_state
+from virt.driver import GuestInfo, GuestSpec
 from virt.host_profile import HostProfile
 from virt.libvirt.imagecache import cache_file_name
 from virt.simulated import SimulatedHostDriver
@@ -336,4 +338,42 @@ def test_a_guest_left_by_an_evacuation_undone_while_its_destination_was_down_goe
     assert not hosts["dst"].instance_exists(uuid)
     assert not hosts["dst"].instance_files_exist(uuid)
     assert hosts["src"].instance_exists(uuid)  # the source's guest is the server's
+    assert _leaks(db_url) == []
+
+
+class _DeletedWhileSpawning(SimulatedHostDriver):
+    """A host on which the server is deleted (by the API's local delete) just as its new
+    guest starts: the race a delete wins over a rebuild in flight."""
+
+    def __init__(self, *args: Any, db_url: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.db_url = db_url
+
+    def spawn(self, spec: GuestSpec) -> GuestInfo:
+        local_delete(sessions_for(self.db_url), spec.uuid, "req-delete")
+        return super().spawn(spec)
+
+
+def test_a_server_deleted_mid_rebuild_leaves_no_guest_no_files_no_allocation(
+    db_url: str, hosts: Hosts, tmp_path: Path
+) -> None:
+    uuid, nodes = _server(db_url, hosts)
+    with session_scope(db_url) as session:
+        session.execute(update(Service).where(Service.host == "src").values(forced_down=False))
+        get_instance(session, uuid).task_state = "rebuilding"
+    racing = _DeletedWhileSpawning(
+        HostProfile("src"),
+        tmp_path / "state" / "racing",
+        instances_path=tmp_path / "racing",
+        db_url=db_url,
+    )
+    racing.init_host("src")
+    try:
+        ctx = StepContext(sessions_for(db_url), racing, "src", "req-test")
+        assert rebuild.rebuild_instance(ctx, uuid) == "superseded"
+        assert not racing.instance_exists(uuid)
+        assert not racing.instance_files_exist(uuid)
+    finally:
+        racing.close()
+    assert _held(db_url, uuid) == {}
     assert _leaks(db_url) == []
