@@ -377,3 +377,25 @@ def test_a_server_deleted_mid_rebuild_leaves_no_guest_no_files_no_allocation(
         racing.close()
     assert _held(db_url, uuid) == {}
     assert _leaks(db_url) == []
+
+
+def test_a_server_deleted_after_its_evacuation_still_frees_its_source_at_the_sources_start(
+    db_url: str, hosts: Hosts
+) -> None:
+    uuid, nodes = _server(db_url, hosts)
+    api.evacuate(uuid)
+    migration = _migration(db_url, uuid).uuid
+    _select(db_url, migration)
+    rebuild.evacuate_instance(_ctx(db_url, hosts, "dst"), migration)
+    hosts["dst"].destroy(uuid)
+    local_delete(sessions_for(db_url), uuid, "req-delete")  # the delete's accounting
+    # The source is still down: the evacuation keeps its allocation there, as expected.
+    assert _held(db_url, migration) == {"VCPU": 2, "MEMORY_MB": 2048, "DISK_GB": 1}
+    assert _leaks(db_url) == []
+
+    recover_host(sessions_for(db_url), hosts["src"], "src")
+
+    assert not hosts["src"].instance_exists(uuid)
+    assert _held(db_url, migration) == {}
+    assert _migration(db_url, uuid).status == "completed"
+    assert _leaks(db_url) == []
