@@ -5,7 +5,10 @@ much, by Nova's rules. Heal and audit both start from this one answer.
   unshelved onto the node), with no move in flight, holds its flavor under its own uuid;
 - a move in flight (migration not in a terminal status) holds the source node under the
   migration's uuid (old flavor) and the destination under the instance's uuid (new
-  flavor); a same-host resize holds both on one node, as placement does.
+  flavor); a same-host resize holds both on one node, as placement does;
+- an evacuation that is ``done`` still holds its source under the migration's uuid until
+  the source's start-up recovery destroys the guest left there (Nova keeps the source
+  allocation until then, so a host that comes back is never overcommitted).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from compute.claims import ResourceRequest
 from compute.pci import PciRequest
 from models import ComputeNode, Instance, Migration
 from models.flavor import FlavorSnapshot
-from models.states import TERMINAL_MIGRATION_STATUSES
+from models.migration import MigrationType
+from models.states import TERMINAL_MIGRATION_STATUSES, MigrationStatus
 
 TERMINAL_MIGRATION = tuple(sorted(TERMINAL_MIGRATION_STATUSES))
 NOT_COUNTED_VM_STATES = ("deleted", "shelved_offloaded")
@@ -66,6 +70,23 @@ def in_progress_migrations(session: Session, node: ComputeNode) -> list[Migratio
     )
 
 
+def evacuated_from(session: Session, node: ComputeNode) -> list[Migration]:
+    """Evacuations done from ``node`` whose source has not cleaned up yet."""
+    return list(
+        session.scalars(
+            select(Migration)
+            .where(
+                Migration.migration_type == MigrationType.EVACUATION,
+                Migration.status == MigrationStatus.DONE,
+                Migration.source_compute == node.host,
+                Migration.source_node == node.hypervisor_hostname,
+                Migration.deleted == 0,
+            )
+            .order_by(Migration.id)
+        )
+    )
+
+
 def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expected]:
     expected: dict[str, Expected] = {}
     moving: set[str] = set()
@@ -88,6 +109,13 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
                 "migration-dest",
                 flavor_request(migration.flavors.new, migration.context.new_pci_requests),
             )
+    for migration in evacuated_from(session, node):
+        expected[migration.uuid] = Expected(
+            migration.uuid,
+            migration.instance_uuid,
+            "migration-source",
+            flavor_request(migration.flavors.old, migration.context.old_pci_requests),
+        )
     instances = session.scalars(
         select(Instance).where(
             Instance.host == node.host,

@@ -117,7 +117,8 @@ INITIAL_MIGRATION_STATUSES: Final = frozenset((_S.PRE_MIGRATING, _S.ACCEPTED))
 #: confirmed); any step in flight can fail to error, and the periodic cleanup of a deleted
 #: instance's leftovers fails an error; a confirm or revert whose publish failed is taken
 #: back by the API (confirming or reverting -> finished, ``workflows.api.submit``).
-#: Evacuation: accepted -> pre-migrating -> done.
+#: Evacuation: accepted -> pre-migrating -> done -> completed (once the source cleaned up),
+#: or error (no host) / failed.
 #: Live migration: accepted -> queued -> preparing -> running -> post-migrating ->
 #: completed, or cancelled.
 MIGRATION_TRANSITIONS: Final[Mapping[MigrationStatus, frozenset[MigrationStatus]]] = {
@@ -135,7 +136,9 @@ MIGRATION_TRANSITIONS: Final[Mapping[MigrationStatus, frozenset[MigrationStatus]
     _S.CONFIRMED: frozenset(),
     _S.REVERTED: frozenset(),
     _S.FAILED: frozenset(),
-    _S.DONE: frozenset(),
+    # The source's start-up recovery cleans up after an evacuation (Nova's
+    # _destroy_evacuated_instances).
+    _S.DONE: frozenset((_S.COMPLETED,)),
     _S.COMPLETED: frozenset(),
     _S.CANCELLED: frozenset(),
 }

@@ -46,6 +46,11 @@ Images (the registry and boot's checks against it)::
         └── FlavorDiskSmallerThanMinDisk   root_gb < the image's min_disk
     ImageStoreError                  the store failed (no qemu-img, disk full, unreadable)
 
+Rebuild and evacuate::
+
+    InvalidInput
+    └── ComputeServiceInUse          evacuate while the server's compute service is up
+
 Messages come from class templates filled with keyword arguments, as Nova's do:
 ``NoValidHost(reason="...")``.
 """
@@ -276,3 +281,9 @@ class FlavorDiskSmallerThanMinDisk(FlavorDiskTooSmall):
 class ImageStoreError(NovaqError):
     msg_fmt = "Image store error: %(reason)s"
     code = 503
+
+
+class ComputeServiceInUse(InvalidInput):
+    """Nova's refusal to evacuate a server whose compute service is still up."""
+
+    msg_fmt = "Compute service of %(host)s is still in use."

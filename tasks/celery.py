@@ -23,6 +23,7 @@ app.conf.include = [
     "tasks.moves",
     "tasks.errbacks",
     "tasks.periodic",
+    "tasks.rebuild",
 ]
 app.steps["worker"].add(NovaqServiceStep)
 app.steps["consumer"].add(RunImmediately)

@@ -1,5 +1,7 @@
 """What a compute host does at start for work a crash interrupted (Nova's ``init_host`` →
-``_init_instance``, NOVA_BEHAVIOUR.md §7.4), then for guests of deleted servers.
+``_init_instance``, NOVA_BEHAVIOUR.md §7.4), then for guests of deleted servers. Before
+all, guests of servers evacuated away while the host was down are destroyed and the
+evacuations' allocations here dropped (``compute/recovery/evacuated.py``).
 
 Nova's compute acks an RPC cast when it receives it, so after a crash the message of an
 interrupted operation is gone and ``init_host`` is the only thing that can finish or
@@ -86,6 +88,10 @@ from compute.periodic import PeriodicContext
 from compute.periodic.running_deleted import cleanup_running_deleted_instances
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.recovery.common import Found, Host
+from compute.recovery.evacuated import (
+    destroy_evacuated_instances,
+    destroy_failed_evacuation_guests,
+)
 from compute.recovery.moves import recover_resize_migrating, recover_resize_prep
 from compute.recovery.resume import NO_RESUME as NO_RESUME  # re-exported: it was defined here
 from compute.recovery.resume import resume_safely
@@ -127,7 +133,7 @@ def recover_host(
     Without ``settings``, ``resume_guests_state_on_host_boot`` counts as off (Nova's
     default) and guests of deleted servers are left to the periodic task."""
     rc = Host(sessions, driver, host, settings)
-    done = []
+    done = _destroy_evacuated(rc)
     resume = settings is not None and settings.resume_guests_state_on_host_boot
     for found in _instances_of(sessions, host):
         lines = [_recover_safely(rc, found), resume_safely(rc, found.uuid) if resume else None]
@@ -137,6 +143,15 @@ def recover_host(
     if settings is not None:
         done += _cleanup_deleted(rc, settings)
     return done
+
+
+def _destroy_evacuated(rc: Host) -> list[str]:
+    """Nova runs ``_destroy_evacuated_instances`` first (``compute/recovery/evacuated.py``)."""
+    try:
+        return destroy_evacuated_instances(rc) + destroy_failed_evacuation_guests(rc)
+    except Exception:  # noqa: BLE001 - the other recoveries must still run
+        LOG.exception("init_host on %s: cleanup of evacuated instances failed", rc.host)
+        return []
 
 
 def _instances_of(sessions: Sessions, host: str) -> list[Found]:

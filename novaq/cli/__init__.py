@@ -15,6 +15,7 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
     images,
     lifecycle,
     moves,
+    rebuild,
     server_update,
     servers,
     timeline,

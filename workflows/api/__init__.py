@@ -22,7 +22,8 @@ from workflows.api import (
     moves,
     servers,
 )
-from workflows.api import timeline as _timeline
+from workflows.api import rebuild as _rebuild  # the module; api.rebuild is the call
+from workflows.api import timeline as _timeline  # likewise
 from workflows.api.admin import *  # noqa: F403
 from workflows.api.cells import *  # noqa: F403
 from workflows.api.consoles import *  # noqa: F403
@@ -31,6 +32,7 @@ from workflows.api.hosts import *  # noqa: F403
 from workflows.api.images import *  # noqa: F403
 from workflows.api.lifecycle import *  # noqa: F403
 from workflows.api.moves import *  # noqa: F403
+from workflows.api.rebuild import *  # noqa: F403
 from workflows.api.servers import *  # noqa: F403
 from workflows.api.timeline import *  # noqa: F403
 
@@ -46,5 +48,6 @@ __all__ = sorted(
         *flavor_admin.__all__,
         *hosts.__all__,
         *_timeline.__all__,
+        *_rebuild.__all__,
     }
 )
