@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from compute.instance_state import get_instance
 from compute.sessions import Sessions
-from novaq.exceptions import NoValidHost
 from scheduler.candidates import load_candidates
 from scheduler.filters import run_filters
 from scheduler.manager import Scheduler
+from scheduler.report import no_valid_host
 from scheduler.request_spec import RequestSpec
 
 #: Nova's filters with ``RUN_ON_REBUILD = True``; every other filter is skipped.
@@ -37,6 +37,6 @@ def check_rebuild(scheduler: Scheduler, sessions: Sessions, instance_uuid: str) 
     filters = [f for f in scheduler.filters if f.name in RUN_ON_REBUILD]
     passing, report = run_filters(filters, hosts, spec)
     if not passing:
-        detail = "; ".join(report) or f"host {host} not found"
-        raise NoValidHost(reason=f"Filters: {detail}.")
+        facts = () if hosts else (f"host {host} not found",)
+        raise no_valid_host(report, facts)
     return host

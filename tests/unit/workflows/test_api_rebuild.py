@@ -339,7 +339,7 @@ def test_a_new_image_the_host_cannot_run_is_refused_by_the_scheduler_and_given_b
     api.rebuild(uuid, "s390")
     view = api.wait(uuid, "ERROR", timeout=30)
 
-    assert "ImagePropertiesFilter: 1 -> 0" in view["fault"]["message"]
+    assert "ImagePropertiesFilter removed 1 host (1 -> 0)" in view["fault"]["message"]
     cirros = api.show_image("cirros")["id"]
     with session_scope(db_url) as session:
         instance = get_instance(session, uuid)
