@@ -3,22 +3,15 @@ database and image store."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from novaq.cli import main
 from tests.factories import CIRROS_ID, write_raw_image
-
-
-def _run(*args: str) -> Any:
-    result = CliRunner().invoke(main, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+from tests.unit.cli import novaq_json as _run
 
 
 @pytest.fixture

@@ -5,9 +5,6 @@ would change zone under its servers), set metadata with unset, through the API a
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
@@ -17,6 +14,8 @@ from models.db import session_scope
 from novaq.cli import main
 from novaq.exceptions import ComputeHostNotFound, InvalidInput
 from tests.factories import make_compute_node
+from tests.unit.cli import novaq_json as _run
+from tests.unit.cli import refused as _refused
 from tests.unit.workflows.bad_input import state
 from tests.unit.workflows.servers import placed_server
 from workflows import api
@@ -27,21 +26,6 @@ from workflows.api.aggregates import (
     InvalidAggregateAction,
     ServerGroupNotFound,
 )
-
-
-def _run(*args: str) -> Any:
-    result = CliRunner().invoke(main, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
-
-
-def _refused(*args: str) -> str:
-    result = CliRunner().invoke(main, list(args))
-    assert result.exit_code == 1, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    assert "ERROR (" in result.output, result.output
-    return " ".join(result.output.split())  # as one line, however the console wrapped it
-
 
 # -- aggregates -------------------------------------------------------------------------------
 

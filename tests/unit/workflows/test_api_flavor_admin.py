@@ -5,7 +5,6 @@ input refused with nothing written."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -16,6 +15,8 @@ from models import Flavor
 from models.db import session_scope
 from novaq.cli import main
 from novaq.exceptions import FlavorExists, FlavorNotFound, InvalidFlavor, InvalidInput
+from tests.unit.cli import novaq_json as _run
+from tests.unit.cli import refused as _refused
 from tests.unit.workflows.bad_input import make_world, state
 from tests.unit.workflows.servers import delete_and_wait
 from workflows import api
@@ -26,21 +27,6 @@ from workflows.api.flavors import (
     FlavorExtraSpecsNotFound,
     FlavorIsPublic,
 )
-
-
-def _run(*args: str) -> Any:
-    result = CliRunner().invoke(main, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
-
-
-def _refused(*args: str) -> str:
-    result = CliRunner().invoke(main, list(args))
-    assert result.exit_code == 1, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    assert "ERROR (" in result.output, result.output
-    return " ".join(result.output.split())  # as one line, however the console wrapped it
-
 
 # -- show -------------------------------------------------------------------------------------
 

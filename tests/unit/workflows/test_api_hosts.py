@@ -4,9 +4,6 @@ devices and their state, servers), ``hypervisor-servers`` and ``availability-zon
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import update
@@ -26,15 +23,10 @@ from tests.factories import (
     make_compute_node,
     make_settings,
 )
+from tests.unit.cli import novaq_json as _run
 from tests.unit.workflows.servers import placed_server
 from workflows import api
 from workflows.api.hosts import HypervisorNotFound
-
-
-def _run(*args: str) -> Any:
-    result = CliRunner().invoke(main, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
 
 
 def _gpu_host_with_a_server(db_url: str) -> tuple[str, str]:

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from novaq.cli import main
+from tests.unit.cli import novaq
 from tests.unit.workflows.bad_input import state
 from tests.unit.workflows.servers import clear_queues, placed_server, queued
 from workflows import api
@@ -26,10 +25,6 @@ LONG_HOST = "compute-rack42-slot17.datacentre-west.example.org"
 def _no_message_left() -> Iterator[None]:
     yield
     clear_queues("scheduler", "compute.host1")
-
-
-def novaq(*argv: str) -> Result:
-    return CliRunner().invoke(main, list(argv))
 
 
 def test_version() -> None:
