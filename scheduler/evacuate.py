@@ -13,7 +13,7 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from compute.claims import claim_first, move_claim
+from compute.claims import claim_first
 from compute.instance_state import cas_update
 from compute.migrations import get_migration, node_id, pci_requests
 from compute.sessions import Sessions
@@ -23,7 +23,7 @@ from novaq.exceptions import UnexpectedTaskStateError
 from scheduler.candidates import load_candidates
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState
-from scheduler.manager import Scheduler, check_group_policy
+from scheduler.manager import Scheduler, claim_destination
 from scheduler.request_spec import RequestSpec, Selection
 
 LOG = logging.getLogger(__name__)
@@ -92,15 +92,5 @@ def _claim_evacuation(
         )
     # The instance must still be waiting for this evacuation (not deleted meanwhile).
     cas_update(session, spec.instance_uuid, expected_task_state=[TaskState.REBUILDING])
-    move_claim(
-        session,
-        spec.instance_uuid,
-        migration_uuid,
-        source_id,
-        host.compute_node_id,
-        spec.resources,
-    )
-    if spec.instance_group:
-        check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
-    migration.dest_compute, migration.dest_node = host.host, host.nodename
+    claim_destination(session, host, spec, migration_uuid, source_id)
     migration.status = MigrationStatus.PRE_MIGRATING

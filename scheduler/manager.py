@@ -281,6 +281,16 @@ def _host_name(host: HostState) -> str:
 def _claim_move(
     session: Session, host: HostState, spec: RequestSpec, migration_uuid: str, source_id: int
 ) -> None:
+    claim_destination(session, host, spec, migration_uuid, source_id)
+    cas_update(session, spec.instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
+
+
+def claim_destination(
+    session: Session, host: HostState, spec: RequestSpec, migration_uuid: str, source_id: int
+) -> None:
+    """A move's claim on ``host`` (a resize, a cold migration, an evacuation): the
+    migration holds the source, the instance the destination; the server group's policy
+    holds; the migration names its destination."""
     move_claim(
         session,
         spec.instance_uuid,
@@ -291,7 +301,6 @@ def _claim_move(
     )
     if spec.instance_group:
         check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
-    cas_update(session, spec.instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
     migration = get_migration(session, migration_uuid)
     migration.dest_compute, migration.dest_node = host.host, host.nodename
 
