@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
-from novaq.cli.base import api, handle_errors, json_option, main, on_each, parse_pairs, render
+from novaq.cli.base import (
+    api,
+    handle_errors,
+    json_option,
+    main,
+    on_each,
+    parse_pairs,
+    render,
+    report_error,
+)
+from novaq.exceptions import NovaqError
 
 # -- flavors -------------------------------------------------------------------------------
 
@@ -146,6 +157,9 @@ def hints_of(items: tuple[str, ...]) -> dict[str, Any]:
     help="Server metadata (repeatable).",
 )
 @click.option("--description", default=None, help="The servers' description.")
+@click.option(
+    "--project", default=None, help="The project booting (private flavors need its access)."
+)
 @click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N s for ACTIVE.")
 @json_option
 @handle_errors
@@ -160,10 +174,12 @@ def boot(
     hints: tuple[str, ...],
     properties: tuple[str, ...],
     description: str | None,
+    project: str | None,
     wait_s: float | None,
     as_json: bool,
 ) -> None:
-    """Boot servers (several are named NAME-1, NAME-2, ...)."""
+    """Boot servers (several are named NAME-1, NAME-2, ...). With ``--wait``, waits for
+    every one; those that fail are reported and the command exits 1 at the end."""
     uuids = api().boot(
         name,
         flavor,
@@ -175,12 +191,19 @@ def boot(
         hints=hints_of(hints) or None,
         metadata=parse_pairs(properties, "--property") or None,
         description=description,
+        project=project,
     )
-    if wait_s is not None:
-        rows = [api().wait(u, "ACTIVE", timeout=wait_s) for u in uuids]
-    else:
-        rows = [api().show(u) for u in uuids]
+    rows, failed = [], 0
+    for uuid in uuids:
+        try:
+            rows.append(api().show(uuid) if wait_s is None else api().wait(uuid, "ACTIVE", wait_s))
+        except NovaqError as exc:
+            report_error(exc, f"boot {uuid}: ")
+            rows.append(api().show(uuid))
+            failed += 1
     render(rows, LIST_COLUMNS, as_json)
+    if failed:
+        sys.exit(1)
 
 
 @main.command("list")

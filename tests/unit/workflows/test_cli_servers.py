@@ -265,3 +265,24 @@ def test_a_console_made_under_a_narrow_columns_still_cuts_nothing_when_piped(
     piped = base._Console(file=io.StringIO())
     assert piped.size.width == base.UNBOUNDED
     assert base._Console(file=io.StringIO(), width=70).size.width == 70  # explicit wins
+
+
+def test_boot_as_a_project_needs_access_to_a_private_flavor(db_url: str) -> None:
+    api.create_flavor("private", 1, 512, 1, is_public=False)
+    api.add_flavor_access("private", "demo")
+    before = state(db_url)
+    refused = novaq("boot", "vm", "--flavor", "private", "--project", "other")
+    assert refused.exit_code == 1 and "ERROR (FlavorNotFound)" in refused.output
+    assert state(db_url) == before
+    result = novaq("boot", "vm", "--flavor", "private", "--project", "demo", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["name"] == "vm"
+
+
+@pytest.mark.usefixtures("worker")
+def test_boot_wait_reports_every_server_that_failed_and_exits_1(db_url: str) -> None:
+    api.create_flavor("huge", 512, 512, 1)  # no host has 512 vCPUs: NoValidHost
+    result = novaq("boot", "big", "--flavor", "huge", "--min-count", "2", "--wait", "60")
+    assert result.exit_code == 1
+    assert result.output.count("ERROR (InstanceErrored): boot ") == 2, result.output
+    assert "big-1" in result.output and "big-2" in result.output  # both rows rendered
