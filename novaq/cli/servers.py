@@ -270,7 +270,7 @@ def diagnostics(server: str, as_json: bool) -> None:
     """The host's live view of a server's guest."""
     render(
         api().diagnostics(server),
-        ("uuid", "name", "power_state", "vcpus", "memory_mb", "pci_addresses", "xml"),
+        ("uuid", "name", "power_state_name", "vcpus", "memory_mb", "pci_addresses", "xml"),
         as_json,
     )
 

@@ -239,7 +239,8 @@ def diagnostics(uuid: str, timeout: Seconds = 30.0) -> dict[str, Any]:
             )
         host = instance.host
     dispatch.check_broker()
-    return dispatch.call(step("compute.get_diagnostics", instance_uuid=uuid, host=host), timeout)
+    live = dispatch.call(step("compute.get_diagnostics", instance_uuid=uuid, host=host), timeout)
+    return {**live, "power_state_name": views.power_state_name(live.get("power_state"))}
 
 
 __all__ = [

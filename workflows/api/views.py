@@ -44,7 +44,7 @@ def instance_dict(
         "task_state": instance.task_state,
         # Nova's integer (OS-EXT-STS:power_state), and its name for people (the tables).
         "power_state": instance.power_state,
-        "power_state_name": POWER_STATE_NAMES.get(instance.power_state, "unknown"),
+        "power_state_name": power_state_name(instance.power_state),
         "host": instance.host,
         "node": instance.node,
         "image": instance.image_ref,
@@ -144,3 +144,8 @@ STATUSES = frozenset(
         "VERIFY_RESIZE",
     ]
 )
+
+
+def power_state_name(power_state: int | None) -> str:
+    """Nova's name of a power state (``running``, ``shutdown``, ...)."""
+    return POWER_STATE_NAMES.get(power_state, "unknown") if power_state is not None else "unknown"

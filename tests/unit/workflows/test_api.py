@@ -125,7 +125,11 @@ def test_boot_then_delete_through_a_worker(db_url: str, worker: None) -> None:
         assert view["host"] == "host1" and view["power_state"] == 1
         assert view["launched_at"] is not None
         diag = api.diagnostics(uuid)
-        assert diag["power_state"] == 1 and diag["memory_mb"] == 2048
+        assert (
+            diag["power_state"] == 1
+            and diag["power_state_name"] == "running"
+            and diag["memory_mb"] == 2048
+        )
         assert f"<uuid>{uuid}</uuid>" in diag["xml"]
     [host] = api.list_hosts()
     assert (host["vcpus_used"], host["memory_mb_used"], host["local_gb_used"]) == (
