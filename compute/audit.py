@@ -14,7 +14,7 @@ instances and moves, and by the hypervisor, with every discrepancy classified.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -271,10 +271,14 @@ def _overcommit(node: ComputeNode) -> list[str]:
 
 
 def audit_nodes(
-    session: Session, hypervisors: Mapping[str, Mapping[str, Any] | None]
+    session: Session,
+    hypervisors: Mapping[str, Mapping[str, Any] | None],
+    hosts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    nodes = session.scalars(
-        select(ComputeNode).where(ComputeNode.deleted == 0).order_by(ComputeNode.host)
-    )
+    """Every live node's audit (only ``hosts``' nodes, when given)."""
+    query = select(ComputeNode).where(ComputeNode.deleted == 0).order_by(ComputeNode.host)
+    if hosts is not None:
+        query = query.where(ComputeNode.host.in_(hosts))
+    nodes = session.scalars(query)
     reports = [audit_node(session, n, hypervisors.get(n.host)) for n in nodes]
     return {"nodes": reports, "leaks": sum(r["leaks"] for r in reports)}

@@ -327,11 +327,12 @@ def server_group_list(as_json: bool) -> None:
 
 
 @main.command("audit")
+@click.option("--host", "hosts", multiple=True, help="Only this host's nodes (repeatable).")
 @json_option
 @handle_errors
-def audit_command(as_json: bool) -> None:
+def audit_command(hosts: tuple[str, ...], as_json: bool) -> None:
     """Check the accounting: exit 3 when a leak is found (as nova-manage placement audit)."""
-    report = api().audit()
+    report = api().audit(hosts=list(hosts) or None)
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
     else:

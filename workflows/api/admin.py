@@ -3,6 +3,7 @@ the accounting audit and its heals."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from sqlalchemy import select
@@ -264,18 +265,22 @@ def list_server_groups() -> list[dict[str, Any]]:
 
 
 @validated()
-def audit(timeout: Seconds = 10.0) -> dict[str, Any]:
+def audit(timeout: Seconds = 10.0, hosts: list[Name] | None = None) -> dict[str, Any]:
     """The accounting check: per node, usage by allocations, by instances and moves, and by
     the hypervisor (asked live on every up host), with every discrepancy. ``leaks`` counts
-    the discrepancies that are accounting errors (see ``compute.audit``)."""
+    the discrepancies that are accounting errors (see ``compute.audit``). ``hosts``: only
+    those hosts' nodes (each must be a compute host). Every host is asked at once and
+    given ``timeout`` in all: hosts that do not answer cost one timeout, not one each."""
     s = common.settings()
     with session_scope(common.db_url()) as session:
+        for host in hosts or ():
+            common.check_compute_host(session, host)
         up_hosts = [
             sv.host
             for sv in session.scalars(
                 select(Service).where(Service.binary == COMPUTE, Service.deleted == 0)
             )
-            if is_up(sv, s)
+            if is_up(sv, s) and (hosts is None or sv.host in hosts)
         ]
     hypervisors: dict[str, dict[str, Any] | None] = {}
     if up_hosts:
@@ -284,15 +289,16 @@ def audit(timeout: Seconds = 10.0) -> dict[str, Any]:
             h: dispatch.send(step("compute.hypervisor_view", host=h), record=False)
             for h in up_hosts
         }
+        deadline = time.monotonic() + timeout
         for host, result in pending.items():
             try:
-                hypervisors[host] = result.get(timeout=timeout)
+                hypervisors[host] = result.get(timeout=max(0.0, deadline - time.monotonic()))
             except Exception:  # noqa: BLE001 - a host that does not answer is reported as such
                 hypervisors[host] = None
             finally:
                 result.forget()
     with session_scope(common.db_url()) as session:
-        return audit_nodes(session, hypervisors)
+        return audit_nodes(session, hypervisors, hosts)
 
 
 @validated()
