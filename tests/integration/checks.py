@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -72,3 +73,22 @@ def assert_no_leaks(hosts: Iterable[str] = ("host1", "host2")) -> None:
     hosts = list(hosts)
     found = leaks(api.audit(hosts=hosts), hosts)
     assert found == [], found
+
+
+def wait_schedulable_hosts(hosts: Iterable[str], timeout_s: float = 30.0) -> None:
+    """Wait until the hosts the scheduler may pick (compute services up and enabled) are
+    exactly ``hosts``: an earlier test's host whose worker just stopped still counts as up
+    for ``service_down_time``, and would take a server the test means for its own hosts."""
+    wanted = set(hosts)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        schedulable = {
+            s["host"]
+            for s in api.list_services()
+            if s["binary"] == "novaq-compute" and s["up"] and s["status"] == "enabled"
+        }
+        if schedulable == wanted:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"schedulable hosts {sorted(schedulable)}, not {sorted(wanted)}")
+        time.sleep(0.5)

@@ -9,6 +9,7 @@ import contextlib
 import pytest
 
 from novaq.exceptions import FlavorExists
+from tests.integration.checks import wait_schedulable_hosts
 from workflows import api
 
 pytestmark = pytest.mark.integration
@@ -20,6 +21,7 @@ def test_a_multi_create_into_a_group_by_name_places_all_or_none(
     with contextlib.suppress(FlavorExists):
         api.create_flavor("it.surface", 1, 1024, 1)
     api.create_server_group("it-spread", "anti-affinity")
+    wait_schedulable_hosts(("host1", "host2"))
 
     # Two hosts, anti-affinity: three servers cannot all be placed, so none is.
     failed = api.boot("it-big", "it.surface", "cirros", min_count=2, max_count=3, group="it-spread")

@@ -211,7 +211,9 @@ def wait(
             view = views.instance_dict(session, get_instance(session, uuid))
             if view["status"] == wanted and (wanted == "ERROR" or view["task_state"] is None):
                 return view
-            if view["status"] == "ERROR" and wanted != "ERROR":
+            # An ERROR at rest ends the wait; one with a task (a delete, a rebuild or an
+            # evacuation of an errored server) is on its way to what was asked.
+            if view["status"] == "ERROR" and wanted != "ERROR" and view["task_state"] is None:
                 fault = view["fault"]["message"] if view["fault"] else "no fault recorded"
                 raise InstanceErrored(uuid=uuid, fault=fault)
             if ended is not None:

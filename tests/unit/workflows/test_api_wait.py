@@ -182,3 +182,20 @@ def test_a_lifecycle_command_s_wait_ends_at_once_when_its_step_fails(
     assert api.show(uuid)["status"] == "ACTIVE"
     monkeypatch.delenv(fault_points.ENV)
     delete_and_wait(uuid)
+
+
+def test_waiting_for_the_delete_of_an_errored_server_waits_for_the_delete(
+    db_url: str, worker: None
+) -> None:
+    # ERROR with a task (deleting) is on its way: the wait is for DELETED, not the error.
+    uuid = placed_server(db_url, "error")
+    api.delete(uuid)
+    assert api.wait(uuid, "DELETED", timeout=LONG_WAIT)["status"] == "DELETED"
+
+
+def test_an_errored_server_at_rest_ends_a_wait_at_once(db_url: str) -> None:
+    uuid = placed_server(db_url, "error")
+    started = time.monotonic()
+    with pytest.raises(OperationFailed, match="ERROR"):
+        api.wait(uuid, "ACTIVE", timeout=LONG_WAIT)
+    assert time.monotonic() - started < PROMPT
