@@ -95,9 +95,19 @@ def get_sessionmaker(url: str) -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(url), expire_on_commit=False)
 
 
+#: The dialects whose default isolation (read committed) lets each statement of a
+#: transaction see what others committed meanwhile; ``snapshot`` asks them for one view.
+_SNAPSHOT_DIALECTS = frozenset({"postgresql", "mysql", "mariadb"})
+
+
 @contextlib.contextmanager
-def session_scope(url: str) -> Iterator[Session]:
+def session_scope(url: str, snapshot: bool = False) -> Iterator[Session]:
     """A transaction: commit when the block succeeds, roll back when it raises.
+
+    ``snapshot``: every statement reads the same committed state (REPEATABLE READ), for a
+    reader that compares several tables (the audit): on PostgreSQL's default isolation a
+    delete committed between two of its statements would show a server without its
+    allocation. SQLite's transaction is one snapshot already.
 
     An error of the database's availability (``is_transient_error``), wherever it comes
     from (the connect, a statement, the commit), is raised as ``DatabaseUnavailable``; a
@@ -105,7 +115,7 @@ def session_scope(url: str) -> Iterator[Session]:
     outage budget (``models.outage``, a worker's task) the transaction first waits for the
     database: nothing has happened in it yet, so waiting there is always safe.
     """
-    session = outage.ride_out(lambda: _open(url), "Opening a database transaction")
+    session = outage.ride_out(lambda: _open(url, snapshot), "Opening a database transaction")
     try:
         yield session
         session.commit()
@@ -118,12 +128,16 @@ def session_scope(url: str) -> Iterator[Session]:
         _close_quietly(session)
 
 
-def _open(url: str) -> Session:
+def _open(url: str, snapshot: bool = False) -> Session:
     """A session with its connection checked out (pinged, ``pool_pre_ping``) and its
     transaction begun, so an unreachable database is known before the block runs."""
     session = get_sessionmaker(url)()
     try:
-        session.connection()
+        if snapshot and get_engine(url).dialect.name in _SNAPSHOT_DIALECTS:
+            # Set as the transaction begins; the pool resets it when the connection returns.
+            session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        else:
+            session.connection()
     except SQLAlchemyError as exc:
         _close_quietly(session)
         if is_transient_error(exc):

@@ -297,7 +297,8 @@ def audit(timeout: Seconds = 10.0, hosts: list[Name] | None = None) -> dict[str,
                 hypervisors[host] = None
             finally:
                 result.forget()
-    with session_scope(common.db_url()) as session:
+    # One snapshot: an operation committing between the audit's reads is not a leak.
+    with session_scope(common.db_url(), snapshot=True) as session:
         return audit_nodes(session, hypervisors, hosts)
 
 
