@@ -77,9 +77,15 @@ class Scheduler:
     def rank(
         self, hosts: list[HostState], spec: RequestSpec, first: bool = True, prefilter: str = ""
     ) -> list[HostState]:
-        """Filtered hosts best first. Filters that run once per request are skipped after
-        the first instance, as Nova does. Raises ``NoValidHost`` naming the filter that
-        removed the last hosts first (``scheduler.report``)."""
+        """Filtered hosts best first. Raises ``NoValidHost`` naming the filter that removed
+        the last hosts first (``scheduler.report``).
+
+        Every filter runs for every instance of a multi-create, ``run_filter_once_per_request``
+        ones included: Nova skips those after the first instance over candidates placement
+        has already narrowed to the zone; over novaq's whole candidate list, skipping
+        ``AvailabilityZoneFilter`` let instances 2..N land outside the requested zone.
+        Their verdict is the same for every instance, so running them again changes only
+        the cost."""
         hosts, steps = self.candidates(hosts, spec)
         facts = [prefilter] if prefilter else []
         if spec.requested_host:  # the host the operator named is always named back
@@ -89,8 +95,7 @@ class Scheduler:
             forced = ", ".join(spec.force_hosts)
             steps.append(FilterStep(f"forced hosts ({forced})", len(hosts), len(passing)))
         else:
-            filters = [f for f in self.filters if first or not f.run_filter_once_per_request]
-            passing, report = run_filters(filters, hosts, spec)
+            passing, report = run_filters(self.filters, hosts, spec)
             steps += report
         if not passing:
             raise no_valid_host(steps, facts)
