@@ -214,3 +214,20 @@ def test_hard_anti_affinity_is_checked_again_inside_the_claim(db_url: str) -> No
     group = InstanceGroup.load({"policy": "anti-affinity", "rules": {}, "members": [first, second]})
     with session_scope(db_url) as session, pytest.raises(Exception, match="anti-affinity"):
         check_group_policy(session, group, second, "a")
+
+
+def test_every_instance_of_a_multi_create_stays_in_the_requested_zone(db_url: str) -> None:
+    # Zone z holds one host with room for one server; the second instance has nowhere to go
+    # in z. AvailabilityZoneFilter runs once per request in Nova (over candidates placement
+    # already narrowed to the zone): here it must hold for every instance.
+    from workflows import api
+
+    for host in ("a", "b"):
+        make_compute_node(db_url, host, memory_mb=16384 + 512)
+    aggregate = api.create_aggregate("zone-z", availability_zone="z")
+    api.add_host_to_aggregate(aggregate["id"], "a")
+    big = flavor_dict(memory_mb=16384)
+    uuids = [make_instance(db_url, flavor=big) for _ in range(2)]
+    specs = [spec_for(u, big, availability_zone="z", num_instances=2) for u in uuids]
+    with pytest.raises(NoValidHost):
+        Scheduler(make_settings()).schedule(sessions_for(db_url), specs)
