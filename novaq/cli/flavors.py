@@ -8,18 +8,8 @@ import click
 from rich.markup import escape
 
 from novaq.cli.base import api, console, handle_errors, json_option, main, render
+from novaq.cli.servers import FLAVOR_COLUMNS
 
-FLAVOR_COLUMNS = (
-    "id",
-    "name",
-    "vcpus",
-    "memory_mb",
-    "root_gb",
-    "ephemeral_gb",
-    "swap",
-    "is_public",
-    "extra_specs",
-)
 ACCESS_COLUMNS = ("flavor_id", "tenant_id")
 
 
