@@ -23,7 +23,7 @@ from novaq.exceptions import UnexpectedTaskStateError
 from scheduler.candidates import load_candidates
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState
-from scheduler.manager import Scheduler, claim_destination
+from scheduler.manager import Scheduler, claim_destination, placed_selection
 from scheduler.request_spec import RequestSpec, Selection
 
 LOG = logging.getLogger(__name__)
@@ -54,14 +54,9 @@ class EvacuationScheduler:
         A redelivered request finds its destination already claimed and returns it."""
         with sessions() as session:
             migration = get_migration(session, migration_uuid)
-            if migration.dest_compute is not None:
-                dest_id = node_id(session, migration.dest_compute, migration.dest_node)
-                return Selection(
-                    migration.dest_compute,
-                    migration.dest_node or "",
-                    dest_id,
-                    instance_uuid=migration.instance_uuid,
-                )
+            placed = placed_selection(session, migration)
+            if placed is not None:  # a redelivered request: already placed
+                return placed
             spec = evacuation_spec(session, migration_uuid)
             source_id = node_id(session, migration.source_compute, migration.source_node)
             targets = (spec.requested_host,) if spec.requested_host else ()

@@ -25,7 +25,7 @@ from compute.migrations import get_migration, node_id
 from compute.resource_tracker import get_node
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
-from models import Instance
+from models import Instance, Migration
 from novaq.exceptions import (
     InstanceNotFound,
     NoValidHost,
@@ -251,14 +251,9 @@ class MoveScheduler:
     def select(self, sessions: Sessions, spec: RequestSpec, migration_uuid: str) -> Selection:
         with sessions() as session:
             migration = get_migration(session, migration_uuid)
-            if migration.dest_compute is not None:  # a redelivered request: already placed
-                dest_id = node_id(session, migration.dest_compute, migration.dest_node)
-                return Selection(
-                    migration.dest_compute,
-                    migration.dest_node or "",
-                    dest_id,
-                    instance_uuid=spec.instance_uuid,
-                )
+            placed = placed_selection(session, migration)
+            if placed is not None:
+                return placed
             source_id = node_id(session, migration.source_compute, migration.source_node)
             targets = (spec.requested_host,) if spec.requested_host else ()
             candidates = load_candidates(session, self.scheduler.settings, spec.resources, targets)
@@ -288,6 +283,20 @@ def _claim_move(
 ) -> None:
     claim_destination(session, host, spec, migration_uuid, source_id)
     cas_update(session, spec.instance_uuid, expected_task_state=[TaskState.RESIZE_PREP])
+
+
+def placed_selection(session: Session, migration: Migration) -> Selection | None:
+    """The destination a move (or an evacuation) already claimed: a redelivered request
+    answers with it instead of placing the server again; None while none is claimed."""
+    if migration.dest_compute is None:
+        return None
+    dest_id = node_id(session, migration.dest_compute, migration.dest_node)
+    return Selection(
+        migration.dest_compute,
+        migration.dest_node or "",
+        dest_id,
+        instance_uuid=migration.instance_uuid,
+    )
 
 
 def claim_destination(
