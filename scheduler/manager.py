@@ -75,7 +75,7 @@ class Scheduler:
         return hosts, steps
 
     def rank(
-        self, hosts: list[HostState], spec: RequestSpec, first: bool = True, prefilter: str = ""
+        self, hosts: list[HostState], spec: RequestSpec, prefilter: str = ""
     ) -> list[HostState]:
         """Filtered hosts best first. Raises ``NoValidHost`` naming the filter that removed
         the last hosts first (``scheduler.report``).
@@ -142,7 +142,7 @@ class Scheduler:
         rankings: list[list[HostState]] = []
         claimed: list[str] = []
         try:
-            for index, spec in enumerate(specs):
+            for spec in specs:
                 spec = dataclasses.replace(spec, instance_group=group)
                 existing = placed[spec.instance_uuid]
                 if existing is not None:  # a redelivered request: keep what was claimed
@@ -151,7 +151,7 @@ class Scheduler:
                     )
                     rankings.append([])
                     continue
-                ranked = self.rank(hosts, spec, first=index == 0, prefilter=candidates.prefilter)
+                ranked = self.rank(hosts, spec, prefilter=candidates.prefilter)
                 chosen = self.claim_first(sessions, ranked, spec)
                 if chosen is None:
                     continue  # deleted while being scheduled
