@@ -6,38 +6,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from compute.servicegroup import COMPUTE, register_service
 from models import Service
-from models.db import get_engine, session_scope
+from models.db import session_scope
 from tasks.bootsteps import Heartbeat
+from tests.costs import Sql, counting_sql
 from tests.factories import make_settings
 
 
-class _Sql:
-    def __init__(self) -> None:
-        self.statements: list[str] = []
-        self.commits = 0
-
-    def statement(self, _conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
-        self.statements.append(" ".join(sql.split()[:2]).upper())
-
-    def commit(self, _conn: Any) -> None:
-        self.commits += 1
-
-
 @pytest.fixture
-def sql(db_url: str) -> Iterator[_Sql]:
-    engine, seen = get_engine(db_url), _Sql()
-    event.listen(engine, "before_cursor_execute", seen.statement)
-    event.listen(engine, "commit", seen.commit)
-    yield seen
-    event.remove(engine, "before_cursor_execute", seen.statement)
-    event.remove(engine, "commit", seen.commit)
+def sql(db_url: str) -> Iterator[Sql]:
+    with counting_sql(db_url) as seen:
+        yield seen
 
 
 def _service(db_url: str) -> int:
@@ -52,11 +36,10 @@ def _reports(db_url: str, service_id: int) -> int:
         )
 
 
-def test_a_heartbeat_is_one_update(db_url: str, sql: _Sql) -> None:
+def test_a_heartbeat_is_one_update(db_url: str, sql: Sql) -> None:
     service_id = _service(db_url)
     beat = Heartbeat(None, db_url, service_id, 10.0)
-    sql.statements.clear()
-    sql.commits = 0
+    sql.reset()
     beat.report()
     assert sql.statements == ["BEGIN IMMEDIATE", "UPDATE SERVICES"]
     assert sql.commits == 1

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from kombu import Queue
 from kombu.connection import Connection
-from sqlalchemy import event
 
 from compute import notifications
 from compute.instance_actions import add_fault
 from compute.sessions import sessions_for
-from models.db import get_engine, session_scope
+from models.db import session_scope
 from novaq.celery_app import app
+from tests.costs import Sql, count_broker_connections, counting_sql
 from tests.factories import make_instance
 
 QUEUE = Queue(
@@ -56,54 +56,29 @@ def publisher() -> Iterator[None]:
 
 @pytest.fixture
 def established(monkeypatch: pytest.MonkeyPatch) -> list[Connection]:
-    opened: list[Connection] = []
-    real = Connection._establish_connection
-
-    def establish(self: Connection) -> Any:
-        opened.append(self)
-        return real(self)
-
-    monkeypatch.setattr(Connection, "_establish_connection", establish)
-    return opened
-
-
-class _Sql:
-    def __init__(self) -> None:
-        self.statements: list[str] = []
-        self.commits = 0
-
-    def statement(self, _conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
-        self.statements.append(sql.split()[0].upper())
-
-    def commit(self, _conn: Any) -> None:
-        self.commits += 1
+    return count_broker_connections(monkeypatch)
 
 
 @pytest.fixture
-def sql(db_url: str) -> Iterator[_Sql]:
-    engine, seen = get_engine(db_url), _Sql()
-    event.listen(engine, "before_cursor_execute", seen.statement)
-    event.listen(engine, "commit", seen.commit)
-    yield seen
-    event.remove(engine, "before_cursor_execute", seen.statement)
-    event.remove(engine, "commit", seen.commit)
+def sql(db_url: str) -> Iterator[Sql]:
+    with counting_sql(db_url) as seen:
+        yield seen
 
 
 def test_two_notifications_open_no_new_broker_connection_and_commit_nothing(
-    db_url: str, publisher: None, received: Any, established: list[Connection], sql: _Sql
+    db_url: str, publisher: None, received: Any, established: list[Connection], sql: Sql
 ) -> None:
     uuid = make_instance(db_url, host="host1", node="host1")
     sessions = sessions_for(db_url)
     notifications.emit(sessions, "instance.pause.start", uuid, "host1", "req-1")
     established.clear()
-    sql.statements.clear()
-    sql.commits = 0
+    sql.reset()
     notifications.emit(sessions, "instance.pause.end", uuid, "host1", "req-1")
     notifications.emit(sessions, "instance.reboot.start", uuid, "host1", "req-2")
     assert established == []
     assert sql.commits == 0
     # Per notification: the reader's BEGIN and query_only, then one SELECT.
-    assert sql.statements == ["BEGIN", "PRAGMA", "SELECT"] * 2
+    assert [s.split()[0] for s in sql.statements] == ["BEGIN", "PRAGMA", "SELECT"] * 2
     events = [m["event_type"] for m in received()]
     assert events == ["instance.pause.start", "instance.pause.end", "instance.reboot.start"]
 

@@ -9,58 +9,25 @@ from typing import Any
 
 import pytest
 from kombu.connection import Connection
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
 from models import Instance, InstanceAction, OperationInFlight
-from models.db import get_engine, session_scope
+from models.db import session_scope
+from tests.costs import Sql, count_broker_connections, counting_sql
 from tests.unit.workflows.servers import clear_queues, queued
 from workflows import api
 
 
-class _Counts:
-    """COMMITs, ROLLBACKs and statements on the API's engine."""
-
-    def __init__(self) -> None:
-        self.commits = self.rollbacks = self.statements = 0
-
-    def commit(self, *_: Any) -> None:
-        self.commits += 1
-
-    def rollback(self, *_: Any) -> None:
-        self.rollbacks += 1
-
-    def statement(self, *_: Any) -> None:
-        self.statements += 1
-
-
 @pytest.fixture
-def counts(db_url: str) -> Iterator[_Counts]:
-    engine, found = get_engine(db_url), _Counts()
-    listeners = (
-        ("commit", found.commit),
-        ("rollback", found.rollback),
-        ("before_cursor_execute", found.statement),
-    )
-    for name, fn in listeners:
-        event.listen(engine, name, fn)
-    yield found
-    for name, fn in listeners:
-        event.remove(engine, name, fn)
+def counts(db_url: str) -> Iterator[Sql]:
+    with counting_sql(db_url) as seen:
+        yield seen
     clear_queues("scheduler")
 
 
 @pytest.fixture
 def broker_connections(monkeypatch: pytest.MonkeyPatch) -> list[Connection]:
-    """Every broker connection established from now on (kombu's connect)."""
-    opened: list[Connection] = []
-    real = Connection._establish_connection
-
-    def establish(self: Connection) -> Any:
-        opened.append(self)
-        return real(self)
-
-    monkeypatch.setattr(Connection, "_establish_connection", establish)
-    return opened
+    return count_broker_connections(monkeypatch)
 
 
 def _count(db_url: str, model: Any) -> int:
@@ -68,10 +35,10 @@ def _count(db_url: str, model: Any) -> int:
         return int(session.scalar(select(func.count()).select_from(model)) or 0)
 
 
-def test_a_boot_is_one_commit_and_a_read_only_lookup(db_url: str, counts: _Counts) -> None:
+def test_a_boot_is_one_commit_and_a_read_only_lookup(db_url: str, counts: Sql) -> None:
     api.create_flavor("m1", 1, 512, 1)
     api.boot("warm", "m1", "cirros")
-    counts.commits = counts.rollbacks = 0
+    counts.reset()
     [uuid] = api.boot("vm", "m1", "cirros")
     assert (counts.commits, counts.rollbacks) == (1, 1)
     # What that one commit wrote: the server, its action and its record in flight.
@@ -83,10 +50,10 @@ def test_a_boot_is_one_commit_and_a_read_only_lookup(db_url: str, counts: _Count
     assert queued("scheduler") == 2
 
 
-def test_a_multi_create_is_still_one_commit(db_url: str, counts: _Counts) -> None:
+def test_a_multi_create_is_still_one_commit(db_url: str, counts: Sql) -> None:
     api.create_flavor("m1", 1, 512, 1)
     api.boot("warm", "m1", "cirros")
-    counts.commits = 0
+    counts.reset()
     uuids = api.boot("web", "m1", "cirros", count=3)
     assert counts.commits == 1
     with session_scope(db_url) as session:
@@ -99,7 +66,7 @@ def test_a_multi_create_is_still_one_commit(db_url: str, counts: _Counts) -> Non
 
 
 def test_a_second_boot_opens_no_broker_connection(
-    db_url: str, counts: _Counts, broker_connections: list[Connection]
+    db_url: str, counts: Sql, broker_connections: list[Connection]
 ) -> None:
     api.create_flavor("m1", 1, 512, 1)
     api.boot("first", "m1", "cirros")  # the pool connects once (if it had not yet)
