@@ -95,7 +95,8 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "rollback")
     @event.listens_for(engine, "commit")
     def _on_end(conn):  # type: ignore[no-untyped-def]
-        if conn.info.get(_QUERY_ONLY):
+        # An invalidated connection is discarded, query_only with it.
+        if not conn.invalidated and conn.info.get(_QUERY_ONLY):
             _end_query_only(conn)
 
 
