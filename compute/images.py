@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid as uuid_module
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from models import Image, ImageStatus
@@ -47,25 +47,28 @@ def find_image(session: Session, ref: Any) -> Image:
     shared by several live images is refused, naming them."""
     if not isinstance(ref, str) or not ref:
         raise InvalidInput(reason=f"image must be a name or an id, got {ref!r}")
-    row = session.get(Image, str(uuid_module.UUID(ref)) if _is_uuid(ref) else ref)
-    if row is not None:
-        return row
-    named = list(
+    image_id = str(uuid_module.UUID(ref)) if _is_uuid(ref) else ref
+    # One statement for both lookups; the id wins over any name.
+    live_named = and_(Image.name == ref, Image.status != ImageStatus.DELETED)
+    found = list(
         session.scalars(
             select(Image)
-            .where(Image.name == ref, Image.status != ImageStatus.DELETED)
+            .where(or_(Image.id == image_id, live_named))
             .order_by(Image.created_at, Image.id)
         )
     )
-    if not named:
+    by_id = next((image for image in found if image.id == image_id), None)
+    if by_id is not None:
+        return by_id
+    if not found:
         raise ImageNotFound(image_id=ref)
-    if len(named) > 1:
-        ids = ", ".join(i.id for i in named)
+    if len(found) > 1:
+        ids = ", ".join(i.id for i in found)
         raise InvalidInput(
             reason=f"Multiple image matches found for {ref!r} ({ids}), "
             "use an ID to be more specific."
         )
-    return named[0]
+    return found[0]
 
 
 def check_bootable(image: Image, flavor: FlavorSnapshot) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,21 +137,31 @@ def instances_of(message: Message) -> list[str]:
 # -- records --------------------------------------------------------------------------------
 
 
-def record(session: Session, message: Message, request_id: str = "") -> None:
+def record(
+    session: Session,
+    message: Message,
+    request_id: str = "",
+    task_states: Mapping[str, str | None] | None = None,
+) -> None:
     """Write (or replace) the record of every instance ``message`` acts on, with the
-    task_state the instance is in now (the operation's). Core statements, not the ORM: a
+    task_state the instance is in now (the operation's; ``task_states`` when the caller
+    has just written it, so it is not read again). Core statements, not the ORM: a
     record another transaction removes meanwhile is simply not updated."""
     task_id = task_id_of(message)
     kwargs = first_task(message.get("signature") or {}).get("kwargs") or {}
     request_id = request_id or str(kwargs.get("request_id") or "")
     now = utcnow()
     for uuid in instances_of(message):
-        instance = _instance(session, uuid)
-        if instance is None:
-            continue
+        if task_states is not None and uuid in task_states:
+            task_state = task_states[uuid]
+        else:
+            instance = _instance(session, uuid)
+            if instance is None:
+                continue
+            task_state = instance.task_state
         values = {
             "request_id": request_id,
-            "task_state": instance.task_state,
+            "task_state": task_state,
             "message": message,
             "task_id": task_id,
             "updated_at": now,

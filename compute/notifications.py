@@ -19,11 +19,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kombu import Exchange
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from compute.instance_actions import latest_fault
-from compute.instance_state import get_instance
 from compute.sessions import Sessions
-from models import Instance, utcnow
+from models import Instance, InstanceFault, utcnow
+from novaq.exceptions import InstanceNotFound
 from virt.power_state import NAMES as POWER_STATE_NAMES
 
 LOG = logging.getLogger(__name__)
@@ -42,14 +44,18 @@ def install(publisher: Publisher | None) -> None:
     _publisher = publisher
 
 
-def kombu_publisher(connection_factory: Callable[[], Any]) -> Publisher:
-    """A publisher over a kombu connection (the Celery app's ``connection_for_write``)."""
+def kombu_publisher(producer_pool: Callable[[], Any]) -> Publisher:
+    """A publisher over the Celery app's pool of producers (``producer_pool`` gives it:
+    ``lambda: app.producer_pool``, looked up at each message, since a forked pool child
+    gets a pool of its own). No broker connection per message: the pooled connection is
+    reused, and the exchange is declared once per connection (kombu's ``maybe_declare``
+    remembers it)."""
 
     def publish(message: dict[str, Any], priority: str) -> None:
-        with connection_factory() as connection:
-            producer = connection.Producer(serializer="json")
+        with producer_pool().acquire(block=True) as producer:
             producer.publish(
                 message,
+                serializer="json",
                 exchange=EXCHANGE,
                 routing_key=f"{TOPIC}.{priority.lower()}",
                 declare=[EXCHANGE],
@@ -65,8 +71,33 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 def instance_payload(session: Any, instance: Instance, request_id: str | None) -> dict[str, Any]:
-    flavor = instance.flavor
     fault = latest_fault(session, instance.uuid)
+    return _payload(instance, None if fault is None else fault.message, request_id)
+
+
+def _read_payload(session: Session, instance_uuid: str, request_id: str | None) -> dict[str, Any]:
+    """The payload of ``instance_uuid`` in one statement: the instance with the message of
+    its latest fault (``instance_payload`` reads them one after the other)."""
+    fault = (
+        select(InstanceFault.message)
+        .where(InstanceFault.instance_uuid == Instance.uuid)
+        .order_by(InstanceFault.id.desc())
+        .limit(1)
+        .correlate(Instance)
+        .scalar_subquery()
+    )
+    row = session.execute(
+        select(Instance, fault)
+        .where(Instance.uuid == instance_uuid)
+        .execution_options(populate_existing=True)
+    ).first()
+    if row is None:
+        raise InstanceNotFound(uuid=instance_uuid)
+    return _payload(row[0], row[1], request_id)
+
+
+def _payload(instance: Instance, fault: str | None, request_id: str | None) -> dict[str, Any]:
+    flavor = instance.flavor
     data = {
         "uuid": instance.uuid,
         "display_name": instance.display_name,
@@ -100,7 +131,7 @@ def instance_payload(session: Any, instance: Instance, request_id: str | None) -
         if fault is None
         else {
             "nova_object.name": "ExceptionPayload",
-            "nova_object.data": {"exception": fault.message, "exception_message": fault.message},
+            "nova_object.data": {"exception": fault, "exception_message": fault},
         },
     }
     return {
@@ -123,8 +154,8 @@ def emit(
     if _publisher is None:
         return
     try:
-        with sessions() as session:
-            payload = instance_payload(session, get_instance(session, instance_uuid), request_id)
+        with sessions(read_only=True) as session:
+            payload = _read_payload(session, instance_uuid, request_id)
         _publisher(_message(event_type, payload, host, priority), priority)
     except Exception:  # noqa: BLE001 - a notification never fails the operation
         LOG.exception("Could not emit %s for %s", event_type, instance_uuid)

@@ -2,38 +2,48 @@
 (the task wrapper, the periodic or recovery entry point), never a database URL opened
 inside the domain.
 
-A ``Sessions`` is a zero-argument callable giving a context manager that yields a
-``Session`` and commits on success, rolls back on error (``models.db.session_scope``
-bound to one URL in production; a savepoint of one outer transaction in tests, so a
-whole step can run inside a transaction the test rolls back).
+A ``Sessions`` is a callable giving a context manager that yields a ``Session`` and
+commits on success, rolls back on error (``models.db.session_scope`` bound to one URL in
+production; a savepoint of one outer transaction in tests, so a whole step can run inside
+a transaction the test rolls back). ``sessions(read_only=True)`` is a reader's
+transaction: no write lock on SQLite, ``READ ONLY`` elsewhere, no commit.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
 
-Sessions = Callable[[], AbstractContextManager[Session]]
+
+class Sessions(Protocol):
+    """A factory of transactions (``sessions()``, or ``sessions(read_only=True)``)."""
+
+    def __call__(self, read_only: bool = False) -> AbstractContextManager[Session]: ...
 
 
 def sessions_for(db_url: str) -> Sessions:
     """Production's factory: one short ``session_scope`` transaction per call."""
-    return functools.partial(session_scope, db_url)
+
+    def scope(read_only: bool = False) -> AbstractContextManager[Session]:
+        return session_scope(db_url, read_only=read_only)
+
+    return scope
 
 
 def savepoints(session: Session) -> Sessions:
     """A factory whose every transaction is a SAVEPOINT of ``session``'s transaction:
     committed into it on success, rolled back to the savepoint on error. The caller owns
-    the outer transaction (a test rolls it back at the end)."""
+    the outer transaction (a test rolls it back at the end). ``read_only`` is accepted
+    and ignored: the test's one connection serves readers and writers alike."""
 
     @contextlib.contextmanager
-    def scope() -> Iterator[Session]:
+    def scope(read_only: bool = False) -> Iterator[Session]:
         with session.begin_nested():
             yield session
 

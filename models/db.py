@@ -1,8 +1,9 @@
 """Engine and session handling: one engine per URL per process, short transactions.
 
-``session_scope()`` is the unit of work: commit on success, roll back on error. Worker
-processes created by fork call :func:`dispose_after_fork` so no connection crosses a fork
-(SQLAlchemy's recommended ``engine.dispose(close=False)``).
+``session_scope()`` is the unit of work: commit on success, roll back on error;
+``session_scope(url, read_only=True)`` is a reader's, which takes no write lock and may not
+write. Worker processes created by fork call :func:`dispose_after_fork` so no connection
+crosses a fork (SQLAlchemy's recommended ``engine.dispose(close=False)``).
 """
 
 from __future__ import annotations
@@ -15,16 +16,21 @@ import threading
 from collections.abc import Iterator
 
 import sqlalchemy.exc
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from models import outage
-from novaq.exceptions import DatabaseUnavailable
+from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
 
 LOG = logging.getLogger(__name__)
 
 _ENGINES: dict[str, Engine] = {}
+#: The session factories of each engine, a writer's and a reader's (``read_only``).
+#: NOTE: made once: each ``sessionmaker`` is a new Session class, whose event dispatch
+#: SQLAlchemy builds again at its first transaction (a quarter of a millisecond).
+_MAKERS: dict[tuple[str, bool], sessionmaker[Session]] = {}
 _LOCK = threading.Lock()
 
 
@@ -70,15 +76,54 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):  # type: ignore[no-untyped-def]
+        if conn.get_execution_options().get(_READ_ONLY):
+            # A reader's deferred BEGIN takes no lock: its first SELECT opens a WAL read
+            # snapshot, which neither waits for writers nor makes them wait. It never
+            # writes (query_only), so it never needs the upgrade that fails with
+            # SQLITE_BUSY_SNAPSHOT.
+            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql("PRAGMA query_only=ON")
+            conn.info[_QUERY_ONLY] = True
+            return
+        if conn.info.get(_QUERY_ONLY):  # a reader's end that never ran (a lost rollback)
+            _end_query_only(conn)
         # NOTE: IMMEDIATE takes the write lock at BEGIN. A deferred transaction that reads
         # then writes can fail with SQLITE_BUSY_SNAPSHOT under concurrent writers, which
         # busy_timeout cannot wait out; IMMEDIATE makes writers queue instead.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
+    @event.listens_for(engine, "rollback")
+    @event.listens_for(engine, "commit")
+    def _on_end(conn):  # type: ignore[no-untyped-def]
+        # An invalidated connection is discarded, query_only with it.
+        if not conn.invalidated and conn.info.get(_QUERY_ONLY):
+            _end_query_only(conn)
+
+
+def _end_query_only(conn: Connection) -> None:
+    """The connection writes again (for its next transaction). On the driver's own
+    connection: a statement through ``conn`` here, as its transaction ends, would begin
+    another."""
+    conn.connection.driver_connection.execute("PRAGMA query_only=OFF")  # type: ignore[union-attr]
+    conn.info.pop(_QUERY_ONLY, None)
+
+
+def _configure_mysql(engine: Engine) -> None:
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # type: ignore[no-untyped-def]
+        # The driver begins implicitly at the first statement; this sets that transaction's
+        # access mode (and only that one's), as PostgreSQL's driver does for
+        # ``postgresql_readonly``.
+        if conn.get_execution_options().get(_READ_ONLY):
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
 
 def get_engine(url: str) -> Engine:
     """The process-wide engine for ``url`` (created on first use)."""
     url = _normalise_url(url)
+    engine = _ENGINES.get(url)
+    if engine is not None:
+        return engine
     with _LOCK:
         engine = _ENGINES.get(url)
         if engine is None:
@@ -87,21 +132,38 @@ def get_engine(url: str) -> Engine:
                 _configure_sqlite(engine)
             else:
                 engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+                if engine.dialect.name in ("mysql", "mariadb"):
+                    _configure_mysql(engine)
+            event.listen(engine, "handle_error", _refuse_read_only_write)
             _ENGINES[url] = engine
         return engine
 
 
-def get_sessionmaker(url: str) -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
+def get_sessionmaker(url: str, read_only: bool = False) -> sessionmaker[Session]:
+    """The process-wide session factory for ``url`` (a reader's refuses to flush a write)."""
+    key = (_normalise_url(url), read_only)
+    maker = _MAKERS.get(key)
+    if maker is None:
+        maker = sessionmaker(bind=get_engine(url), expire_on_commit=False)
+        if read_only:
+            event.listen(maker, "before_flush", _refuse_writes)
+        maker = _MAKERS.setdefault(key, maker)
+    return maker
 
 
 #: The dialects whose default isolation (read committed) lets each statement of a
 #: transaction see what others committed meanwhile; ``snapshot`` asks them for one view.
 _SNAPSHOT_DIALECTS = frozenset({"postgresql", "mysql", "mariadb"})
 
+#: The execution option that makes a transaction read-only (``session_scope(read_only=True)``),
+#: read by the engines' ``begin`` listeners; and the mark a SQLite connection carries while
+#: its ``query_only`` is on.
+_READ_ONLY = "novaq_read_only"
+_QUERY_ONLY = "novaq_query_only"
+
 
 @contextlib.contextmanager
-def session_scope(url: str, snapshot: bool = False) -> Iterator[Session]:
+def session_scope(url: str, snapshot: bool = False, read_only: bool = False) -> Iterator[Session]:
     """A transaction: commit when the block succeeds, roll back when it raises.
 
     ``snapshot``: every statement reads the same committed state (REPEATABLE READ), for a
@@ -109,16 +171,30 @@ def session_scope(url: str, snapshot: bool = False) -> Iterator[Session]:
     delete committed between two of its statements would show a server without its
     allocation. SQLite's transaction is one snapshot already.
 
+    ``read_only``: a reader's transaction, which never holds SQLite's write lock (a
+    deferred ``BEGIN``: writers neither wait for it nor make it wait) and is ``READ ONLY``
+    on PostgreSQL and MariaDB. It ends with a rollback, as it has nothing to commit. A
+    write in it, ORM or SQL, raises ``ReadOnlyTransactionError`` and changes nothing.
+    Combines with ``snapshot``.
+
     An error of the database's availability (``is_transient_error``), wherever it comes
     from (the connect, a statement, the commit), is raised as ``DatabaseUnavailable``; a
     rollback or close that fails on the dead connection does not hide it. Inside an
     outage budget (``models.outage``, a worker's task) the transaction first waits for the
     database: nothing has happened in it yet, so waiting there is always safe.
     """
-    session = outage.ride_out(lambda: _open(url, snapshot), "Opening a database transaction")
+    session = outage.ride_out(
+        lambda: _open(url, snapshot, read_only), "Opening a database transaction"
+    )
     try:
         yield session
-        session.commit()
+        if read_only:
+            # A pending ORM write is refused (``_refuse_writes``), not silently dropped.
+            # The close below rolls back: unlike ``rollback()``, it leaves the rows read
+            # loaded (as ``expire_on_commit=False`` leaves a writer's).
+            session.flush()
+        else:
+            session.commit()
     except BaseException as exc:
         _rollback_quietly(session)
         if isinstance(exc, SQLAlchemyError) and is_transient_error(exc):
@@ -128,22 +204,67 @@ def session_scope(url: str, snapshot: bool = False) -> Iterator[Session]:
         _close_quietly(session)
 
 
-def _open(url: str, snapshot: bool = False) -> Session:
+def _open(url: str, snapshot: bool = False, read_only: bool = False) -> Session:
     """A session with its connection checked out (pinged, ``pool_pre_ping``) and its
     transaction begun, so an unreachable database is known before the block runs."""
-    session = get_sessionmaker(url)()
+    session = get_sessionmaker(url, read_only)()
+    dialect = get_engine(url).dialect.name
+    # Set as the transaction begins; the pool resets them when the connection returns.
+    options: dict[str, object] = {}
+    if snapshot and dialect in _SNAPSHOT_DIALECTS:
+        options["isolation_level"] = "REPEATABLE READ"
+    if read_only:
+        options[_READ_ONLY] = True
+        if dialect == "postgresql":
+            options["postgresql_readonly"] = True
     try:
-        if snapshot and get_engine(url).dialect.name in _SNAPSHOT_DIALECTS:
-            # Set as the transaction begins; the pool resets it when the connection returns.
-            session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-        else:
-            session.connection()
+        session.connection(execution_options=options or None)
     except SQLAlchemyError as exc:
         _close_quietly(session)
         if is_transient_error(exc):
             raise unavailable(exc) from exc
         raise
     return session
+
+
+def _refuse_writes(session: Session, _context: object, _instances: object) -> None:
+    """A read-only session's flush: refused when it has anything to write."""
+    written = [*session.new, *session.deleted]
+    written += [o for o in session.dirty if session.is_modified(o)]
+    if written:
+        kinds = ", ".join(sorted({type(o).__name__ for o in written}))
+        raise ReadOnlyTransactionError(reason=f"the session would write {kinds}")
+
+
+#: How each database refuses a write in a read-only transaction: SQLite's
+#: SQLITE_READONLY (``query_only``), PostgreSQL's 25006, MySQL/MariaDB's 1792.
+_READ_ONLY_SQLSTATE = "25006"
+_MYSQL_READ_ONLY_TRANSACTION = 1792
+
+
+def _refuse_read_only_write(context: ExceptionContext) -> None:
+    """A statement a read-only transaction's database refused as a write: the clear
+    error, at the statement (never taken for a read-only standby, ``is_transient_error``)."""
+    conn = context.connection
+    exc = context.sqlalchemy_exception
+    if conn is None or not conn.get_execution_options().get(_READ_ONLY):
+        return
+    if isinstance(exc, DBAPIError) and _is_read_only_violation(exc):
+        raise ReadOnlyTransactionError(reason=_driver_message(exc)) from exc
+
+
+def _is_read_only_violation(exc: DBAPIError) -> bool:
+    orig = exc.orig
+    if getattr(orig, "sqlite_errorname", None) == "SQLITE_READONLY":
+        return True
+    if (getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)) == _READ_ONLY_SQLSTATE:
+        return True
+    args: tuple[object, ...] = tuple(getattr(orig, "args", ()))
+    return bool(args) and args[0] == _MYSQL_READ_ONLY_TRANSACTION
+
+
+def _driver_message(exc: DBAPIError) -> str:
+    return " ".join(str(exc.orig).split())
 
 
 def _rollback_quietly(session: Session) -> None:
@@ -272,3 +393,4 @@ def dispose_all() -> None:
         for engine in _ENGINES.values():
             engine.dispose()
         _ENGINES.clear()
+        _MAKERS.clear()

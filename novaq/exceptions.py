@@ -7,6 +7,7 @@
     ├── ServiceUnavailable           broker or database down / unreachable
     │   └── DatabaseUnavailable      the database cannot be reached now (models.db
     │                                classifies; workers wait it out, models.outage)
+    ├── ReadOnlyTransactionError     a write in a read-only transaction (a bug of its caller)
     ├── InvalidInput                 bad arguments from a user (API, CLI)
     │   ├── InvalidFlavor            zero or negative sizes, malformed extra specs
     │   ├── FlavorExists
@@ -95,6 +96,13 @@ class DatabaseUnavailable(ServiceUnavailable):
     def __init__(self, message: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("service", "database")
         super().__init__(message, **kwargs)
+
+
+class ReadOnlyTransactionError(NovaqError):
+    """A write in ``session_scope(read_only=True)``: the caller's bug, never transient
+    (nothing was written)."""
+
+    msg_fmt = "A read-only transaction may not write: %(reason)s"
 
 
 class InvalidInput(NovaqError):

@@ -52,7 +52,7 @@ class EvacuationScheduler:
     def select(self, sessions: Sessions, migration_uuid: str) -> Selection:
         """The claimed destination (``NoValidHost`` naming the filters when none fits).
         A redelivered request finds its destination already claimed and returns it."""
-        with sessions() as session:
+        with sessions(read_only=True) as session:
             migration = get_migration(session, migration_uuid)
             placed = placed_selection(session, migration)
             if placed is not None:  # a redelivered request: already placed

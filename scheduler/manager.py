@@ -120,7 +120,7 @@ class Scheduler:
         place all its instances fails whole). Instances deleted meanwhile are skipped."""
         first = specs[0]
         targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
-        with sessions() as session:
+        with sessions(read_only=True) as session:
             candidates = load_candidates(session, self.settings, first.resources, targets)
             hosts = candidates.hosts
             group = load_instance_group(session, specs[0].group) if specs[0].group else None
@@ -249,7 +249,7 @@ class MoveScheduler:
         self.scheduler = scheduler
 
     def select(self, sessions: Sessions, spec: RequestSpec, migration_uuid: str) -> Selection:
-        with sessions() as session:
+        with sessions(read_only=True) as session:
             migration = get_migration(session, migration_uuid)
             placed = placed_selection(session, migration)
             if placed is not None:

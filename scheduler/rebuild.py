@@ -22,7 +22,7 @@ RUN_ON_REBUILD = frozenset(
 def check_rebuild(scheduler: Scheduler, sessions: Sessions, instance_uuid: str) -> str:
     """The server's host, if it passes the rebuild filters with the server's (new) image;
     else ``NoValidHost`` naming the filter that refused."""
-    with sessions() as session:
+    with sessions(read_only=True) as session:
         instance = get_instance(session, instance_uuid)
         host, node = instance.host or "", instance.node or ""
         spec = RequestSpec.from_dict(

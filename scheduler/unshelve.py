@@ -49,7 +49,7 @@ def select_for_unshelve(
     """The claimed host for the unshelve, or None when the instance left the unshelve
     meanwhile (deleted). Raises ``NoValidHost``. Idempotent: a redelivered request finds
     the host already claimed and returns it."""
-    with sessions() as session:
+    with sessions(read_only=True) as session:
         instance = get_instance(session, instance_uuid, with_deleted=False)
         if (
             instance.vm_state != VmState.SHELVED_OFFLOADED

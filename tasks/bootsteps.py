@@ -179,7 +179,8 @@ class NovaqServiceStep(bootsteps.StartStopStep):
     def start(self, worker: Any) -> None:
         s = context.settings()
         if s.notifications.versioned:
-            notifications.install(notifications.kombu_publisher(worker.app.connection_for_write))
+            app = worker.app
+            notifications.install(notifications.kombu_publisher(lambda: app.producer_pool))
         queues = consumed_queues(worker)
         computes = {q for q in queues if q.startswith("compute.")}
         services = []

@@ -28,8 +28,8 @@ class ScheduledOutage:
         self.down_until = 0.0
         self.failed = 0
 
-    def __call__(self) -> contextlib.AbstractContextManager[Session]:
-        return self._transaction()
+    def __call__(self, read_only: bool = False) -> contextlib.AbstractContextManager[Session]:
+        return self._transaction(read_only)
 
     def _fail(self, what: str) -> DatabaseUnavailable:
         self.failed += 1
@@ -42,9 +42,9 @@ class ScheduledOutage:
         return mode
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Session]:
+    def _transaction(self, read_only: bool) -> Iterator[Session]:
         mode = outage.ride_out(self._connect, "connect")
-        with self.real() as session:
+        with self.real(read_only=read_only) as session:
             yield session
             if mode == "cut":
                 raise self._fail("server closed the connection unexpectedly")

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from celery.canvas import Signature
+from kombu import pools
 from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlalchemy.orm import Session
 from tenacity import (
     Retrying,
     before_sleep_log,
@@ -44,10 +49,31 @@ PUBLISH_BACKOFF_MAX_S = 2.0
 CONNECT_TIMEOUT_S = 3.0
 
 
+#: The broker connection pool of each broker URL this process published to: kombu's
+#: (``app.pool`` for the configured URL, which Celery's producer pool draws from).
+#: Looked up by the URL string, since making the ``Connection`` kombu's registry is keyed
+#: by costs more than a publish; emptied in a forked child, as kombu empties its own.
+_POOLS: dict[str, Any] = {}
+os.register_at_fork(after_in_child=_POOLS.clear)
+
+
+def _pool() -> Any:
+    """The connection pool of the broker as configured now (a test may repoint it)."""
+    url = app.conf.broker_write_url
+    pool = _POOLS.get(url)
+    if pool is None:
+        app.pool  # noqa: B018 - applies broker_pool_limit to kombu's pools first
+        pool = _POOLS[url] = pools.connections[app.connection_for_write()]
+    return pool
+
+
 def check_broker() -> None:
-    """Fail fast, before any write, when the broker cannot be reached."""
+    """Fail fast, before any write, when the broker cannot be reached: its pooled
+    connection, connected at the first call (no new connection per request). A broker
+    lost after that fails the publish instead, whose caller takes its write back
+    (``workflows.api.submit``)."""
     try:
-        with app.connection_for_write() as conn:
+        with _pool().acquire(block=True) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=CONNECT_TIMEOUT_S)
     except _BROKER_ERRORS as exc:
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
@@ -66,15 +92,45 @@ def broker_errors() -> tuple[type[BaseException], ...]:
     """What a publish raises when the broker fails: the connection errors (kombu wraps
     them in its ``OperationalError``) and the transport's channel errors, such as Redis
     refusing a write when it is out of memory (a full broker)."""
-    with app.connection_for_write() as conn:
-        return (*_BROKER_ERRORS, *conn.channel_errors)
+    return (*_BROKER_ERRORS, *_pool().connection.channel_errors)
 
 
-def send(signature: Signature, record: bool = True) -> Any:
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The durable records of one operation written before its publish (``record``):
+    what a publish that failed for good takes back."""
+
+    instance_uuids: tuple[str, ...] = ()
+    task_id: str | None = None
+
+
+def record(
+    session: Session, signature: Signature, task_states: Mapping[str, str | None] | None = None
+) -> Recorded:
+    """Write the record of the operation ``signature`` starts (the instances it acts on)
+    in the caller's transaction, so the write that asks for the operation and its record
+    commit together; then ``send(signature, recorded=...)``. ``task_states``: what the
+    caller just set on each instance (``in_flight.record``)."""
+    return _write(session, _message(signature), task_states)
+
+
+def _write(
+    session: Session,
+    message: in_flight.Message,
+    task_states: Mapping[str, str | None] | None = None,
+) -> Recorded:
+    recorded = Recorded(tuple(in_flight.instances_of(message)), in_flight.task_id_of(message))
+    if recorded.instance_uuids:
+        in_flight.record(session, message, task_states=task_states)
+    return recorded
+
+
+def send(signature: Signature, record: bool = True, recorded: Recorded | None = None) -> Any:
     """Publish ``signature``, retried ``PUBLISH_ATTEMPTS`` times with backoff; raises
     ``ServiceUnavailable`` once the broker has failed for good.
 
-    Unless it is a query (``record=False``), the operation's durable record
+    Unless it is a query (``record=False``) or its caller wrote the record already
+    (``recorded``, from ``record``), the operation's durable record
     (``compute.in_flight``) is written first, with the task ids frozen into the message,
     so the reaper can send it again should the broker lose it; a publish that failed for
     good takes its record back.
@@ -93,8 +149,10 @@ def send(signature: Signature, record: bool = True) -> Any:
     try:
         fault_points.reach(f"publish:{first_task(signature)}")
     except fault_points.FaultInjected as exc:
+        _forget(recorded)
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
-    recorded, task_id = _record(signature) if record else ([], None)
+    if recorded is None:
+        recorded = _record(signature) if record else Recorded()
     errors = broker_errors()
     retrying = Retrying(
         stop=stop_after_attempt(PUBLISH_ATTEMPTS),
@@ -106,21 +164,29 @@ def send(signature: Signature, record: bool = True) -> Any:
     try:
         return retrying(_publish_once, signature)
     except errors as exc:
-        if recorded:
-            with _sessions()() as session:
-                in_flight.forget(session, recorded, task_id)
+        _forget(recorded)
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
 
 
-def _record(signature: Signature) -> tuple[list[str], str | None]:
-    """Write the record of the operation ``signature`` starts (instances it acts on)."""
+def _message(signature: Signature) -> in_flight.Message:
     signature.freeze()
-    message = in_flight.message_of_signature(json.loads(json.dumps(signature)))
-    recorded = in_flight.instances_of(message)
-    if recorded:
+    return in_flight.message_of_signature(json.loads(json.dumps(signature)))
+
+
+def _record(signature: Signature) -> Recorded:
+    """Write the record of the operation ``signature`` starts in a transaction of its own
+    (none when it acts on no instance)."""
+    message = _message(signature)
+    if not in_flight.instances_of(message):
+        return Recorded(task_id=in_flight.task_id_of(message))
+    with _sessions()() as session:
+        return _write(session, message)
+
+
+def _forget(recorded: Recorded | None) -> None:
+    if recorded is not None and recorded.instance_uuids:
         with _sessions()() as session:
-            in_flight.record(session, message)
-    return recorded, in_flight.task_id_of(message)
+            in_flight.forget(session, list(recorded.instance_uuids), recorded.task_id)
 
 
 def _publish_once(signature: Signature) -> Any:

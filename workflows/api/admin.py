@@ -39,7 +39,7 @@ class ServerGroupRules(TypedDict, total=False):
 @validated()
 def list_hosts() -> list[dict[str, Any]]:
     s = common.settings()
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         services = {
             sv.host: service_dict(sv, s)
             for sv in session.scalars(
@@ -55,7 +55,7 @@ def list_hosts() -> list[dict[str, Any]]:
 @validated()
 def list_services() -> list[dict[str, Any]]:
     s = common.settings()
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         rows = session.scalars(
             select(Service).where(Service.deleted == 0).order_by(Service.binary, Service.host)
         )
@@ -137,7 +137,7 @@ def run_periodic_task(name: str, host: Name | None = None) -> list[str]:
     if name not in BY_NAME:
         raise InvalidInput(reason=f"unknown periodic task {name!r}; see periodic-list")
     if host is not None and BY_NAME[name].per_host:
-        with session_scope(common.db_url()) as session:
+        with session_scope(common.db_url(), read_only=True) as session:
             servicegroup.get_service(session, host)
     dispatch.check_broker()
     return send_now(name, host)
@@ -188,7 +188,7 @@ def _compute_hosts(session: Any) -> set[str]:
 @validated()
 def show_aggregate(aggregate: AggregateRef) -> dict[str, Any]:
     """An aggregate by id or name: its zone, hosts and metadata."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return aggregates.aggregate_dict(_aggregate(session, aggregate))
 
 
@@ -221,7 +221,7 @@ def set_aggregate_metadata(
 
 @validated()
 def list_aggregates() -> list[dict[str, Any]]:
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return [
             aggregates.aggregate_dict(a)
             for a in session.scalars(select(Aggregate).order_by(Aggregate.id))
@@ -243,7 +243,7 @@ def create_server_group(
 @validated(labels={"group": "server group"})
 def show_server_group(group: Name) -> dict[str, Any]:
     """A server group by uuid or name: policy, rules and members."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return aggregates.group_dict(aggregates.get_server_group(session, group))
 
 
@@ -259,7 +259,7 @@ def delete_server_group(group: Name) -> dict[str, Any]:
 
 @validated()
 def list_server_groups() -> list[dict[str, Any]]:
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         rows = session.scalars(select(ServerGroup).order_by(ServerGroup.id))
         return [aggregates.group_dict(g) for g in rows]
 
@@ -272,7 +272,7 @@ def audit(timeout: Seconds = 10.0, hosts: list[Name] | None = None) -> dict[str,
     those hosts' nodes (each must be a compute host). Every host is asked at once and
     given ``timeout`` in all: hosts that do not answer cost one timeout, not one each."""
     s = common.settings()
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         for host in hosts or ():
             common.check_compute_host(session, host)
         up_hosts = [
@@ -298,7 +298,7 @@ def audit(timeout: Seconds = 10.0, hosts: list[Name] | None = None) -> dict[str,
             finally:
                 result.forget()
     # One snapshot: an operation committing between the audit's reads is not a leak.
-    with session_scope(common.db_url(), snapshot=True) as session:
+    with session_scope(common.db_url(), snapshot=True, read_only=True) as session:
         return audit_nodes(session, hypervisors, hosts)
 
 
@@ -310,7 +310,7 @@ def list_heals(host: Name | None = None, limit: Int = 100) -> list[dict[str, Any
     query = select(ResourceHeal).order_by(ResourceHeal.id.desc()).limit(limit)
     if host:
         query = query.where(ResourceHeal.host == host)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return [
             {
                 "created_at": h.created_at.isoformat(),

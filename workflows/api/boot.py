@@ -90,7 +90,7 @@ def boot(
         # Nova's "zone:host" boot syntax: force the host, bypassing the filters.
         zone, _, forced = availability_zone.partition(":")
         availability_zone, force_hosts = zone or None, (flavors.check_name(forced, "host"),)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         flavor_row = flavors.get_flavor(session, flavor, project)
         snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
         boot_image = _boot_image(session, image, snapshot)
@@ -106,35 +106,42 @@ def boot(
     pci_requests = tuple(requests_from_extra_specs(snapshot.extra_specs, common.settings()))
     dispatch.check_broker()
     request_id = common.new_request_id()
+    specs = [
+        RequestSpec(
+            instance_uuid=str(uuid_module.uuid4()),
+            flavor=snapshot,
+            image=boot_image.id,
+            image_name=boot_image.name,
+            availability_zone=availability_zone,
+            hints=extras.hints,
+            group=group_uuid,
+            num_instances=number,
+            pci_requests=pci_requests,
+            image_properties=dict(boot_image.properties),
+            force_hosts=force_hosts,
+        )
+        for _ in range(number)
+    ]
+    workflow = build_workflow(request_id, specs)
+    # One transaction: the servers, their actions and group memberships, and the
+    # operation's durable record (published after the commit).
     with session_scope(common.db_url()) as session:
-        specs = []
-        for index in range(number):
+        for index, spec in enumerate(specs):
             display = name if number == 1 else f"{name}-{index + 1}"
-            spec = RequestSpec(
-                instance_uuid=str(uuid_module.uuid4()),
-                flavor=snapshot,
-                image=boot_image.id,
-                image_name=boot_image.name,
-                availability_zone=availability_zone,
-                hints=extras.hints,
-                group=group_uuid,
-                num_instances=number,
-                pci_requests=pci_requests,
-                image_properties=dict(boot_image.properties),
-                force_hosts=force_hosts,
-            )
             instance = _new_instance(spec, display, flavor_id, boot_image.system_metadata)
             instance.description = extras.description
             server_metadata.replace(instance, extras.metadata)
             session.add(instance)
             actions.start_action(session, spec.instance_uuid, "create", request_id)
-            specs.append(spec)
         if group_uuid is not None:
             aggregates.add_members(
                 aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
             )
+        recorded = dispatch.record(
+            session, workflow, {s.instance_uuid: TaskState.SCHEDULING for s in specs}
+        )
     created = tuple(s.instance_uuid for s in specs)
-    submit.publish(build_workflow(request_id, specs), Written(request_id, created, created=True))
+    submit.publish(workflow, Written(request_id, created, created=True), recorded)
     return list(created)
 
 

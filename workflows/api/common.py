@@ -43,7 +43,7 @@ def check_uuid(value: str) -> str:
         return str(uuid_module.UUID(value))
     except ValueError:
         pass
-    with session_scope(db_url()) as session:
+    with session_scope(db_url(), read_only=True) as session:
         return resolve_server(session, value)
 
 

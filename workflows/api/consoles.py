@@ -50,7 +50,7 @@ def get_console(server: str, console_type: str = consoles.SERIAL) -> dict[str, A
     """A console URL for ``server`` (name or uuid): ``{"type", "url", "expires"}``, with
     ``expires`` in epoch seconds. The URL's token is shown here only."""
     consoles.check_console_type(console_type)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         uuid = common.resolve_server(session, server)
         host = _console_host(session, get_instance(session, uuid, with_deleted=False))
     xml = api_servers.diagnostics(uuid)["xml"]
@@ -84,7 +84,7 @@ def console_log(server: str, length: Int | None = None, timeout: Seconds = 30.0)
     """The tail of ``server``'s console log (name or uuid): at most its last 100 KiB, then
     its last ``length`` lines when given; "" when the guest has logged nothing yet."""
     length = check_length(length)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         uuid = common.resolve_server(session, server)
         host = _log_host(session, get_instance(session, uuid, with_deleted=False))
     dispatch.check_broker()

@@ -22,7 +22,7 @@ SpecValue = Annotated[str | int | float, expect("a string")]
 @validated()
 def show_flavor(flavor: Name) -> dict[str, Any]:
     """A flavor by name or id: its sizes, extra specs and whether it is public."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return flavors.flavor_dict(flavors.get_flavor(session, flavor))
 
 
@@ -61,7 +61,7 @@ def unset_flavor_extra_specs(flavor: Name, keys: list[Name]) -> dict[str, Any]:
 @validated()
 def list_flavor_access(flavor: Name) -> list[dict[str, str]]:
     """The projects that may use a private flavor (refused for a public one, as Nova)."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return flavors.access_list(flavors.get_flavor(session, flavor))
 
 

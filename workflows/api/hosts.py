@@ -85,7 +85,7 @@ def show_hypervisor(hypervisor: Name) -> dict[str, Any]:
     service's state, its zone and aggregates, its PCI devices with their status and
     owner, and the servers on it."""
     s = common.settings()
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         node = _find_node(session, hypervisor)
         service = _service(session, node.host, s)
         view = views.host_dict(node, service)
@@ -109,7 +109,7 @@ def show_hypervisor(hypervisor: Name) -> dict[str, Any]:
 @validated(labels={"hypervisor": "hypervisor"})
 def list_hypervisor_servers(hypervisor: Name) -> list[dict[str, Any]]:
     """The live servers on a hypervisor (by host, node name or uuid)."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return _servers_on(session, _find_node(session, hypervisor))
 
 
@@ -120,7 +120,7 @@ def list_availability_zones() -> list[dict[str, Any]]:
     a zone with only disabled services is not available. Compute hosts are in their
     aggregate's zone or the default one; other services in ``internal``."""
     s = common.settings()
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         services = list(
             session.scalars(
                 select(Service).where(Service.deleted == 0).order_by(Service.host, Service.binary)

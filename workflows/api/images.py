@@ -118,7 +118,7 @@ def ensure_demo_image(settings: Settings, name: str = "cirros") -> dict[str, Any
     downloaded) unless a live image of that name exists, so a fresh ``novaq up`` or
     ``novaq demo`` can boot servers at once. Returns the new image, or None."""
     db_url = settings.sqlalchemy_url
-    with session_scope(db_url) as session:
+    with session_scope(db_url, read_only=True) as session:
         live = select(Image.id).where(Image.name == name, Image.status != ImageStatus.DELETED)
         if session.scalars(live).first() is not None:
             return None
@@ -166,14 +166,14 @@ def list_images(include_deleted: bool = False) -> list[dict[str, Any]]:
     query = select(Image).order_by(Image.created_at, Image.id)
     if not include_deleted:
         query = query.where(Image.status != ImageStatus.DELETED)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return [image_dict(i) for i in session.scalars(query)]
 
 
 @validated()
 def show_image(ref: str) -> dict[str, Any]:
     """An image by id (deleted ones too) or by name (the one live image of that name)."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return image_dict(find_image(session, ref))
 
 

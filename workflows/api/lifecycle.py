@@ -57,7 +57,7 @@ def force_stop(uuid: str) -> str:
     Nova's host check and its ``expected_task_state=[None]`` remain. Records a ``stop``
     action, as Nova does."""
     uuid = common.check_uuid(uuid)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         host = _up_host(session, get_instance(session, uuid, with_deleted=False), "force_stop")
     dispatch.check_broker()
     request_id = common.new_request_id()
@@ -125,7 +125,7 @@ def rescue(uuid: str, rescue_image_ref: str | None = None) -> str:
     anything is written, as Nova's API refuses it."""
     extra: dict[str, Any] = {}
     if rescue_image_ref is not None:
-        with session_scope(common.db_url()) as session:
+        with session_scope(common.db_url(), read_only=True) as session:
             image = find_image(session, rescue_image_ref)
             if image.status != ImageStatus.ACTIVE:
                 raise ImageNotActive(image_id=image.id)
@@ -169,7 +169,7 @@ def unshelve(uuid: str) -> str:
     """Unshelve: a SHELVED server is started on its host; a SHELVED_OFFLOADED one is
     scheduled again (a host selected and claimed) and spawned there."""
     uuid = common.check_uuid(uuid)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         if instance.vm_state == VmState.SHELVED_OFFLOADED:
             gate.check_instance_state(instance, "unshelve")
@@ -251,7 +251,7 @@ def _request(
     task_state = operation(gate_action).task_state
     action = action or gate_action
     uuid = common.check_uuid(uuid)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         host = _checked_host(session, get_instance(session, uuid, with_deleted=False), gate_action)
     dispatch.check_broker()
     request_id = common.new_request_id()

@@ -70,7 +70,7 @@ def migrate(uuid: str, host: Name | None = None) -> str:
 def _move(uuid: str, flavor_ref: str | None, host: str | None) -> str:
     uuid = common.check_uuid(uuid)
     action = "resize" if flavor_ref is not None else "migrate"
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         _check_movable(session, instance, action)
         if flavor_ref is not None:
@@ -148,7 +148,7 @@ def revert_resize(uuid: str) -> str:
 def _finish_move(uuid: str, action: str) -> str:
     uuid = common.check_uuid(uuid)
     gate = "confirm_resize" if action == "confirmResize" else "revert_resize"
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         check_instance_state(instance, gate)
         migration = active_migration(session, uuid)
@@ -242,5 +242,5 @@ def list_migrations(**filters: Unpack[MigrationFilters]) -> list[dict[str, Any]]
     if "host" in filters:
         host = filters["host"]
         query = query.where((Migration.source_compute == host) | (Migration.dest_compute == host))
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return [migration_dict(m) for m in session.scalars(query)]

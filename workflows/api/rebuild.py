@@ -66,7 +66,7 @@ def rebuild(server: Name, image: Name) -> str:
     PCI devices: REBUILD, then ACTIVE (SHUTOFF if it was SHUTOFF; ERROR becomes ACTIVE).
     The image must be active and fit the flavor (min_ram, min_disk, size). Returns the
     request id."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         uuid = common.resolve_server(session, server)
         instance = get_instance(session, uuid, with_deleted=False)
         _check_state(instance, "rebuild", check_lock=True)
@@ -121,7 +121,7 @@ def evacuate(server: Name, host: Name | None = None) -> str:
     and for a host that does not exist (``ComputeHostNotFound``). Returns the request id."""
     if host is not None:
         flavors.check_name(host, "host")
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         uuid = common.resolve_server(session, server)
         instance = get_instance(session, uuid, with_deleted=False)
         _check_state(instance, "evacuate", check_lock=False)

@@ -80,7 +80,7 @@ def create_flavor(
 def list_flavors(is_public: bool | None = True) -> list[dict[str, Any]]:
     """Flavors as Nova lists them to an operator: the public ones by default;
     ``is_public=None`` every one, ``False`` the private ones only."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return [flavors.flavor_dict(f) for f in flavors.list_flavors(session, is_public)]
 
 
@@ -93,7 +93,7 @@ def delete(uuid: str) -> str:
     uuid = common.check_uuid(uuid)
     s = common.settings()
     request_id = common.new_request_id()
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         if instance.task_state in (TaskState.DELETING, TaskState.SOFT_DELETING):
             # Nova ignores a repeated delete while one is in progress.
@@ -159,7 +159,7 @@ def _soft_delete(uuid: str, request_id: str, host: str) -> str:
 @validated()
 def show(uuid: str) -> dict[str, Any]:
     uuid = common.check_uuid(uuid)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return views.instance_dict(session, get_instance(session, uuid))
 
 
@@ -168,14 +168,14 @@ def list_instances(**filters: Unpack[InstanceFilters]) -> list[dict[str, Any]]:
     """Servers, oldest first. Filters (``server_query``): host, name (a regular
     expression), vm_state, status, flavor, deleted (True: only deleted servers), locked; then
     ``marker`` (the uuid of the last server of the previous page) and ``limit``."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         return server_query.run(session, server_query.build(session, dict(filters)))
 
 
 @validated()
 def list_actions(uuid: str) -> list[dict[str, Any]]:
     uuid = common.check_uuid(uuid)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         get_instance(session, uuid)
         rows = session.scalars(
             select(InstanceAction)
@@ -199,12 +199,12 @@ def wait(
     The operation is the request ``request_id`` names (what the call returned), else the
     server's latest action (``workflows.api.waiting.Watched``)."""
     wanted = waiting.check_status(status)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         uuid = common.resolve_server(session, uuid)  # a uuid, or a name only one server has
         watched = waiting.Watched.of(session, uuid, request_id)
     deadline = time.monotonic() + timeout
     while True:
-        with session_scope(common.db_url()) as session:
+        with session_scope(common.db_url(), read_only=True) as session:
             # The action first: its end is written with (or after) the final state, so a
             # view read after it is at least that new.
             ended = watched.ended(session)
@@ -230,7 +230,7 @@ def diagnostics(uuid: str, timeout: Seconds = 30.0) -> dict[str, Any]:
     """Ask the server's host for its live view of the guest (power state, vcpus, memory,
     PCI addresses, domain XML)."""
     uuid = common.check_uuid(uuid)
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         if instance.host is None:
             raise InstanceInvalidState(

@@ -103,11 +103,14 @@ def columns(row: Any, *names: str) -> dict[str, Any]:
     return {name: copy.deepcopy(getattr(row, name)) for name in (*names, "updated_at")}
 
 
-def publish(signature: Signature, written: Written) -> None:
+def publish(
+    signature: Signature, written: Written, recorded: dispatch.Recorded | None = None
+) -> None:
     """Send ``signature``; if that fails, take ``written`` back and re-raise (normally
-    ``ServiceUnavailable``), unless a worker has already taken the request over."""
+    ``ServiceUnavailable``), unless a worker has already taken the request over.
+    ``recorded``: the operation's record, written with ``written`` (``dispatch.record``)."""
     try:
-        dispatch.send(signature)
+        dispatch.send(signature, recorded=recorded)
     except Exception as exc:
         if not take_back(written):
             LOG.warning(

@@ -52,7 +52,7 @@ def timeline(server: str) -> dict[str, Any]:
     """Every step of every operation ``server`` (a name or a uuid) went through, grouped
     by operation, in time order: ``{"server": {...}, "operations": [...]}`` (JSON types
     only; times in ISO 8601, UTC)."""
-    with session_scope(common.db_url()) as session:
+    with session_scope(common.db_url(), read_only=True) as session:
         uuid = common.resolve_server(session, server)
         instance = session.scalars(select(Instance).where(Instance.uuid == uuid)).first()
         if instance is None:

@@ -1,0 +1,66 @@
+"""What a call costs, counted (issue 16's tests count, never time): the SQL statements and
+commits an engine runs, and the broker connections kombu establishes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kombu.connection import Connection
+from sqlalchemy import event
+
+from models.db import get_engine
+
+
+class Sql:
+    """The statements (their first two words, upper case) and the COMMITs and ROLLBACKs
+    of an engine's connections."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.commits = self.rollbacks = 0
+
+    def reset(self) -> None:
+        self.statements.clear()
+        self.commits = self.rollbacks = 0
+
+    def _statement(self, _conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        self.statements.append(" ".join(sql.split()[:2]).upper())
+
+    def _commit(self, _conn: Any) -> None:
+        self.commits += 1
+
+    def _rollback(self, _conn: Any) -> None:
+        self.rollbacks += 1
+
+
+@contextlib.contextmanager
+def counting_sql(db_url: str) -> Iterator[Sql]:
+    engine, seen = get_engine(db_url), Sql()
+    listeners = (
+        ("before_cursor_execute", seen._statement),
+        ("commit", seen._commit),
+        ("rollback", seen._rollback),
+    )
+    for name, fn in listeners:
+        event.listen(engine, name, fn)
+    try:
+        yield seen
+    finally:
+        for name, fn in listeners:
+            event.remove(engine, name, fn)
+
+
+def count_broker_connections(monkeypatch: pytest.MonkeyPatch) -> list[Connection]:
+    """Every broker connection kombu establishes from now on (the list grows)."""
+    opened: list[Connection] = []
+    real = Connection._establish_connection
+
+    def establish(self: Connection) -> Any:
+        opened.append(self)
+        return real(self)
+
+    monkeypatch.setattr(Connection, "_establish_connection", establish)
+    return opened

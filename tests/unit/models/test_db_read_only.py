@@ -1,0 +1,216 @@
+"""``session_scope(url, read_only=True)``: a reader's transaction. On SQLite it takes no
+write lock (a deferred BEGIN: a WAL read snapshot), so a writer's BEGIN IMMEDIATE goes
+ahead while it is open; on PostgreSQL it is READ ONLY. A write in it, SQL or ORM, fails
+with ``ReadOnlyTransactionError`` and changes nothing; it ends without a commit."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import declarative_base as _declarative_base
+
+from compute.sessions import savepoints, sessions_for
+from models.db import dispose_all, get_engine, session_scope
+from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
+from tests.tcp_proxy import reachable
+
+ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+TABLE = "novaq_read_only_probe"
+
+
+class _Probe(_declarative_base()):  # type: ignore[misc]
+    __tablename__ = TABLE
+    n: Mapped[int] = mapped_column(primary_key=True)
+
+
+def _create(url: str) -> None:
+    with session_scope(url) as session:
+        session.execute(text(f"DROP TABLE IF EXISTS {TABLE}"))
+        session.execute(text(f"CREATE TABLE {TABLE} (n int PRIMARY KEY)"))
+        session.execute(text(f"INSERT INTO {TABLE} VALUES (1)"))
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path}/read_only.sqlite"
+    _create(url)
+    yield url
+    dispose_all()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A database of its own (dropped after), on the local PostgreSQL."""
+    if not reachable(5432):
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    name = f"readonly_unit_{os.getpid()}"
+    admin = create_engine(ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    url = ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    _create(url)
+    try:
+        yield url
+    finally:
+        dispose_all()
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{'sqlite' if request.param == 'sqlite' else 'pg'}_url"))
+
+
+def _rows(url: str) -> list[int]:
+    with session_scope(url, read_only=True) as session:
+        return list(session.scalars(text(f"SELECT n FROM {TABLE} ORDER BY n")))
+
+
+class _Ends:
+    """The COMMITs and ROLLBACKs an engine's connections run."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.commits = self.rollbacks = 0
+        event.listen(engine, "commit", self._commit)
+        event.listen(engine, "rollback", self._rollback)
+
+    def _commit(self, _conn: object) -> None:
+        self.commits += 1
+
+    def _rollback(self, _conn: object) -> None:
+        self.rollbacks += 1
+
+
+def test_a_reader_does_not_block_a_writer_on_sqlite(sqlite_url: str) -> None:
+    path = sqlite_url.removeprefix("sqlite:///")
+    with session_scope(sqlite_url, read_only=True) as reader:
+        assert reader.execute(text(f"SELECT count(*) FROM {TABLE}")).scalar_one() == 1
+        # Another connection takes the write lock at once (no busy wait at all), commits,
+        # and the reader keeps its snapshot.
+        writer = sqlite3.connect(path, isolation_level=None, timeout=0)
+        try:
+            writer.execute("BEGIN IMMEDIATE")
+            writer.execute(f"INSERT INTO {TABLE} VALUES (2)")
+            writer.execute("COMMIT")
+        finally:
+            writer.close()
+        with session_scope(sqlite_url) as other:  # novaq's own writer too
+            other.execute(text(f"INSERT INTO {TABLE} VALUES (3)"))
+        assert reader.execute(text(f"SELECT count(*) FROM {TABLE}")).scalar_one() == 1
+    assert _rows(sqlite_url) == [1, 2, 3]
+
+
+def test_a_writer_still_takes_the_write_lock_at_begin_on_sqlite(sqlite_url: str) -> None:
+    path = sqlite_url.removeprefix("sqlite:///")
+    with session_scope(sqlite_url):
+        other = sqlite3.connect(path, isolation_level=None, timeout=0)
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+        finally:
+            other.close()
+
+
+def test_a_sql_write_in_a_reader_fails_clearly_and_changes_nothing(url: str) -> None:
+    with (
+        pytest.raises(ReadOnlyTransactionError, match="read-only transaction may not write"),
+        session_scope(url, read_only=True) as session,
+    ):
+        session.execute(text(f"INSERT INTO {TABLE} VALUES (7)"))
+    assert _rows(url) == [1]
+
+
+def test_an_orm_write_in_a_reader_fails_clearly_and_changes_nothing(url: str) -> None:
+    refused = pytest.raises(ReadOnlyTransactionError, match="_Probe")
+    with refused, session_scope(url, read_only=True) as session:
+        session.add(_Probe(n=8))  # flushed at the end: refused, not dropped
+    with pytest.raises(ReadOnlyTransactionError), session_scope(url, read_only=True) as session:
+        session.add(_Probe(n=9))
+        session.execute(text(f"SELECT n FROM {TABLE}"))  # the autoflush is refused
+    assert _rows(url) == [1]
+
+
+def test_the_error_is_not_taken_for_an_unavailable_database(url: str) -> None:
+    refused = pytest.raises(ReadOnlyTransactionError)
+    with refused as caught, session_scope(url, read_only=True) as session:
+        session.execute(text(f"DELETE FROM {TABLE}"))
+    assert not isinstance(caught.value, DatabaseUnavailable)
+
+
+def test_a_reader_commits_nothing_and_the_connection_writes_again_after(url: str) -> None:
+    ends = _Ends(get_engine(url))
+    for _ in range(3):
+        assert _rows(url) == [1]
+    assert (ends.commits, ends.rollbacks) == (0, 3)
+    # The pooled connection the readers used is a writer's again.
+    with session_scope(url) as session:
+        session.execute(text(f"INSERT INTO {TABLE} VALUES (2)"))
+    assert _rows(url) == [1, 2]
+    assert ends.commits == 1
+
+
+def test_rows_read_stay_loaded_after_the_reader_ends(url: str) -> None:
+    with session_scope(url, read_only=True) as session:
+        probe = session.get(_Probe, 1)
+    assert probe is not None and probe.n == 1  # no DetachedInstanceError
+
+
+def test_a_reader_combines_with_a_snapshot(url: str) -> None:
+    with session_scope(url, read_only=True, snapshot=True) as session:
+        first = session.execute(text(f"SELECT count(*) FROM {TABLE}")).scalar_one()
+        with session_scope(url) as other:
+            other.execute(text(f"INSERT INTO {TABLE} VALUES (2)"))
+        assert session.execute(text(f"SELECT count(*) FROM {TABLE}")).scalar_one() == first
+        # The statement itself raises the clear error (a caller may catch it inside).
+        with pytest.raises(ReadOnlyTransactionError):
+            session.execute(text(f"INSERT INTO {TABLE} VALUES (3)"))
+        session.rollback()
+    assert _rows(url) == [1, 2]
+
+
+def test_postgresql_reader_is_a_read_only_transaction_and_the_pool_resets_it(
+    pg_url: str,
+) -> None:
+    with session_scope(pg_url, read_only=True, snapshot=True) as session:
+        assert session.execute(text("SHOW transaction_read_only")).scalar_one() == "on"
+        assert session.execute(text("SHOW transaction_isolation")).scalar_one() == "repeatable read"
+    with session_scope(pg_url) as session:
+        assert session.execute(text("SHOW transaction_read_only")).scalar_one() == "off"
+        assert session.execute(text("SHOW transaction_isolation")).scalar_one() == "read committed"
+
+
+def test_the_sessions_factories_take_read_only(sqlite_url: str) -> None:
+    with (
+        sessions_for(sqlite_url)(read_only=True) as session,
+        pytest.raises(ReadOnlyTransactionError),
+    ):
+        session.execute(text(f"INSERT INTO {TABLE} VALUES (5)"))
+    with sessions_for(sqlite_url)() as session:  # a writer, as every existing caller
+        session.execute(text(f"INSERT INTO {TABLE} VALUES (6)"))
+    engine = create_engine(sqlite_url)
+    try:
+        with engine.connect() as conn, conn.begin():
+            outer = _session_on(conn)
+            # The tests' savepoints accept read_only and ignore it.
+            with savepoints(outer)(read_only=True) as session:
+                session.execute(text(f"INSERT INTO {TABLE} VALUES (7)"))
+            assert outer.execute(text(f"SELECT count(*) FROM {TABLE}")).scalar_one() == 3
+            outer.close()
+    finally:
+        engine.dispose()
+    assert _rows(sqlite_url) == [1, 6]
+
+
+def _session_on(conn: object) -> object:
+    from sqlalchemy.orm import Session
+
+    return Session(bind=conn, join_transaction_mode="create_savepoint")  # type: ignore[arg-type]

@@ -1,0 +1,77 @@
+"""What one ``api.boot`` costs (issue 16): one write transaction (the servers, their
+actions and the operation's durable record commit together) plus a read-only lookup, and
+no new broker connection once the API's pooled one is open."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kombu.connection import Connection
+from sqlalchemy import func, select
+
+from models import Instance, InstanceAction, OperationInFlight
+from models.db import session_scope
+from tests.costs import Sql, count_broker_connections, counting_sql
+from tests.unit.workflows.servers import clear_queues, queued
+from workflows import api
+
+
+@pytest.fixture
+def counts(db_url: str) -> Iterator[Sql]:
+    with counting_sql(db_url) as seen:
+        yield seen
+    clear_queues("scheduler")
+
+
+@pytest.fixture
+def broker_connections(monkeypatch: pytest.MonkeyPatch) -> list[Connection]:
+    return count_broker_connections(monkeypatch)
+
+
+def _count(db_url: str, model: Any) -> int:
+    with session_scope(db_url) as session:
+        return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_a_boot_is_one_commit_and_a_read_only_lookup(db_url: str, counts: Sql) -> None:
+    api.create_flavor("m1", 1, 512, 1)
+    api.boot("warm", "m1", "cirros")
+    counts.reset()
+    [uuid] = api.boot("vm", "m1", "cirros")
+    assert (counts.commits, counts.rollbacks) == (1, 1)
+    # What that one commit wrote: the server, its action and its record in flight.
+    with session_scope(db_url) as session:
+        record = session.get(OperationInFlight, uuid)
+        assert record is not None and record.task_state == "scheduling"
+        assert record.message["signature"]["task"] == "scheduler.select_destinations"
+    assert (_count(db_url, Instance), _count(db_url, InstanceAction)) == (2, 2)
+    assert queued("scheduler") == 2
+
+
+def test_a_multi_create_is_still_one_commit(db_url: str, counts: Sql) -> None:
+    api.create_flavor("m1", 1, 512, 1)
+    api.boot("warm", "m1", "cirros")
+    counts.reset()
+    uuids = api.boot("web", "m1", "cirros", count=3)
+    assert counts.commits == 1
+    with session_scope(db_url) as session:
+        records = session.scalars(
+            select(OperationInFlight.instance_uuid).where(
+                OperationInFlight.instance_uuid.in_(uuids)
+            )
+        )
+        assert sorted(records) == sorted(uuids)
+
+
+def test_a_second_boot_opens_no_broker_connection(
+    db_url: str, counts: Sql, broker_connections: list[Connection]
+) -> None:
+    api.create_flavor("m1", 1, 512, 1)
+    api.boot("first", "m1", "cirros")  # the pool connects once (if it had not yet)
+    broker_connections.clear()
+    api.boot("second", "m1", "cirros")
+    api.boot("third", "m1", "cirros")
+    assert broker_connections == []
+    assert queued("scheduler") == 3
