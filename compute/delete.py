@@ -27,6 +27,8 @@ from models.states import PowerState
 LOG = logging.getLogger(__name__)
 
 TERMINATE_EVENT = "compute_terminate_instance"
+#: A terminate's outcome once its step is done (what the terminate task returns).
+DONE_OUTCOME = "deleted"
 
 
 def mark_deleted(instance: Instance) -> None:
@@ -107,7 +109,7 @@ def terminate_instance(ctx: StepContext, instance_uuid: str) -> str:
     if outcome != DONE:
         return outcome
     LOG.info("Instance %s deleted on %s", instance_uuid, ctx.host)
-    return "deleted"
+    return DONE_OUTCOME
 
 
 def release_and_mark(
