@@ -2,6 +2,14 @@
 number of deliveries counted in the database (CELERY_RELIABILITY.md §1.2: a requeue on
 worker loss has no limit of its own), and a database outage waited out.
 
+Where the delivery is written. Its start (the operation's record, the step record, the
+count) and its end (the record passed on, the step record ended, the count removed) are
+each a transaction of their own, as the delivery starts and as the task returns, unless
+the step's own transactions carry them (``compute.delivery_ledger``): a task with
+``delivery_rides`` has its start ride its first write, and one with ``done_outcome`` its
+end ride the finish of a step that is done and ends its workflow. A copy the broker
+marks redelivered always counts itself first, in a transaction of its own.
+
 Riding out an outage. Each call of a task (a delivery, or a new-style error callback,
 which Celery calls in-process through the same ``__call__``) runs inside an outage budget
 of ``[database] outage_tolerance_s`` (``models.outage``): every transaction waits for the
