@@ -38,13 +38,15 @@ from novaq.exceptions import (
     InstanceNotFound,
     UnexpectedTaskStateError,
 )
-from virt.driver import ComputeDriver
+from virt.driver import ComputeDriver, GuestSpec
 
 __all__ = ["guest_spec", "instance_name"]
 
 LOG = logging.getLogger(__name__)
 
 BUILD_EVENT = "compute__do_build_and_run_instance"
+#: A build's outcome once its step is done (what the build task returns).
+DONE_OUTCOME = "active"
 SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
 
 
@@ -82,16 +84,21 @@ class Rescheduled(Exception):
         self.next_host, self.remaining = next_host, remaining
 
 
+def _guest(session: Session, instance: Instance) -> GuestSpec:
+    """The guest to spawn, read in begin's transaction (``Step.prepare``)."""
+    devices = held_devices(session, instance.uuid)
+    return guest_spec(session, instance, tuple(d.address for d in devices))
+
+
 def _spawn(ctx: StepContext, run: StepRun) -> int:
-    uuid = run.instance_uuid
-    with ctx.sessions() as session:
-        instance = get_instance(session, uuid)
-        devices = held_devices(session, uuid)
-        spec = guest_spec(session, instance, tuple(d.address for d in devices))
+    spec: GuestSpec = run.prepared
     return ctx.driver.spawn(spec).power_state
 
 
 def _active(session: Session, instance: Instance, run: StepRun) -> dict[str, Any]:
+    if run.params.get("track_failures", True):
+        # In the finish's transaction: the build's success and the host's record of it.
+        note_build_result(session, run.ctx.host, succeeded=True)
     return {"vm_state": VmState.ACTIVE, "power_state": run.result, "launched_at": utcnow()}
 
 
@@ -144,6 +151,7 @@ BUILD = Step(
     begin_tasks=(TaskState.SCHEDULING, None),
     begin_vm_states=(VmState.BUILDING,),
     begin_values=lambda ctx, uuid: {"task_state": TaskState.SPAWNING},
+    prepare=_guest,
     finish_tasks=(TaskState.SPAWNING,),
     read_power=False,
     check_host=False,
@@ -170,10 +178,8 @@ def build_and_run_instance(
         return BuildResult(instance_uuid, "rescheduled", host, moved.next_host, moved.remaining)
     if outcome != DONE:
         return BuildResult(instance_uuid, "skipped", host)
-    if track_failures:
-        record_build_result(ctx.sessions, host, succeeded=True)
     LOG.info("Instance %s is ACTIVE on %s", instance_uuid, host)
-    return BuildResult(instance_uuid, "active", host)
+    return BuildResult(instance_uuid, DONE_OUTCOME, host)
 
 
 def _finish_event(sessions: Sessions, event_id: int | None, exc: BaseException | None) -> None:
@@ -229,17 +235,22 @@ def reschedule(
 
 
 def record_build_result(sessions: Sessions, host: str, succeeded: bool) -> None:
+    """``note_build_result`` in a transaction of its own (a failed build's)."""
+    with sessions() as session:
+        note_build_result(session, host, succeeded)
+
+
+def note_build_result(session: Session, host: str, succeeded: bool) -> None:
     """Nova's ``build_failed``/``build_succeeded``: a count of consecutive failed builds in
     the node's stats, read by the BuildFailureWeigher."""
-    with sessions() as session:
-        for node in session.scalars(
-            select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
-        ):
-            stats = dict(node.stats or {})
-            failed = 0 if succeeded else int(stats.get("failed_builds", 0)) + 1
-            if stats.get("failed_builds", 0) != failed:
-                stats["failed_builds"] = failed
-                node.stats = stats
+    for node in session.scalars(
+        select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+    ):
+        stats = dict(node.stats or {})
+        failed = 0 if succeeded else int(stats.get("failed_builds", 0)) + 1
+        if stats.get("failed_builds", 0) != failed:
+            stats["failed_builds"] = failed
+            node.stats = stats
 
 
 def destroy_quietly(driver: ComputeDriver, instance_uuid: str) -> None:

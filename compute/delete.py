@@ -27,6 +27,8 @@ from models.states import PowerState
 LOG = logging.getLogger(__name__)
 
 TERMINATE_EVENT = "compute_terminate_instance"
+#: A terminate's outcome once its step is done (what the terminate task returns).
+DONE_OUTCOME = "deleted"
 
 
 def mark_deleted(instance: Instance) -> None:
@@ -64,13 +66,14 @@ def _destroy(ctx: StepContext, run: StepRun) -> bool | None:
 
 
 def _deleted(session: Session, instance: Instance, run: StepRun) -> None:
-    release_and_mark(session, run.instance_uuid, run.result)
+    # (the finish has locked the row: ``instance``)
+    release_and_mark(session, run.instance_uuid, run.result, instance=instance)
     return None  # the row is written: no compare-and-swap
 
 
 def _error_out(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
     """Nova: a failed terminate leaves the instance in ERROR (task cleared) with a fault;
-    the event closes ``Error``."""
+    the event closes ``Error`` (in the same transaction)."""
     with ctx.sessions() as session:
         instance = get_instance(session, run.instance_uuid)
         if not instance.deleted:
@@ -78,9 +81,8 @@ def _error_out(ctx: StepContext, run: StepRun, exc: BaseException) -> None:
             if instance.task_state == TaskState.DELETING:
                 instance.task_state = None
             actions.add_fault(session, run.instance_uuid, exc, ctx.host)
-    if run.event_id is not None:
-        result, tb, details = actions.outcome(exc)
-        with ctx.sessions() as session:
+        if run.event_id is not None:
+            result, tb, details = actions.outcome(exc)
             actions.finish_event(session, run.event_id, result, tb, details, finish_action=True)
 
 
@@ -107,13 +109,19 @@ def terminate_instance(ctx: StepContext, instance_uuid: str) -> str:
     if outcome != DONE:
         return outcome
     LOG.info("Instance %s deleted on %s", instance_uuid, ctx.host)
-    return "deleted"
+    return DONE_OUTCOME
 
 
 def release_and_mark(
-    session: Session, instance_uuid: str, files_deleted: bool | None = None
+    session: Session,
+    instance_uuid: str,
+    files_deleted: bool | None = None,
+    instance: Instance | None = None,
 ) -> None:
-    instance = get_instance(session, instance_uuid, lock=True)
+    """Release everything the instance holds and soft-delete it; ``instance``: its row,
+    when the caller has locked it already (else it is locked here)."""
+    if instance is None:
+        instance = get_instance(session, instance_uuid, lock=True)
     release(session, instance_uuid)
     drop_moves(session, instance_uuid)
     if not instance.deleted:

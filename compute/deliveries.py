@@ -3,91 +3,166 @@
 A row exists only while its step is in flight: it is removed when the step returns
 (success, failure or replacement), so what stays behind is the trace of a delivery that
 died with its worker.
+
+The writes come in two halves, each a few statements inside a transaction the caller
+owns: ``write_start`` (the operation's record of what runs next, the step's durable
+record, the count) and ``write_end`` (the record passed on or removed, the step record
+ended, the count removed). A step carries them in its own first and last transactions
+when it can (``compute.delivery_ledger``); ``record_delivery`` and ``forget_delivery``
+are each half in a transaction of its own.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select, update
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from compute import in_flight, step_records
 from compute.sessions import Sessions
 from models import TaskDelivery, utcnow
 
 
-def record_delivery(
-    sessions: Sessions,
-    task_id: str,
-    task_name: str,
-    worker: str | None = None,
-    host: str | None = None,
-    message: in_flight.Message | None = None,
-    step: step_records.StepStart | None = None,
-) -> int:
-    """Count one more delivery of (task_id, task_name) to ``worker`` (a Celery node) on
-    ``host``; returns the count so far. ``message``: the step's own, which becomes its
-    operation's record of what runs next (``compute.in_flight``), in the same transaction;
-    so does ``step``, the step's durable record (``compute.step_records``)."""
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One delivery of a step, as its start records it."""
+
+    task_id: str
+    task_name: str
+    worker: str | None = None
+    host: str | None = None
+    #: The step's own message, which becomes its operation's record (``compute.in_flight``).
+    message: in_flight.Message | None = None
+    #: The step's durable record (``compute.step_records``), for instance steps.
+    step: step_records.StepStart | None = None
+    #: The broker says an earlier delivery of this message died unacknowledged; with no
+    #: row of it, that one died before it could count itself: it is counted too.
+    redelivered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a step returned: ``succeeded`` passes its record to ``successor`` (or removes
+    it); ``end`` ends its step record."""
+
+    succeeded: bool = False
+    successor: in_flight.Message | None = None
+    end: step_records.StepEnd | None = None
+
+
+def write_start(session: Session, delivery: Delivery) -> int:
+    """The start of ``delivery`` in the caller's transaction: its message becomes its
+    operation's record, its step record starts (rows in this order, so the reaper's
+    ``_bump`` cannot deadlock with it), one more delivery is counted. Returns the count."""
+    if delivery.message is not None:
+        in_flight.record(session, delivery.message, replacing=True)
+    attempts, existed = _count(session, delivery)
+    if delivery.step is not None:
+        step_records.started(session, delivery.step, redelivered=existed)
+    return attempts
+
+
+def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
+    """One more delivery: (the count now, whether a former delivery's row was there)."""
+    first = 2 if delivery.redelivered else 1
+    now = utcnow()
+    again = {
+        "attempts": TaskDelivery.attempts + 1,
+        "last_at": now,
+        "worker": delivery.worker,
+        "host": delivery.host,
+        "orphaned_at": None,
+    }
+    new = {
+        "task_id": delivery.task_id,
+        "task_name": delivery.task_name,
+        "attempts": first,
+        "first_at": now,
+        "worker": delivery.worker,
+        "host": delivery.host,
+    }
+    upsert = _upsert(session.get_bind().dialect.name, new, again)
+    if upsert is not None:
+        attempts, last_at = session.execute(upsert).one()
+        return int(attempts), last_at is not None  # (a first row has no last_at)
+    mine = (TaskDelivery.task_id == delivery.task_id) & (
+        TaskDelivery.task_name == delivery.task_name
+    )
+    for _ in range(3):
+        if session.execute(update(TaskDelivery).where(mine).values(**again)).rowcount:  # type: ignore[attr-defined]
+            return int(session.scalar(select(TaskDelivery.attempts).where(mine)) or 0), True
+        try:
+            with session.begin_nested():
+                session.execute(insert(TaskDelivery).values(**new))
+            return first, False
+        except IntegrityError:  # another delivery inserted it meanwhile: count on it
+            continue
+    raise RuntimeError(f"could not count the delivery of {delivery.task_name}[{delivery.task_id}]")
+
+
+def _upsert(dialect: str, new: dict[str, Any], again: dict[str, Any]) -> Any:
+    """``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` where the dialect has it
+    (SQLite, PostgreSQL): the count in one statement. None elsewhere (an UPDATE, then an
+    INSERT in a savepoint)."""
+    keys = ["task_id", "task_name"]
+    returned = (TaskDelivery.attempts, TaskDelivery.last_at)
+    if dialect == "postgresql":
+        pg = postgresql.insert(TaskDelivery).values(**new)
+        return pg.on_conflict_do_update(index_elements=keys, set_=again).returning(*returned)
+    if dialect == "sqlite":
+        lite = sqlite.insert(TaskDelivery).values(**new)
+        return lite.on_conflict_do_update(index_elements=keys, set_=again).returning(*returned)
+    return None
+
+
+def write_end(session: Session, task_id: str, task_name: str, ending: Ending) -> None:
+    """The step ``task_id`` returned, in the caller's transaction. When it ``succeeded``,
+    its operation's record passes to ``successor`` (the chain's next step) or goes; a
+    failed step leaves the record to the errback's undo (the reaper drops it once the
+    instance left the operation's task_state, or sends the step again if the undo could
+    not run). Rows in the order ``write_start`` writes them."""
+    if ending.succeeded:
+        in_flight.step_ended(session, task_id, ending.successor)
+    if ending.end is not None:
+        step_records.ended(session, task_id, ending.end)
+    session.execute(
+        delete(TaskDelivery).where(
+            TaskDelivery.task_id == task_id, TaskDelivery.task_name == task_name
+        )
+    )
+
+
+def record_delivery(sessions: Sessions, delivery: Delivery) -> int:
+    """``write_start`` in a transaction of its own; returns the count so far. (Two first
+    deliveries at once: the step record's unique row fails one, which counts again.)"""
     for _ in range(3):
         try:
             with sessions() as session:
-                if message is not None:
-                    in_flight.record(session, message)
-                row = session.scalars(
-                    select(TaskDelivery).where(
-                        TaskDelivery.task_id == task_id, TaskDelivery.task_name == task_name
-                    )
-                ).first()
-                if step is not None:
-                    step_records.started(session, step, redelivered=row is not None)
-                if row is None:
-                    session.add(
-                        TaskDelivery(
-                            task_id=task_id,
-                            task_name=task_name,
-                            attempts=1,
-                            worker=worker,
-                            host=host,
-                        )
-                    )
-                    return 1
-                session.execute(
-                    update(TaskDelivery)
-                    .where(TaskDelivery.id == row.id)
-                    .values(
-                        attempts=TaskDelivery.attempts + 1,
-                        last_at=utcnow(),
-                        worker=worker,
-                        host=host,
-                        orphaned_at=None,
-                    )
-                )
-                return row.attempts + 1
-        except IntegrityError:  # two deliveries at once: count again
+                return write_start(session, delivery)
+        except IntegrityError:
             continue
-    raise RuntimeError(f"could not count the delivery of {task_name}[{task_id}]")
+    raise RuntimeError(f"could not count the delivery of {delivery.task_name}[{delivery.task_id}]")
 
 
-def forget_delivery(
-    sessions: Sessions,
-    task_id: str,
-    task_name: str,
-    succeeded: bool = False,
-    successor: in_flight.Message | None = None,
-    end: step_records.StepEnd | None = None,
-) -> None:
-    """The step returned. When it ``succeeded``, its operation's record passes to
-    ``successor`` (the chain's next step) or goes; a failed step leaves the record to
-    the errback's undo (the reaper drops it once the instance left the operation's
-    task_state, or sends the step again if the undo could not run). ``end``: how the
-    step ended, for its durable record (``compute.step_records``)."""
+def forget_delivery(sessions: Sessions, task_id: str, task_name: str, ending: Ending) -> None:
+    """``write_end`` in a transaction of its own."""
     with sessions() as session:
-        if succeeded:
-            in_flight.step_ended(session, task_id, successor)
-        if end is not None:  # (rows in the order a step's start writes them)
-            step_records.ended(session, task_id, end)
-        session.execute(
-            delete(TaskDelivery).where(
-                TaskDelivery.task_id == task_id, TaskDelivery.task_name == task_name
-            )
-        )
+        write_end(session, task_id, task_name, ending)
+
+
+def settle_delivery(sessions: Sessions, delivery: Delivery, ending: Ending) -> None:
+    """A step that returned before any of its transactions carried its start: both
+    halves in one transaction (its step record then shows it started and ended)."""
+    for _ in range(3):
+        try:
+            with sessions() as session:
+                write_start(session, delivery)
+                write_end(session, delivery.task_id, delivery.task_name, ending)
+                return
+        except IntegrityError:
+            continue
+    raise RuntimeError(f"could not record the delivery of {delivery.task_name}[{delivery.task_id}]")

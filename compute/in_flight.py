@@ -141,46 +141,86 @@ def record(
     session: Session,
     message: Message,
     request_id: str = "",
+    replacing: bool = False,
     task_states: Mapping[str, str | None] | None = None,
 ) -> None:
     """Write (or replace) the record of every instance ``message`` acts on, with the
     task_state the instance is in now (the operation's; ``task_states`` when the caller
     has just written it, so it is not read again). Core statements, not the ORM: a
-    record another transaction removes meanwhile is simply not updated."""
+    record another transaction removes meanwhile is simply not updated.
+
+    ``replacing``: the records are most likely there (a step's start: the API or the step
+    before wrote them), so one UPDATE replaces them all, and only the instances it missed
+    get an INSERT; otherwise (the API's publish) each is inserted, replaced if there."""
     task_id = task_id_of(message)
     kwargs = first_task(message.get("signature") or {}).get("kwargs") or {}
     request_id = request_id or str(kwargs.get("request_id") or "")
+    uuids = instances_of(message)
     now = utcnow()
-    for uuid in instances_of(message):
-        if task_states is not None and uuid in task_states:
-            task_state = task_states[uuid]
-        else:
-            instance = _instance(session, uuid)
-            if instance is None:
-                continue
-            task_state = instance.task_state
-        values = {
-            "request_id": request_id,
-            "task_state": task_state,
-            "message": message,
-            "task_id": task_id,
-            "updated_at": now,
-            "host_down_since": None,
-        }
-        try:
-            with session.begin_nested():
-                session.execute(
-                    insert(OperationInFlight).values(
-                        instance_uuid=uuid, resent=0, created_at=now, **values
-                    )
-                )
-        except IntegrityError:  # there is one: this operation's (or a former one's)
-            same = OperationInFlight.request_id == request_id
+    values = {
+        "request_id": request_id,
+        "message": message,
+        "task_id": task_id,
+        "updated_at": now,
+        "host_down_since": None,
+    }
+    if replacing and uuids:
+        replaced = session.execute(
+            update(OperationInFlight)
+            .where(OperationInFlight.instance_uuid.in_(uuids))
+            .values(resent=_resent(request_id), task_state=_task_state_of_record(), **values)
+            .execution_options(synchronize_session=False)
+        )
+        if replaced.rowcount == len(uuids):  # type: ignore[attr-defined]
+            return
+    for uuid in uuids:
+        _insert(session, uuid, values, now, task_states)
+
+
+def _resent(request_id: str) -> Any:
+    """A record passed on within its operation keeps its count of sends; a new one starts
+    at 0."""
+    same = OperationInFlight.request_id == request_id
+    return case((same, OperationInFlight.resent), else_=0)
+
+
+def _task_state_of_record() -> Any:
+    return (
+        select(Instance.task_state)
+        .where(Instance.uuid == OperationInFlight.instance_uuid)
+        .scalar_subquery()
+    )
+
+
+def _insert(
+    session: Session,
+    uuid: str,
+    values: dict[str, Any],
+    now: dt.datetime,
+    task_states: Mapping[str, str | None] | None = None,
+) -> None:
+    """The record of ``uuid`` (none if the instance is gone), inserted or replaced;
+    ``task_states``: the instances' task_states the caller has just written."""
+    if task_states is not None and uuid in task_states:
+        task_state = task_states[uuid]
+    else:
+        instance = session.execute(select(Instance.task_state).where(Instance.uuid == uuid)).first()
+        if instance is None:
+            return
+        task_state = instance.task_state
+    try:
+        with session.begin_nested():
             session.execute(
-                update(OperationInFlight)
-                .where(OperationInFlight.instance_uuid == uuid)
-                .values(resent=case((same, OperationInFlight.resent), else_=0), **values)
+                insert(OperationInFlight).values(
+                    instance_uuid=uuid, resent=0, created_at=now, task_state=task_state, **values
+                )
             )
+    except IntegrityError:  # there is one: this operation's (or a former one's)
+        session.execute(
+            update(OperationInFlight)
+            .where(OperationInFlight.instance_uuid == uuid)
+            .values(resent=_resent(values["request_id"]), task_state=task_state, **values)
+        )
 
 
 def step_ended(session: Session, task_id: str, successor: Message | None) -> None:

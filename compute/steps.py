@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from compute import delivery_ledger, notifications
 from compute import instance_actions as actions
-from compute import notifications
 from compute.claims import retry_on_conflict
 from compute.failure_policies import FailurePolicy, keep_vm_state
 from compute.instance_state import cas_update
@@ -94,6 +95,13 @@ class StepRun:
     params: Mapping[str, Any] = field(default_factory=dict)
     result: Any = None
     power: int = power_state.NOSTATE
+    #: What ``Step.prepare`` read in begin's transaction, or the error it raised there
+    #: (raised again as ``act`` starts, so it is handled as the act's failure).
+    prepared: Any = None
+    prepare_error: BaseException | None = None
+    #: How many times the finish was begun (a re-run after an outage checks whether an
+    #: earlier one committed).
+    finish_runs: int = 0
 
     def advance(
         self,
@@ -117,6 +125,8 @@ Act = Callable[[StepContext, StepRun], Any]
 #: when the step wrote the row itself (delete).
 Final = Callable[[Session, Instance, StepRun], dict[str, Any] | None]
 Undo = Callable[[StepContext, StepRun, BaseException], None]
+#: What ``act`` needs from the database, read in begin's transaction (instance locked).
+Prepare = Callable[[Session, Instance], Any]
 #: (sessions, step, instance_uuid, request_id, host, exc) -> whether it undid anything.
 Abort = Callable[[Sessions, "Step", str, str, str, BaseException], bool]
 
@@ -166,6 +176,9 @@ class Step:
     #: A step that sets no task_state: begin knows a redelivery by the request's action
     #: being finished (no state can tell), and the errback undoes only an open action.
     once_per_request: bool = False
+    #: Reads for ``act`` done in begin's transaction (``StepRun.prepared``) rather than
+    #: in one of their own.
+    prepare: Prepare | None = None
 
 
 def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) -> str:
@@ -222,43 +235,72 @@ def _begin(
     ctx: StepContext, step: Step, instance_uuid: str, params: Mapping[str, Any]
 ) -> StepRun | None:
     values = step.begin_values(ctx, instance_uuid) if step.begin_values else {}
-    expected = step.begin_tasks or (step.task,)
     try:
-        with ctx.sessions() as session:
+        # The delivery's start rides this transaction, the step's first change
+        # (``compute.delivery_ledger``): written once it committed, skipped or not.
+        with delivery_ledger.start_riding() as ride, ctx.sessions() as session:
             instance = locked(session, instance_uuid)
-            if (
-                (instance.deleted and step.skip_deleted)
-                or (step.check_host and instance.host != ctx.host)
-                or (not step.any_task and instance.task_state not in expected)
-                or (step.begin_vm_states and instance.vm_state not in step.begin_vm_states)
-                or (
-                    step.once_per_request
-                    and not actions.action_open(session, instance_uuid, ctx.request_id)
-                )
-            ):
-                LOG.info(
-                    "Instance %s on %s: %s skipped, instance is %s/%s on %s",
-                    instance_uuid,
-                    ctx.host,
-                    step.name,
-                    instance.vm_state,
-                    instance.task_state,
-                    instance.host,
-                )
+            ride(session)
+            if _skipped(session, ctx, step, instance, instance_uuid):
                 return None
             vm_state = instance.vm_state
             if not step.any_task:
+                expected = step.begin_tasks or (step.task,)
                 cas_update(session, instance_uuid, expected_task_state=expected, **values)
             event_id = actions.start_event(
                 session, instance_uuid, ctx.request_id, step.event, ctx.host
             )
-            return StepRun(ctx, instance_uuid, event_id, vm_state, params)
+            run = StepRun(ctx, instance_uuid, event_id, vm_state, params)
+            if step.prepare is not None:
+                _prepare(session, step.prepare, instance, run)
+            return run
     except (InstanceNotFound, UnexpectedTaskStateError):
         return None
 
 
+def _skipped(
+    session: Session, ctx: StepContext, step: Step, instance: Instance, instance_uuid: str
+) -> bool:
+    """Whether begin finds the message a redelivery, or superseded (and says so)."""
+    expected = step.begin_tasks or (step.task,)
+    if not (
+        (instance.deleted and step.skip_deleted)
+        or (step.check_host and instance.host != ctx.host)
+        or (not step.any_task and instance.task_state not in expected)
+        or (step.begin_vm_states and instance.vm_state not in step.begin_vm_states)
+        or (
+            step.once_per_request
+            and not actions.action_open(session, instance_uuid, ctx.request_id)
+        )
+    ):
+        return False
+    LOG.info(
+        "Instance %s on %s: %s skipped, instance is %s/%s on %s",
+        instance_uuid,
+        ctx.host,
+        step.name,
+        instance.vm_state,
+        instance.task_state,
+        instance.host,
+    )
+    return True
+
+
+def _prepare(session: Session, prepare: Prepare, instance: Instance, run: StepRun) -> None:
+    """``run.prepared``; an error of the step's own (not the database's, which ends the
+    transaction) is kept for ``act``, as it would have been raised there."""
+    try:
+        run.prepared = prepare(session, instance)
+    except (SQLAlchemyError, DatabaseUnavailable):
+        raise
+    except Exception as exc:  # noqa: BLE001 - handled by act's failure path
+        run.prepare_error = exc
+
+
 def _act(ctx: StepContext, step: Step, run: StepRun) -> None:
     try:
+        if run.prepare_error is not None:
+            raise run.prepare_error
         run.result = step.act(ctx, run)
         if step.read_power:
             run.power = guest_power_state(ctx.driver, run.instance_uuid, step.quiet_power)
@@ -300,14 +342,18 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
     if step.none_if_off and run.power in power_state.NOT_RUNNING:
         expected = (*expected, None)
     uuid = run.instance_uuid
+    run.finish_runs += 1
+    rerun = run.finish_runs > 1
 
-    def work(session: Session) -> dict[str, Any] | None:
+    def work(session: Session, ride: delivery_ledger.Ride) -> dict[str, Any] | None:
         instance = locked(session, uuid)
         if (
-            run.event_id is not None
+            rerun
+            and run.event_id is not None
             and actions.event_result(session, run.event_id) == actions.SUCCESS
         ):
             # An earlier try of this finish committed; only its answer was lost.
+            ride(session)
             return {"vm_state": instance.vm_state, "task_state": instance.task_state}
         values = step.final(session, instance, run)
         if values is not None:
@@ -318,10 +364,13 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
             actions.finish_event(
                 session, run.event_id, actions.SUCCESS, finish_action=step.finish_action
             )
+        # The delivery's end, when the step ends its workflow (``compute.delivery_ledger``).
+        ride(session)
         return values
 
     try:
-        values = retry_on_conflict(ctx.sessions, work)
+        with delivery_ledger.end_riding() as ride:
+            values = retry_on_conflict(ctx.sessions, lambda session: work(session, ride))
     except (UnexpectedTaskStateError, InstanceNotFound) as exc:
         raise Superseded(exc) from exc
     LOG.info("Instance %s on %s: %s done, now %s", uuid, ctx.host, step.name, values)

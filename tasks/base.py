@@ -2,6 +2,14 @@
 number of deliveries counted in the database (CELERY_RELIABILITY.md §1.2: a requeue on
 worker loss has no limit of its own), and a database outage waited out.
 
+Where the delivery is written. Its start (the operation's record, the step record, the
+count) and its end (the record passed on, the step record ended, the count removed) are
+each a transaction of their own, as the delivery starts and as the task returns, unless
+the step's own transactions carry them (``compute.delivery_ledger``): a task with
+``delivery_rides`` has its start ride its first write, and one with ``done_outcome`` its
+end ride the finish of a step that is done and ends its workflow. A copy the broker
+marks redelivered always counts itself first, in a transaction of its own.
+
 Riding out an outage. Each call of a task (a delivery, or a new-style error callback,
 which Celery calls in-process through the same ``__call__``) runs inside an outage budget
 of ``[database] outage_tolerance_s`` (``models.outage``): every transaction waits for the
@@ -42,18 +50,23 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 from celery.utils.log import get_task_logger
 
-from compute import in_flight, step_records
-from compute.deliveries import forget_delivery, record_delivery
+from compute import delivery_ledger, in_flight, step_records
+from compute.deliveries import (
+    Delivery,
+    Ending,
+    forget_delivery,
+    record_delivery,
+    settle_delivery,
+)
+from compute.delivery_ledger import DeliveryLimitExceeded, Ledger
 from compute.sessions import sessions_for
 from models import StepOutcome, outage
-from novaq.exceptions import DatabaseUnavailable, NovaqError
+from novaq.exceptions import DatabaseUnavailable
 from novaq.settings import Settings, get_settings
 
 LOG = get_task_logger(__name__)
 
-
-class DeliveryLimitExceeded(NovaqError):
-    msg_fmt = "%(task)s was delivered %(attempts)s times (limit %(limit)s); giving up"
+__all__ = ["DeliveryLimitExceeded", "NovaqTask", "patience"]
 
 
 def patience(settings: Settings) -> outage.Patience:
@@ -69,15 +82,25 @@ class NovaqTask(Task):  # type: ignore[misc]
     reject_on_worker_lost = True
     #: Queries and fan-outs are cheap to lose; they are not counted.
     count_deliveries = True
+    #: The delivery's start rides the step's first write transaction (``run_step``'s
+    #: begin, the scheduler's via ``delivery_ledger.riding``) instead of one of its own:
+    #: for tasks whose first write comes before any work that a redelivery must know
+    #: about (``compute.delivery_ledger`` says what is given up).
+    delivery_rides = False
+    #: The ``outcome`` the task returns once its step is ``done``: the delivery's end
+    #: then rides the step's finish when the step ends its workflow (None: written as
+    #: the task returns).
+    done_outcome: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         settings = get_settings()
         with outage.tolerating(patience(settings), self._owner(self.request.id)):
             try:
-                self._count_delivery(settings)
-                # A re-run is what a redelivery would do (every step is idempotent under
-                # redelivery), minus what run_step already rode out by itself.
-                return outage.ride_out(lambda: self._run_call(*args, **kwargs), "the task")
+                ledger = self._open_ledger(settings)
+                with delivery_ledger.open_for(ledger):
+                    # A re-run is what a redelivery would do (every step is idempotent
+                    # under redelivery), minus what run_step already rode out by itself.
+                    return outage.ride_out(lambda: self._run_call(*args, **kwargs), "the task")
             except DatabaseUnavailable as exc:
                 # (the task logger names the task and its id)
                 LOG.error(
@@ -95,31 +118,42 @@ class NovaqTask(Task):  # type: ignore[misc]
         # and what ``on_replace`` takes from the request must be taken from the tracer's.
         return self.run(*args, **kwargs)
 
-    def _count_delivery(self, settings: Settings) -> None:
-        task_id = self.request.id
-        if not self._counted(task_id):
-            return
+    def _open_ledger(self, settings: Settings) -> Ledger | None:
+        """This delivery's ledger (kept on the request for ``after_return``). Its start is
+        written here, in a transaction of its own, unless it can ride the step's first
+        write: a task that does not ride, or a copy the broker says was delivered before
+        (a worker died with it, maybe before its first write: counted at once, so a
+        message that kills its worker is still given up)."""
+        request = self.request
+        if not self._counted(request.id):
+            return None
+        redelivered = bool((request.delivery_info or {}).get("redelivered"))
+        delivery = Delivery(
+            str(request.id),
+            self.name,
+            worker=request.hostname,
+            host=settings.host,
+            message=self._own_message(),
+            step=step_start(request, self.name, settings.host),
+            redelivered=redelivered and self.delivery_rides,
+        )
+        ledger = Ledger(delivery, settings.celery.max_delivery_attempts)
+        request.novaq_ledger = ledger
+        if self.done_outcome is not None and not request.chain:
+            ledger.done = Ending(
+                succeeded=True, end=step_records.StepEnd(StepOutcome.SUCCESS, self.done_outcome)
+            )
+        if self.delivery_rides and not redelivered:
+            return ledger
         sessions = sessions_for(settings.sqlalchemy_url)
         attempts = outage.ride_out(
-            lambda: record_delivery(
-                sessions,
-                task_id,
-                self.name,
-                worker=self.request.hostname,
-                host=settings.host,
-                message=self._own_message(),
-                step=self._step_start(settings),
-            ),
-            "counting the delivery",
+            lambda: record_delivery(sessions, delivery), "counting the delivery"
         )
-        limit = settings.celery.max_delivery_attempts
-        if attempts > limit:
-            LOG.error("%s[%s] delivered %d times; giving up", self.name, task_id, attempts)
-            raise DeliveryLimitExceeded(task=self.name, attempts=attempts, limit=limit)
-
-    def _step_start(self, settings: Settings) -> step_records.StepStart | None:
-        """This delivery, for the step's durable record (instance steps only)."""
-        return step_start(self.request, self.name, settings.host)
+        ledger.started = True
+        if attempts > ledger.limit:
+            LOG.error("%s[%s] delivered %d times; giving up", self.name, request.id, attempts)
+        ledger.check(attempts)
+        return ledger
 
     def _owner(self, task_id: str | None) -> str:
         # An errback, called in-process, has no id of its own.
@@ -149,7 +183,7 @@ class NovaqTask(Task):  # type: ignore[misc]
         frozen = successor["signature"]
         next_ids = [str(t.id) for t in steps_of(sig)]
         end = step_records.StepEnd(StepOutcome.SUCCESS, f"handed over to {', '.join(next_ids)}")
-        self._forget(request.id, succeeded=True, successor=successor, end=end)
+        self._end(request.id, Ending(succeeded=True, successor=successor, end=end))
         # The replacement carries the rest of this chain and its callbacks: this step
         # must not send them again as it returns.
         request.chain = None
@@ -175,31 +209,27 @@ class NovaqTask(Task):  # type: ignore[misc]
             request.parent_id,
         )
 
-    def _forget(
-        self,
-        task_id: str | None,
-        succeeded: bool = False,
-        successor: in_flight.Message | None = None,
-        end: step_records.StepEnd | None = None,
-    ) -> None:
-        if not self._counted(task_id):
+    def _end(self, task_id: str | None, ending: Ending) -> None:
+        """The delivery's end in a transaction of its own (with its start, if no
+        transaction of the step carried it)."""
+        ledger: Ledger | None = getattr(self.request, "novaq_ledger", None)
+        if ledger is None or not self._counted(task_id) or ledger.delivery.task_id != task_id:
             return
         settings = get_settings()
         sessions = sessions_for(settings.sqlalchemy_url)
+        delivery = ledger.delivery
+
+        def write() -> None:
+            if ledger.started:
+                forget_delivery(sessions, delivery.task_id, delivery.task_name, ending)
+            else:
+                settle_delivery(sessions, delivery, ending)
+
         # after_return runs outside __call__'s budget: it gets one of its own.
         with outage.tolerating(patience(settings), self._owner(task_id)):
             try:
-                outage.ride_out(
-                    lambda: forget_delivery(
-                        sessions,
-                        str(task_id),
-                        self.name,
-                        succeeded=succeeded,
-                        successor=successor,
-                        end=end,
-                    ),
-                    "forgetting the delivery",
-                )
+                outage.ride_out(write, "forgetting the delivery")
+                ledger.started = ledger.ended = True
             except DatabaseUnavailable as exc:
                 # The row stays: the trace of a delivery that did not end cleanly.
                 LOG.error("delivery record of %s kept: %s", self._owner(task_id), exc)
@@ -207,15 +237,22 @@ class NovaqTask(Task):  # type: ignore[misc]
     def after_return(
         self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
-        if getattr(self.request, "novaq_handed_over", False):
+        request = self.request
+        if getattr(request, "novaq_handed_over", False):
             return  # replace() has ended this step already
+        end = end_of(status, retval)
+        ledger: Ledger | None = getattr(request, "novaq_ledger", None)
+        if ledger is not None and ledger.ended:
+            # The step's finish carried its end. Something after it failed (or returned
+            # another outcome): only the step record says so.
+            if ledger.done is None or ledger.done.end != end:
+                step_records.record_end(sessions_for(get_settings().sqlalchemy_url), task_id, end)
+            return
         succeeded = status == "SUCCESS"
         successor = (
-            in_flight.successor_of(self.request.chain, self.request.root_id, task_id)
-            if succeeded
-            else None
+            in_flight.successor_of(request.chain, request.root_id, task_id) if succeeded else None
         )
-        self._forget(task_id, succeeded=succeeded, successor=successor, end=end_of(status, retval))
+        self._end(task_id, Ending(succeeded=succeeded, successor=successor, end=end))
 
     def on_retry(self, exc: Any, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         # Celery calls no after_return for a retry: the delivery stays counted (the retry

@@ -25,7 +25,11 @@ def check_host(host: str) -> None:
         )
 
 
-@app.task(name="compute.build_and_run_instance")
+# The delivery's start rides the build's begin, its end the build's finish
+# (``compute.delivery_ledger``): the build costs its two transactions and no more.
+@app.task(
+    name="compute.build_and_run_instance", delivery_rides=True, done_outcome=build.DONE_OUTCOME
+)
 def build_and_run_instance(
     instance_uuid: str,
     request_id: str,
@@ -66,7 +70,7 @@ def build_and_run_instance(
     return result.to_dict()
 
 
-@app.task(name="compute.terminate_instance")
+@app.task(name="compute.terminate_instance", delivery_rides=True, done_outcome=delete.DONE_OUTCOME)
 def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
     check_host(host)
     ctx = context.step_context(request_id, host)

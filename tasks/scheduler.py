@@ -9,6 +9,7 @@ from typing import Any
 from celery.utils.log import get_task_logger
 
 from compute.build import SCHEDULE_EVENT, fail_build
+from compute.delivery_ledger import riding
 from novaq.celery_app import app
 from novaq.exceptions import NoValidHost
 from scheduler.request_spec import RequestSpec
@@ -19,13 +20,15 @@ from workflows.build import build_step
 LOG = get_task_logger(__name__)
 
 
-@app.task(bind=True, name="scheduler.select_destinations")
+# The delivery's start rides the scheduler's first transaction; its end, the hand-over to
+# the build, is ``Task.replace``'s (``tasks.base.NovaqTask.on_replace``).
+@app.task(bind=True, name="scheduler.select_destinations", delivery_rides=True)
 def select_destinations(
     self: Any, request_id: str, instance_uuids: list[str], request_spec: dict[str, Any]
 ) -> Any:
     specs = [RequestSpec.from_dict({**request_spec, "instance_uuid": u}) for u in instance_uuids]
     try:
-        selections = context.scheduler().schedule(context.sessions(), specs)
+        selections = context.scheduler().schedule(riding(context.sessions()), specs)
     except NoValidHost as exc:
         for uuid in instance_uuids:
             fail_build(context.sessions(), uuid, request_id, exc, host=None, event=SCHEDULE_EVENT)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from compute import lifecycle
+from compute import lifecycle, shelve
 from compute.build import build_and_run_instance
 from compute.claims import ResourceRequest, consumer_allocations
 from compute.instance_actions import latest_fault
@@ -123,32 +123,51 @@ def test_an_outage_at_the_begin_of_a_build_is_waited_out(
 def test_a_database_down_when_the_act_of_a_build_starts_is_waited_out(
     db_url: str, budget: None
 ) -> None:
-    """The spawn reads the guest's spec in a transaction of its own, first: that
-    transaction waits for the database before it starts."""
+    """The build reads the guest's spec in its begin's transaction (``Step.prepare``), so
+    its act needs no database: refused twice after the begin, it is the finish that
+    waits for the database."""
     uuid, _ = _placed(db_url)
     db = ScheduledOutage(db_url)
-    db.plan = ["", "down", "down"]  # the begin passes, then the act's read is refused twice
+    db.plan = ["", "down", "down"]  # the begin passes, then the next transaction is refused twice
     driver = FakeDriver(host_resources("host1"))
     assert _build(db, driver, uuid).outcome == "active"
     assert db.failed == 2 and driver.spawn_count == 1
     assert _record(db_url, uuid) == (("active", None), BUILD_OK, None)
 
 
-def test_a_transaction_cut_inside_the_act_fails_the_build_as_its_act_would(
+def _shelved_offloaded(db_url: str) -> tuple[str, int]:
+    """A shelved-offloaded server claimed on host1 for its unshelve."""
+    node_id = make_compute_node(db_url, "host1")
+    uuid = make_instance(
+        db_url,
+        host="host1",
+        node="host1",
+        vm_state="shelved_offloaded",
+        task_state="unshelving",
+        request_id=REQUEST,
+    )
+    claim(db_url, node_id, uuid, ResourceRequest(1, 512, 1))
+    return uuid, node_id
+
+
+def test_a_transaction_cut_inside_the_act_fails_the_step_as_its_act_would(
     db_url: str, budget: None
 ) -> None:
     """An act is not made again (it may have moved the task_state, or the guest, already):
-    a transaction cut inside it is the act's failure, undone as the step undoes one
-    (here, with no alternate host: ERROR with the fault, nothing spawned, claim gone)."""
-    uuid, node_id = _placed(db_url)
+    a transaction cut inside it (the unshelve's read of its guest) is the act's failure,
+    undone as the step undoes one (the unshelve's: back to SHELVED_OFFLOADED with the
+    fault, nothing spawned, claim gone). (The build reads its guest in its begin: a cut
+    there is waited out, above.)"""
+    uuid, node_id = _shelved_offloaded(db_url)
     db = ScheduledOutage(db_url)
     db.plan = ["", "cut"]
     driver = FakeDriver(host_resources("host1"))
     with pytest.raises(DatabaseUnavailable):
-        _build(db, driver, uuid)
+        shelve.unshelve_instance(StepContext(db, driver, "host1", REQUEST), uuid)
     assert driver.spawn_count == 0
     state, events, fault = _record(db_url, uuid)
-    assert state == ("error", None) and events == [("compute__do_build_and_run_instance", "Error")]
+    assert state == ("shelved_offloaded", None)
+    assert events == [("compute_unshelve_instance", "Error")]
     assert fault is not None and fault.startswith("database is unavailable")
     with session_scope(db_url) as session:
         assert consumer_allocations(session, uuid, node_id) == {}
