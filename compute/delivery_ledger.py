@@ -37,7 +37,6 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -140,9 +139,9 @@ def riding(sessions: Sessions) -> Sessions:
     nothing: it ends without a commit."""
 
     @contextlib.contextmanager
-    def scope(**options: Any) -> Iterator[Session]:
-        with start_riding() as ride, sessions(**options) as session:
-            if not options.get("read_only"):
+    def scope(read_only: bool = False) -> Iterator[Session]:
+        with start_riding() as ride, sessions(read_only=read_only) as session:
+            if not read_only:
                 ride(session)
             yield session
 
