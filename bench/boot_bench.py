@@ -14,7 +14,9 @@ two run interleaved (novaq, bare, novaq, bare, ...), and the medians are printed
 the ratio novaq/bare; then per boot and per delete, novaq's SQL statements and
 transactions counted in every process (``bench/sql_counts.py``, by step) and the broker
 connections (and HELLO, PING) each side opened; ``api.boot``'s latency against the bare
-app's publish; and the latency of novaq's heartbeat, run every 50 ms during the boots.
+app's publish; and the latency of novaq's heartbeat, run every 50 ms during the boots of
+one more run (``--heartbeat-boots``, after the repetitions: its writes are load the bare
+app does not get, so they stay out of the compared runs).
 
 The broker is the launcher's embedded Redis (a private ``redis-server``, as ``novaq up``
 runs with no ``NOVAQ_BROKER_URL``), so its connection counters count the bench alone;
@@ -67,6 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--boots", type=int, default=200, help="servers booted per repetition")
     p.add_argument("--repetitions", type=int, default=3)
     p.add_argument("--warmup", type=int, default=8, help="unmeasured boots a side first")
+    p.add_argument(
+        "--heartbeat-boots", type=int, default=100, help="boots of the heartbeat probe's run"
+    )
     p.add_argument("--databases", default="sqlite,postgresql")
     p.add_argument("--redis-url", help="a Redis to use (its database) instead of our own")
     p.add_argument("--bare-db", type=int, default=8, help="the bare app's Redis database")
@@ -136,7 +141,7 @@ def run_database(
     from novaq.launcher.demo import point_api_at
     from novaq.settings import load_settings
 
-    results: dict[str, list[Repetition]] = {"novaq": [], "bare": []}
+    results: dict[str, list[Repetition]] = {"novaq": [], "bare": [], "heartbeat": []}
     directory = state / kind
     counts_dir = directory / "sql-counts"
     counts_dir.mkdir(parents=True)
@@ -171,6 +176,10 @@ def run_database(
                     results["novaq"].append(side.run(f"bench-{rep}", args.boots, timeout_s))
                     _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: bare")
                     results["bare"].append(bare.run(args.boots, timeout_s))
+                _progress(f"{kind}: {args.heartbeat_boots} boots with the heartbeat probe")
+                results["heartbeat"] = [
+                    side.run("bench-hb", args.heartbeat_boots, timeout_s, heartbeat=True)
+                ]
             finally:
                 side.close()
         finally:

@@ -43,7 +43,8 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-Runs = dict[str, dict[str, list[Repetition]]]  # database -> side ("novaq"/"bare") -> reps
+#: database -> "novaq", "bare" (the compared runs) or "heartbeat" (the probe's) -> runs
+Runs = dict[str, dict[str, list[Repetition]]]
 
 
 def throughput(runs: Runs) -> str:
@@ -127,14 +128,14 @@ def latency(runs: Runs) -> str:
 def heartbeat(runs: Runs) -> str:
     rows = []
     for database, sides in runs.items():
-        samples = [ms for r in sides["novaq"] for ms in r.heartbeat_ms]
-        errors = sum(len(r.heartbeat_errors) for r in sides["novaq"])
-        rows.append(
-            [database, len(samples), *(percentile(samples, q) for q in (0.5, 0.95, 1.0)), errors]
-        )
+        samples = [ms for r in sides["heartbeat"] for ms in r.heartbeat_ms]
+        errors = sum(len(r.heartbeat_errors) for r in sides["heartbeat"])
+        rate = _median([r.boots.per_s for r in sides["heartbeat"]])
+        quantiles = (percentile(samples, q) for q in (0.5, 0.95, 1.0))
+        rows.append([database, rate, len(samples), *quantiles, errors])
     return table(
-        "Heartbeat under load (novaq's heartbeat every 50 ms while the boots run)",
-        ("database", "samples", "p50 ms", "p95 ms", "max ms", "errors"),
+        "Heartbeat under load (novaq's heartbeat every 50 ms during the boots of one more run)",
+        ("database", "boots/s meanwhile", "samples", "p50 ms", "p95 ms", "max ms", "errors"),
         rows,
     )
 

@@ -40,7 +40,7 @@ def test_boot_bench_prints_every_figure_and_cleans_up(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
     argv = [sys.executable, str(ROOT / "bench" / "boot_bench.py"), "--hosts", "2"]
     argv += ["--boots", "5", "--repetitions", "1", "--warmup", "2", "--databases", "sqlite"]
-    argv += ["--tmp-dir", str(tmp_path), "--deadline", "150"]
+    argv += ["--heartbeat-boots", "3", "--tmp-dir", str(tmp_path), "--deadline", "150"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
