@@ -55,6 +55,7 @@ from bench import bare_app, boot_report  # noqa: E402
 from bench.boot_clusters import bare_cluster, novaq_cluster  # noqa: E402
 from bench.boot_runs import BareSide, NovaqSide, Repetition, RunFailed  # noqa: E402
 from bench.broker_stats import with_db  # noqa: E402
+from novaq.launcher.cluster import Cluster  # noqa: E402
 
 FLAVOR = ("bench.tiny", 1, 512, 1)  # name, vCPUs, MB, GB: 200 fit on 4 demo hosts
 IMAGE = "cirros"  # registered by the launcher's database preparation
@@ -94,12 +95,30 @@ def _on_term(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """A clean-up that neither the deadline nor a SIGTERM cuts short (it has bounds of
+    its own); one that came meanwhile is raised after it."""
+    held = {signal.SIGALRM, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
 # -- the databases ---------------------------------------------------------------------------
 @contextlib.contextmanager
 def database(kind: str, state: Path, admin_url: str) -> Iterator[str]:
     """A fresh database of ``kind``: its URL; a PostgreSQL one is dropped after."""
+    from models.db import dispose_all
+
     if kind == "sqlite":
-        yield f"sqlite:///{state / 'novaq.sqlite'}"
+        try:
+            yield f"sqlite:///{state / 'novaq.sqlite'}"
+        finally:
+            with uninterrupted():
+                dispose_all()  # this process's connections (the API's)
         return
     if kind != "postgresql":
         raise SystemExit(f"unknown database {kind!r}: sqlite or postgresql")
@@ -109,15 +128,14 @@ def database(kind: str, state: Path, admin_url: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             conn.execute(text(f'CREATE DATABASE "{name}"'))
-        host = admin.url.set(database=name, drivername="postgresql")
-        yield host.render_as_string(hide_password=False)
+        url = admin.url.set(database=name, drivername="postgresql")
+        yield url.render_as_string(hide_password=False)
     finally:
-        from models.db import dispose_all
-
-        dispose_all()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        with uninterrupted():
+            dispose_all()
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            admin.dispose()
 
 
 # -- one database's runs ---------------------------------------------------------------------
@@ -136,55 +154,69 @@ def heartbeat_service(db_url: str, host: str) -> int:
 
 
 def run_database(
-    kind: str, args: argparse.Namespace, state: Path, novaq_url: str, bare: BareSide
-) -> dict[str, list[Repetition]]:
-    from novaq.launcher.demo import point_api_at
+    kind: str,
+    args: argparse.Namespace,
+    state: Path,
+    novaq_url: str,
+    bare: BareSide,
+    results: dict[str, list[Repetition]],
+) -> None:
+    """Start novaq's cluster on a fresh database of ``kind``, run the repetitions into
+    ``results``, stop it."""
     from novaq.settings import load_settings
 
-    results: dict[str, list[Repetition]] = {"novaq": [], "bare": [], "heartbeat": []}
     directory = state / kind
     counts_dir = directory / "sql-counts"
     counts_dir.mkdir(parents=True)
-    timeout_s = args.phase_timeout or 60.0 + args.boots * 0.5
     with database(kind, directory, args.pg_admin_url) as db_url:
         settings = load_settings(state_dir=directory, database_url=db_url, broker_url=novaq_url)
         cluster = novaq_cluster(settings, args.hosts, counts_dir)
         try:
-            cluster.start()
-            cluster.wait_ready(timeout_s=120.0)
-            point_api_at(cluster)
-            from workflows import api
-
-            api.create_flavor(*FLAVOR)
-            side = NovaqSide(
-                api,
-                db_url,
-                counts_dir,
-                bare.broker,
-                heartbeat_service(db_url, cluster.hosts[0]),
-                FLAVOR[0],
-                IMAGE,
-            )
+            side = _novaq_side(cluster, db_url, counts_dir, bare)
             try:
-                # Unmeasured: each process's first steps (imports, connections, pools).
-                if args.warmup:
-                    _progress(f"{kind}: warm-up ({args.warmup} boots a side)")
-                    side.run("bench-warmup", args.warmup, timeout_s)
-                    bare.run(args.warmup, timeout_s)
-                for rep in range(args.repetitions):
-                    _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: novaq")
-                    results["novaq"].append(side.run(f"bench-{rep}", args.boots, timeout_s))
-                    _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: bare")
-                    results["bare"].append(bare.run(args.boots, timeout_s))
-                _progress(f"{kind}: {args.heartbeat_boots} boots with the heartbeat probe")
-                results["heartbeat"] = [
-                    side.run("bench-hb", args.heartbeat_boots, timeout_s, heartbeat=True)
-                ]
+                _interleaved(kind, args, side, bare, results)
             finally:
                 side.close()
         finally:
-            cluster.stop()
-    return results
+            with uninterrupted():
+                cluster.stop()
+
+
+def _novaq_side(cluster: Cluster, db_url: str, counts_dir: Path, bare: BareSide) -> NovaqSide:
+    """The cluster started and ready, and this process's API pointed at it."""
+    from novaq.launcher.demo import point_api_at
+
+    cluster.start()
+    cluster.wait_ready(timeout_s=120.0)
+    point_api_at(cluster)
+    from workflows import api
+
+    api.create_flavor(*FLAVOR)
+    service_id = heartbeat_service(db_url, cluster.hosts[0])
+    return NovaqSide(api, db_url, counts_dir, bare.broker, service_id, FLAVOR[0], IMAGE)
+
+
+def _interleaved(
+    kind: str,
+    args: argparse.Namespace,
+    side: NovaqSide,
+    bare: BareSide,
+    results: dict[str, list[Repetition]],
+) -> None:
+    timeout_s = args.phase_timeout or 60.0 + args.boots * 0.5
+    if args.warmup:  # unmeasured: each process's first steps (imports, connections, pools)
+        _progress(f"{kind}: warm-up ({args.warmup} boots a side)")
+        side.run("bench-warmup", args.warmup, timeout_s)
+        bare.run(args.warmup, timeout_s)
+    for rep in range(args.repetitions):
+        _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: novaq")
+        results["novaq"].append(side.run(f"bench-{rep}", args.boots, timeout_s))
+        _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: bare")
+        results["bare"].append(bare.run(args.boots, timeout_s))
+    if args.heartbeat_boots:
+        _progress(f"{kind}: {args.heartbeat_boots} boots with the heartbeat probe")
+        run = side.run("bench-hb", args.heartbeat_boots, timeout_s, heartbeat=True)
+        results["heartbeat"].append(run)
 
 
 def _progress(line: str) -> None:
@@ -192,7 +224,8 @@ def _progress(line: str) -> None:
 
 
 # -- the run ---------------------------------------------------------------------------------
-def run(args: argparse.Namespace, state: Path) -> boot_report.Runs:
+def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
+    """The whole run, its figures into ``runs`` as they come."""
     from novaq.launcher.embedded_broker import EmbeddedRedis
     from novaq.settings import load_settings
 
@@ -215,19 +248,19 @@ def run(args: argparse.Namespace, state: Path) -> boot_report.Runs:
         bare_workers.start()
         bare_workers.wait_ready(timeout_s=120.0)
         bare = BareSide(bare_app.app, hosts, clients[0], clients[1])
-        runs = {}
         for kind in args.databases.split(","):
-            runs[kind] = run_database(kind, args, state, novaq_url, bare)
-        return runs
+            runs[kind] = {"novaq": [], "bare": [], "heartbeat": []}
+            run_database(kind, args, state, novaq_url, bare, runs[kind])
     finally:
-        if bare_workers is not None:
-            bare_workers.stop()
-        for client in clients:
-            with contextlib.suppress(redis.RedisError):
-                client.flushdb()
-            client.close()
-        if broker is not None:
-            broker.stop()
+        with uninterrupted():
+            if bare_workers is not None:
+                bare_workers.stop()
+            for client in clients:
+                with contextlib.suppress(redis.RedisError):
+                    client.flushdb()
+                client.close()
+            if broker is not None:
+                broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,22 +270,34 @@ def main(argv: list[str] | None = None) -> int:
     signal.alarm(int(args.deadline))
     state = Path(tempfile.mkdtemp(prefix="novaq-boot-bench-", dir=args.tmp_dir))
     started = time.monotonic()
+    runs: boot_report.Runs = {}
     try:
-        runs = run(args, state)
-    except (RunFailed, DeadlinePassed, Exception) as exc:  # noqa: BLE001 - the run failed
+        run(args, state, runs)
+    except Exception as exc:  # noqa: BLE001 - the run failed (RunFailed, DeadlinePassed, ...)
         signal.alarm(0)
         traceback.print_exc()
         print(f"boot_bench: the run failed: {exc}", file=sys.stderr)
+        _print_figures(args, runs, started, "INCOMPLETE: the run failed; what it measured")
         return 1
     finally:
         signal.alarm(0)
         shutil.rmtree(state, ignore_errors=True)
+    _print_figures(args, runs, started)
+    return 0
+
+
+def _print_figures(
+    args: argparse.Namespace, runs: boot_report.Runs, started: float, failed: str = ""
+) -> None:
+    measured = {kind: sides for kind, sides in runs.items() if sides["novaq"] and sides["bare"]}
+    if not measured:
+        return
     print(
         f"boot_bench: {args.hosts} hosts, {args.boots} boots, {args.repetitions} "
         f"repetition(s), interleaved novaq/bare; {time.monotonic() - started:.0f} s"
+        + (f"\n{failed}" if failed else "")
     )
-    print(boot_report.report(runs))
-    return 0
+    print(boot_report.report(measured))
 
 
 if __name__ == "__main__":
