@@ -2,7 +2,8 @@
 same shape, on SQLite and on PostgreSQL, with what each boot and delete costs.
 
     .venv/bin/python bench/boot_bench.py [--hosts 4] [--boots 200] [--repetitions 3] \\
-        [--databases sqlite,postgresql] [--redis-url URL]
+        [--warmup 8] [--heartbeat-boots 100] [--databases sqlite,postgresql] \\
+        [--redis-url URL] [--deadline 840]
 
 novaq: ``novaq up``'s cluster (``novaq.launcher``: a prefork scheduler worker, one
 threads-pool compute worker per simulated host; no beat, no Flower) boots ``--boots``
@@ -80,7 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--phase-timeout", type=float, help="seconds a phase may take")
     p.add_argument("--deadline", type=float, default=840.0, help="seconds the run may take")
     p.add_argument("--tmp-dir", help="where the run's temporary directory goes")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = set(args.databases.split(",")) - {"sqlite", "postgresql"}
+    if unknown:
+        p.error(f"unknown database(s) {', '.join(sorted(unknown))}: sqlite or postgresql")
+    return args
 
 
 class DeadlinePassed(Exception):
@@ -120,8 +125,6 @@ def database(kind: str, state: Path, admin_url: str) -> Iterator[str]:
             with uninterrupted():
                 dispose_all()  # this process's connections (the API's)
         return
-    if kind != "postgresql":
-        raise SystemExit(f"unknown database {kind!r}: sqlite or postgresql")
     name = f"bench_boot_{os.getpid()}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
