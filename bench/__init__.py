@@ -1,0 +1,1 @@
+"""The benchmarks (``bench/*_bench.py``, run by ``make bench``) and their helpers."""

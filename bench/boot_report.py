@@ -1,0 +1,158 @@
+"""The tables ``bench/boot_bench.py`` prints: medians over the repetitions, ratios
+novaq/bare measured in the same run."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from bench import sql_counts
+from bench.boot_runs import API, Counts, Phase, Repetition
+
+#: The SQL columns: (header, the counts it adds up).
+SQL_COLUMNS = (
+    ("SQL", ("statements",)),
+    ("txns", ("transactions",)),
+    ("commits", ("write_commits", "read_commits")),
+    ("of them writing", ("write_commits",)),
+    ("read-only", ("read_commits",)),
+    ("rollbacks", ("rollbacks",)),
+)
+SQL_HEADERS = tuple(header for header, _ in SQL_COLUMNS)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    line = " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [f"\n{title}", line, "-+-".join("-" * w for w in widths)]
+    out += [" | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(out)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if value == 0:
+            return "0"
+        return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+#: database -> "novaq", "bare" (the compared runs) or "heartbeat" (the probe's) -> runs
+Runs = dict[str, dict[str, list[Repetition]]]
+
+
+def throughput(runs: Runs) -> str:
+    rows = []
+    for database, sides in runs.items():
+        row: list[object] = [database]
+        for phase in ("boots", "deletes"):
+            novaq = _median([getattr(r, phase).per_s for r in sides["novaq"]])
+            bare = _median([getattr(r, phase).per_s for r in sides["bare"]])
+            row += [novaq, bare, novaq / bare]
+        rows.append(row)
+    headers = ("database", "novaq boots/s", "bare boots/s", "ratio", "novaq deletes/s")
+    headers += ("bare deletes/s", "ratio")
+    return table("Throughput (median of the repetitions; ratio = novaq/bare)", headers, rows)
+
+
+def _per_op(phases: Sequence[Phase], fields: Sequence[str], step: str | None = None) -> float:
+    """The median over repetitions of ``fields`` (summed) per operation (all steps, or
+    one)."""
+    values = []
+    for p in phases:
+        buckets = p.sql.values() if step is None else [p.sql.get(step, {})]
+        values.append(sum(b.get(f, 0) for b in buckets for f in fields) / p.count)
+    return _median(values)
+
+
+def per_operation(runs: Runs) -> str:
+    rows = []
+    for database, sides in runs.items():
+        for phase in ("boots", "deletes"):
+            for side in ("novaq", "bare"):
+                phases = [getattr(r, phase) for r in sides[side]]
+                sql = [
+                    _per_op(phases, fields) if side == "novaq" else math.nan
+                    for _, fields in SQL_COLUMNS
+                ]
+                broker = [
+                    _median([getattr(p.broker, f) / p.count for p in phases])
+                    for f in ("connections", "hello", "ping")
+                ]
+                rows.append([database, phase[:-1], side, *sql, *broker])
+    headers = ("database", "per", "side", *SQL_HEADERS, "broker connections", "HELLO", "PING")
+    return table(
+        "Per boot and per delete (median of the repetitions; SQL in every novaq process)",
+        headers,
+        rows,
+    )
+
+
+def by_step(runs: Runs) -> str:
+    rows = []
+    for database, sides in runs.items():
+        for phase in ("boots", "deletes"):
+            phases = [getattr(r, phase) for r in sides["novaq"]]
+            steps = sorted({s for p in phases for s in p.sql}, key=_step_order)
+            for step in steps:
+                values = [_per_op(phases, fields, step) for _, fields in SQL_COLUMNS]
+                rows.append([database, phase[:-1], step, *values])
+    return table(
+        "novaq's SQL per operation, by step (API: the public call in the bench's process)",
+        ("database", "per", "step", *SQL_HEADERS),
+        rows,
+    )
+
+
+def _step_order(step: str) -> tuple[int, str]:
+    return (0 if step == API else 2 if step == sql_counts.OUTSIDE else 1, step)
+
+
+def latency(runs: Runs) -> str:
+    rows = []
+    for database, sides in runs.items():
+        novaq = [ms for r in sides["novaq"] for ms in r.boots.call_ms]
+        bare = [ms for r in sides["bare"] for ms in r.boots.call_ms]
+        n50, n95, b50, b95 = (percentile(v, q) for v in (novaq, bare) for q in (0.5, 0.95))
+        rows.append([database, n50, n95, b50, b95, n50 / b50, n95 / b95])
+    headers = ("database", "api.boot p50 ms", "p95 ms", "bare publish p50 ms", "p95 ms")
+    headers += ("ratio p50", "ratio p95")
+    title = "api.boot vs the bare app's publish (every call of every repetition)"
+    return table(title, headers, rows)
+
+
+def heartbeat(runs: Runs) -> str:
+    rows = []
+    for database, sides in runs.items():
+        samples = [ms for r in sides["heartbeat"] for ms in r.heartbeat_ms]
+        errors = sum(len(r.heartbeat_errors) for r in sides["heartbeat"])
+        rate = _median([r.boots.per_s for r in sides["heartbeat"]])
+        quantiles = (percentile(samples, q) for q in (0.5, 0.95, 1.0))
+        rows.append([database, rate, len(samples), *quantiles, errors])
+    return table(
+        "Heartbeat under load (novaq's heartbeat every 50 ms during the boots of one more run)",
+        ("database", "boots/s meanwhile", "samples", "p50 ms", "p95 ms", "max ms", "errors"),
+        rows,
+    )
+
+
+def report(runs: Runs) -> str:
+    return "\n".join(f(runs) for f in (throughput, per_operation, by_step, latency, heartbeat))
+
+
+__all__ = ["Counts", "report"]

@@ -1,0 +1,100 @@
+"""``bench/boot_bench.py`` in a tiny configuration, end to end: a check that the
+instrument works (it prints its figures and leaves nothing behind), not a timed test.
+
+It needs no shared server: the bench runs the launcher's embedded Redis and SQLite."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from bench import sql_counts
+from bench.boot_report import percentile
+from bench.broker_stats import with_db
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _processes_mentioning(marker: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            blob = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if marker.encode() in blob:
+            found.append(proc.name)
+    return found
+
+
+def _boot_bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bench/boot_bench.py`` on 2 hosts, SQLite, 5 boots, 1 repetition, and ``args``.
+
+    (A failed run's clean-up takes the same ``finally`` blocks; it is not tested here too,
+    where a second cluster start would double the test's 30-50 s.)"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
+    argv = [sys.executable, str(ROOT / "bench" / "boot_bench.py"), "--hosts", "2"]
+    argv += ["--boots", "5", "--repetitions", "1", "--warmup", "2", "--databases", "sqlite"]
+    argv += ["--heartbeat-boots", "3", "--tmp-dir", str(tmp_path), "--deadline", "150", *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=170)
+
+
+def _left_behind(tmp_path: Path) -> list[object]:
+    """Its state (broker, database, logs) and every process it started, if any remain."""
+    return [*tmp_path.iterdir(), *_processes_mentioning(str(tmp_path))]
+
+
+@pytest.mark.timeout(180)
+def test_boot_bench_prints_every_figure_and_cleans_up(tmp_path: Path) -> None:
+    done = _boot_bench(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for title in ("Throughput", "Per boot and per delete", "by step", "api.boot vs", "Heartbeat"):
+        assert title in out, out
+    boots = re.search(r"^\s*sqlite \|\s*([\d.]+) \|\s*([\d.]+) \|\s*([\d.]+) \|", out, re.M)
+    assert boots is not None, out
+    assert all(float(v) > 0 for v in boots.groups())
+    assert "compute.build_and_run_instance" in out and "scheduler.select_destinations" in out
+    assert _left_behind(tmp_path) == []
+
+
+def test_counter_tells_write_commits_from_read_only_ones() -> None:
+    engine = create_engine("sqlite://")
+    counter = sql_counts.Counter(None)
+    sql_counts.listen(counter, engine)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO t VALUES (1)"))
+    with engine.begin() as conn:
+        conn.execute(text("SELECT x FROM t")).all()
+    with engine.connect() as conn:
+        conn.execute(text("SELECT x FROM t")).all()
+        conn.rollback()
+    counts = counter.snapshot()[sql_counts.OUTSIDE]
+    assert counts == {
+        "statements": 4,
+        "transactions": 4,
+        "write_commits": 2,  # the CREATE TABLE and the INSERT
+        "read_commits": 1,
+        "rollbacks": 1,
+    }
+
+
+def test_redis_urls_get_the_database_asked_for() -> None:
+    assert with_db("redis://:pw@127.0.0.1:6379/0", 3) == "redis://:pw@127.0.0.1:6379/3"
+    assert with_db("redis://127.0.0.1:6379", 8) == "redis://127.0.0.1:6379/8"
+
+
+def test_percentiles_are_taken_from_the_samples() -> None:
+    samples = [float(v) for v in range(1, 101)]
+    assert (percentile(samples, 0.5), percentile(samples, 0.95)) == (50.0, 95.0)
+    assert percentile(samples, 1.0) == 100.0
