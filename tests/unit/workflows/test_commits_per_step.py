@@ -27,7 +27,7 @@ from sqlalchemy import Engine, event, func, select
 from compute import notifications
 from models import OperationInFlight, StepRecord, TaskDelivery
 from models.db import session_scope
-from tests.unit.workflows.servers import boot_active, in_thread_worker
+from tests.unit.workflows.servers import boot_active, delete_and_wait, in_thread_worker
 from workflows import api
 
 SCHEDULER, BUILD, TERMINATE = (
@@ -110,7 +110,7 @@ def _records(db_url: str, uuid: str) -> list[tuple[str, str | None, int]]:
 
 def test_a_boot_and_a_delete_cost_two_commits_per_host_step(db_url: str, counts: Counts) -> None:
     with in_thread_worker():
-        boot_active("warm")  # the flavor, the first connections, the caches
+        warm = boot_active("warm")  # the flavor, the first connections, the caches
         notifications.install(None)
         counts.on = True
         uuid = boot_active("counted")
@@ -120,6 +120,8 @@ def test_a_boot_and_a_delete_cost_two_commits_per_host_step(db_url: str, counts:
         api.wait(uuid, "DELETED", timeout=30)
         _settled(db_url)
         delete_commits, delete_statements = counts.take()
+        counts.on = False
+        delete_and_wait(warm)  # no guest left behind for the next test
     print(f"\nboot: commits {boot_commits} statements {boot_statements}")
     print(f"delete: commits {delete_commits} statements {delete_statements}")
     assert boot_commits[BUILD] == 2  # begin, finish
