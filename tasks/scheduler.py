@@ -30,8 +30,12 @@ def select_destinations(
     try:
         selections = context.scheduler().schedule(riding(context.sessions()), specs)
     except NoValidHost as exc:
+        # Every read of a decision is read-only now: the start rides the first write,
+        # the build's failure, so the step's record starts from the state before it.
         for uuid in instance_uuids:
-            fail_build(context.sessions(), uuid, request_id, exc, host=None, event=SCHEDULE_EVENT)
+            fail_build(
+                riding(context.sessions()), uuid, request_id, exc, host=None, event=SCHEDULE_EVENT
+            )
         raise
     builds = [
         build_step(request_id, s, context.settings().scheduler.max_attempts) for s in selections
