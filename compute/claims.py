@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 from tenacity import (
@@ -95,6 +95,24 @@ def allocation_usage(session: Session, node_id: int) -> dict[str, int]:
     return usage
 
 
+def _usage_and_consumers(session: Session, node_id: int) -> tuple[dict[str, int], int]:
+    """``allocation_usage`` and the number of distinct consumers on the node, in one
+    statement (the consumer count rides along on each resource class's row)."""
+    consumers = (
+        select(func.count(func.distinct(Allocation.consumer_uuid)))
+        .where(Allocation.compute_node_id == node_id)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(Allocation.resource_class, func.sum(Allocation.used), consumers)
+        .where(Allocation.compute_node_id == node_id)
+        .group_by(Allocation.resource_class)
+    ).all()
+    usage = dict.fromkeys(RESOURCE_CLASSES, 0)
+    usage.update({rc: int(total or 0) for rc, total, _ in rows})
+    return usage, int(rows[0][2]) if rows else 0
+
+
 def check_capacity(node: ComputeNode, usage: Mapping[str, int], request: ResourceRequest) -> None:
     """Raise ``ResourcesUnavailable`` if ``request`` does not fit on ``node``."""
     capacity, totals = node_capacity(node), node_totals(node)
@@ -112,13 +130,8 @@ def check_capacity(node: ComputeNode, usage: Mapping[str, int], request: Resourc
 def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
     """Rewrite the node's derived usage from its allocations and bump its generation,
     if nobody else did since ``generation`` was read. Returns the new generation."""
-    usage = allocation_usage(session, node.id)
+    usage, consumers = _usage_and_consumers(session, node.id)
     reserved = node_reserved(node)
-    consumers = session.scalar(
-        select(func.count(func.distinct(Allocation.consumer_uuid))).where(
-            Allocation.compute_node_id == node.id
-        )
-    )
     vcpus_used = reserved[VCPU] + usage[VCPU]
     memory_used = reserved[MEMORY_MB] + usage[MEMORY_MB]
     disk_used = reserved[DISK_GB] + usage[DISK_GB]
@@ -170,16 +183,13 @@ def claim(
         _delete_allocations(session, consumer_uuid, node_id)
         release_devices(session, consumer_uuid, node_id)
     check_capacity(node, allocation_usage(session, node_id), request)
-    for rc, amount in request.as_resources().items():
-        if amount:
-            session.add(
-                Allocation(
-                    compute_node_id=node_id,
-                    consumer_uuid=consumer_uuid,
-                    resource_class=rc,
-                    used=amount,
-                )
-            )
+    rows = [
+        dict(compute_node_id=node_id, consumer_uuid=consumer_uuid, resource_class=rc, used=amount)
+        for rc, amount in request.as_resources().items()
+        if amount
+    ]
+    if rows:  # one statement for every resource class
+        session.execute(insert(Allocation), rows)
     session.flush()
     if request.pci:
         claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
