@@ -115,6 +115,8 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
             stats = stats_memo[stats_text] = _parse_json(stats_text or "{}")
         cpu_info = _parse_cpu_info(cpu_text or "{}")
         hv_type = hv_type or ""
+        # NOTE: positional, in HostState's field order: keywords cost twice as much, and
+        # this runs for each of up to max_placement_results candidates per decision.
         states.append(
             HostState(
                 host,
@@ -132,19 +134,20 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
                 cpu_ratio,
                 ram_ratio,
                 disk_ratio,
-                service_up=bool(up),
-                service_disabled=bool(disabled),
-                num_instances=num_instances,
-                num_io_ops=num_io_ops,
-                failed_builds=int(stats.get("failed_builds", 0)),
-                availability_zone=zone,
-                hypervisor_type=hv_type,
-                hypervisor_version=hv_version or 0,
-                cpu_info=cpu_info,
-                stats=dict(stats),  # each host its own copy of the shared parse
-                supported_instances=_supported_instances(
-                    cpu_info.get("arch") or "x86_64", hv_type.lower()
-                ),
+                bool(up),  # service_up
+                bool(disabled),  # service_disabled
+                num_instances,
+                num_io_ops,
+                int(stats.get("failed_builds", 0)),  # failed_builds
+                set(),  # instances: _add_instances, when the request needs them
+                {},  # pci_pools: _add_pci_pools, for the nodes with free devices
+                (),  # aggregates: _add_aggregates
+                zone,  # availability_zone: the default unless an aggregate says
+                hv_type,
+                hv_version or 0,
+                cpu_info,
+                dict(stats),  # each host its own copy of the shared parse
+                _supported_instances(cpu_info.get("arch") or "x86_64", hv_type.lower()),
             )
         )
     return states
