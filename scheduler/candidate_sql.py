@@ -131,53 +131,58 @@ def _columns() -> tuple[Any, ...]:
     )
 
 
-def _room() -> list[Any]:
+def _room(dialect: str) -> list[Any]:
     """Placement's capacity check as SQL: (total - reserved) * ratio - allocated >= asked,
-    and no more than the physical total for one consumer (max_unit)."""
+    and no more than the physical total for one consumer (max_unit).
+
+    NOTE: on PostgreSQL the three capacity checks are one ``least(free - asked, ...) >= 0``
+    (the same test: the columns are not nullable). The planner gives each inequality on an
+    expression a selectivity of 1/3; three of them made it expect fewer nodes than the
+    limit, so it joined and sorted every node instead of walking the primary key in order
+    and stopping at the limit (10,000 hosts: 4x slower)."""
     vcpus = bindparam("vcpus", type_=Integer)
     memory_mb = bindparam("memory_mb", type_=Integer)
     disk_gb = bindparam("disk_gb", type_=Integer)
     node = _node
-    return [
-        node.vcpus >= vcpus,
-        node.memory_mb >= memory_mb,
-        node.local_gb >= disk_gb,
+    free = (
         (node.vcpus - node.reserved_vcpus) * node.cpu_allocation_ratio
-        - (node.vcpus_used - node.reserved_vcpus)
-        >= vcpus,
+        - (node.vcpus_used - node.reserved_vcpus),
         (node.memory_mb - node.reserved_memory_mb) * node.ram_allocation_ratio
-        - (node.memory_mb_used - node.reserved_memory_mb)
-        >= memory_mb,
+        - (node.memory_mb_used - node.reserved_memory_mb),
         (node.local_gb - node.reserved_disk_gb) * node.disk_allocation_ratio
-        - (node.local_gb_used - node.reserved_disk_gb)
-        >= disk_gb,
-    ]
+        - (node.local_gb_used - node.reserved_disk_gb),
+    )
+    asked = (vcpus, memory_mb, disk_gb)
+    max_unit = [node.vcpus >= vcpus, node.memory_mb >= memory_mb, node.local_gb >= disk_gb]
+    if dialect == "postgresql":
+        return [*max_unit, func.least(*(f - a for f, a in zip(free, asked, strict=True))) >= 0]
+    return [*max_unit, *(f >= a for f, a in zip(free, asked, strict=True))]
+
+
+def _with_service(nodes: Any) -> Any:
+    """``nodes`` left-joined to their compute services."""
+    return nodes.outerjoin(
+        Service.__table__,
+        and_(_service.host == _node.host, _service.binary == COMPUTE, _service.deleted == 0),
+    )
 
 
 @functools.cache
-def candidates_query(by_hosts: bool, prefiltered: bool) -> Select[Any]:
+def candidates_query(by_hosts: bool, prefiltered: bool, dialect: str) -> Select[Any]:
     """The candidates of one request, by node id. Parameters: ``up_from``/``up_to``
     always; ``hosts`` (a list) when ``by_hosts``; ``vcpus``, ``memory_mb``, ``disk_gb``
     and ``limit`` when ``prefiltered`` (the placement-style capacity pre-filter, at most
-    ``limit`` enabled nodes with room)."""
+    ``limit`` enabled nodes with room). ``dialect``: the database's (``_room``)."""
     query = (
         select(*_columns())
-        .select_from(ComputeNode.__table__)
-        .outerjoin(
-            Service.__table__,
-            and_(
-                _service.host == _node.host,
-                _service.binary == COMPUTE,
-                _service.deleted == 0,
-            ),
-        )
+        .select_from(_with_service(ComputeNode.__table__))
         .where(_node.deleted == 0)
         .order_by(_node.id)
     )
     if by_hosts:
         query = query.where(_node.host.in_(bindparam("hosts", expanding=True)))
     elif prefiltered:
-        query = query.where(_service.disabled.is_(False), *_room())
+        query = query.where(_service.disabled.is_(False), *_room(dialect))
         query = query.limit(bindparam("limit", type_=Integer))
     return query
 

@@ -82,7 +82,8 @@ def load_candidates(
             disk_gb=request.disk_gb,
             limit=settings.scheduler.max_placement_results,
         )
-    query = candidates_query(bool(hosts), request is not None and not hosts)
+    dialect = session.get_bind().dialect.name
+    query = candidates_query(bool(hosts), request is not None and not hosts, dialect)
     rows = session.connection().execute(query, params).all()
     prefilter = ""
     if request is not None and not hosts:
