@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, literal, select, union_all, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 from tenacity import (
@@ -26,7 +26,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from compute.pci import PciRequest, claim_devices, held_devices, release_devices
+from compute.pci import PciRequest, claim_devices, held_by, held_devices, release_devices
 from compute.sessions import Sessions
 from models import Allocation, ComputeNode
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
@@ -172,17 +172,16 @@ def claim(
     if node is None or node.deleted:
         raise ResourcesUnavailable(node=str(node_id), reason="compute node is gone")
     generation = node.generation
-    held = consumer_allocations(session, consumer_uuid, node_id)
-    devices = held_devices(session, consumer_uuid, node_id)
-    if (
-        held == {rc: n for rc, n in request.as_resources().items() if n}
-        and len(devices) == request.pci_count
+    held, devices, usage = _claim_view(session, consumer_uuid, node_id)
+    if held == {rc: n for rc, n in request.as_resources().items() if n} and (
+        devices == request.pci_count
     ):
         return
     if held or devices:
         _delete_allocations(session, consumer_uuid, node_id)
         release_devices(session, consumer_uuid, node_id)
-    check_capacity(node, allocation_usage(session, node_id), request)
+        usage = allocation_usage(session, node_id)
+    check_capacity(node, usage, request)
     rows = [
         dict(compute_node_id=node_id, consumer_uuid=consumer_uuid, resource_class=rc, used=amount)
         for rc, amount in request.as_resources().items()
@@ -194,6 +193,41 @@ def claim(
     if request.pci:
         claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
     write_usage(session, node, generation)
+
+
+#: The resource class of the row that counts a consumer's PCI devices in ``_claim_view``.
+_DEVICES = "#pci-devices"
+
+
+def _claim_view(
+    session: Session, consumer_uuid: str, node_id: int
+) -> tuple[dict[str, int], int, dict[str, int]]:
+    """What a claim reads before it writes, in one statement: the consumer's allocations
+    on the node (``consumer_allocations``), how many PCI devices it holds there
+    (``held_devices``) and the node's usage (``allocation_usage``)."""
+    mine = Allocation.consumer_uuid == consumer_uuid
+    allocations = (
+        select(
+            Allocation.resource_class,
+            func.sum(Allocation.used),
+            func.sum(case((mine, Allocation.used), else_=0)),
+            func.count(case((mine, 1))),
+        )
+        .where(Allocation.compute_node_id == node_id)
+        .group_by(Allocation.resource_class)
+    )
+    count = func.count()
+    devices = select(literal(_DEVICES), count, count, count).where(*held_by(consumer_uuid, node_id))
+    usage = dict.fromkeys(RESOURCE_CLASSES, 0)
+    held, device_count = {}, 0
+    for rc, total, own, own_rows in session.execute(union_all(allocations, devices)):
+        if rc == _DEVICES:
+            device_count = int(own)
+            continue
+        usage[rc] = int(total or 0)
+        if own_rows:  # one row per (node, consumer, class): its sum is the row's value
+            held[rc] = int(own)
+    return held, device_count, usage
 
 
 def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:
