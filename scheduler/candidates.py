@@ -27,12 +27,11 @@ from scheduler.candidate_sql import (
     aggregates_query,
     candidates_query,
     instances_query,
-    one_of,
     pci_pools_query,
 )
 from scheduler.host_state import AggregateInfo, HostState
 
-__all__ = ["IO_TASK_STATES", "Candidates", "load_candidates", "load_host_states", "one_of"]
+__all__ = ["Candidates", "load_candidates", "load_host_states"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +67,7 @@ def load_candidates(
     ``hosts`` (forced or requested hosts) replaces the pre-filter.
 
     ``with_instances=False`` leaves each host's ``instances`` (the uuids) empty, for a
-    request no filter or weigher asks them of (:func:`scheduler.manager.needs_instances`);
+    request no filter or weigher asks them of (``Scheduler.needs_instances``);
     the counts (``num_instances``, ``num_io_ops``) are always there."""
     now = utcnow()
     down = dt.timedelta(seconds=settings.effective_service_down_time)
