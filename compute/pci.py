@@ -163,7 +163,9 @@ def held_devices(
     return list(session.scalars(query.order_by(PciDevice.address)))
 
 
-def held_by(consumer_uuid: str, node_id: int | None = None) -> list[ColumnElement[bool]]:
+def held_by(
+    consumer_uuid: str | ColumnElement[str], node_id: int | ColumnElement[int] | None = None
+) -> list[ColumnElement[bool]]:
     """The conditions on ``pci_devices`` of the devices a consumer holds (on one node)."""
     conditions = [
         PciDevice.consumer_uuid == consumer_uuid,

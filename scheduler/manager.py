@@ -12,12 +12,13 @@ transaction sees them (two requests racing for one group cannot both win).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import random
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import Select, String, bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.claims import claim, claim_first, move_claim, release, retry_on_conflict
@@ -380,10 +381,15 @@ Placement = tuple[str | None, str | None]
 def _placement_rows(session: Session, uuids: Sequence[str]) -> dict[str, Placement]:
     """(host, node) of each of these instances that has a row (deleted ones included), in
     one query."""
-    rows = session.execute(
-        select(Instance.uuid, Instance.host, Instance.node).where(Instance.uuid.in_(list(uuids)))
-    )
+    rows = session.execute(_placement_query(), {"uuids": list(uuids)})
     return {uuid: (host, node) for uuid, host, node in rows}
+
+
+@functools.cache
+def _placement_query() -> Select[tuple[str, str | None, str | None]]:
+    # Built once: building it cost more than running it.
+    uuids = bindparam("uuids", type_=String, expanding=True)
+    return select(Instance.uuid, Instance.host, Instance.node).where(Instance.uuid.in_(uuids))
 
 
 def _existing_selection(session: Session, host: str | None, node: str | None) -> Selection | None:
