@@ -4,13 +4,19 @@ import threading
 import uuid
 
 import pytest
-from sqlalchemy import event
 
 from compute.claims import ResourceRequest, consumer_allocations, node_capacity
-from models.db import get_engine, session_scope
+from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from novaq.exceptions import ResourcesUnavailable
-from tests.factories import claim, make_compute_node, make_settings, node_row, release
+from tests.factories import (
+    claim,
+    make_compute_node,
+    make_settings,
+    node_row,
+    release,
+    statements_run,
+)
 
 
 def _uuid() -> str:
@@ -170,16 +176,6 @@ def test_a_claim_takes_five_statements(db_url: str) -> None:
     the allocations, then write_usage's read and compare-and-swap."""
     node_id = make_compute_node(db_url)
     claim(db_url, node_id, _uuid(), ResourceRequest(1, 512, 1))  # another consumer there
-    statements: list[str] = []
-
-    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        if not statement.startswith("BEGIN"):
-            statements.append(statement.split()[0])
-
-    engine = get_engine(db_url)
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with statements_run(db_url) as statements:
         claim(db_url, node_id, _uuid(), ResourceRequest(2, 1024, 2))
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-    assert statements == ["SELECT", "SELECT", "INSERT", "SELECT", "UPDATE"]
+    assert [s.split()[0] for s in statements] == ["SELECT", "SELECT", "INSERT", "SELECT", "UPDATE"]

@@ -5,10 +5,8 @@ issues the same number of statements at 10 hosts as at 200."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from sqlalchemy import event, insert, update
+from sqlalchemy import insert, update
 
 from compute.claims import ResourceRequest
 from compute.pci import sync_devices
@@ -16,7 +14,7 @@ from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, is_up, register_service
 from compute.sessions import sessions_for
 from models import ComputeNode, Instance, Service, utcnow
-from models.db import get_engine, session_scope
+from models.db import session_scope
 from scheduler.candidates import load_candidates
 from scheduler.manager import Scheduler
 from scheduler.request_spec import InstanceGroup
@@ -27,24 +25,8 @@ from tests.factories import (
     make_compute_node,
     make_instance,
     spec_for,
+    statements_run,
 )
-
-
-@contextmanager
-def counted(db_url: str) -> Iterator[list[str]]:
-    """The SQL statements run meanwhile (SQLite's BEGIN counts as a transaction, not one)."""
-    statements: list[str] = []
-
-    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        if not statement.startswith("BEGIN"):
-            statements.append(statement)
-
-    engine = get_engine(db_url)
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def _add_hosts(db_url: str, first: int, count: int) -> None:
@@ -81,7 +63,7 @@ def _add_hosts(db_url: str, first: int, count: int) -> None:
 
 def _decision_statements(db_url: str, scheduler: Scheduler) -> list[str]:
     uuid = make_instance(db_url)
-    with counted(db_url) as statements:
+    with statements_run(db_url) as statements:
         assert scheduler.select_and_claim(sessions_for(db_url), spec_for(uuid)) is not None
     return statements
 
@@ -102,14 +84,14 @@ def test_pci_pools_are_read_only_when_a_candidate_has_free_devices(db_url: str) 
     settings = gpu_settings()
     _add_hosts(db_url, 0, 5)
     request = ResourceRequest(1, 512, 1)
-    with session_scope(db_url) as session, counted(db_url) as without:
+    with session_scope(db_url) as session, statements_run(db_url) as without:
         assert all(not h.pci_pools for h in load_candidates(session, settings, request).hosts)
     with session_scope(db_url) as session:
         resources = host_resources(name="gpu-host", pci_devices=gpus("0000:81:00.0"))
         register_service(session, "gpu-host", COMPUTE, "compute.gpu-host", settings)
         node = record_compute_node(session, "gpu-host", resources, settings)
         sync_devices(session, node.id, resources.pci_devices, settings)
-    with session_scope(db_url) as session, counted(db_url) as with_gpu:
+    with session_scope(db_url) as session, statements_run(db_url) as with_gpu:
         hosts = {h.host: h for h in load_candidates(session, settings, request).hosts}
     assert hosts["gpu-host"].pci_pools == {("10de", "13f1", "type-PCI"): 1}
     assert len(with_gpu) == len(without) + 1
