@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import delete, update
 
 from compute.claims import ResourceRequest, node_capacity
-from compute.servicegroup import is_up
+from compute.servicegroup import COMPUTE, is_up
 from models import Allocation, ComputeNode, Service
 from models.db import session_scope
 from scheduler.candidates import load_candidates
@@ -73,13 +73,19 @@ def test_the_prefilter_keeps_what_placement_would(
         update={"scheduler": settings.scheduler.model_copy(update={"max_placement_results": limit})}
     )
     with session_scope(services) as session:
-        rows = {n.id: n for n in session.query(ComputeNode).filter(ComputeNode.id.in_(nodes))}
-        disabled = {s.host for s in session.query(Service).filter(Service.disabled.is_(True))}
+        # Every node of the database counts towards the limit, the cluster's too.
+        rows = {n.id: n for n in session.query(ComputeNode).filter(ComputeNode.deleted == 0)}
+        enabled = {
+            s.host
+            for s in session.query(Service).filter(
+                Service.binary == COMPUTE, Service.deleted == 0, Service.disabled.is_(False)
+            )
+        }
         expected = [
-            i for i in sorted(rows) if rows[i].host not in disabled and _fits(rows[i], request_)
+            i for i in sorted(rows) if rows[i].host in enabled and _fits(rows[i], request_)
         ][:limit]
         got = [h.compute_node_id for h in load_candidates(session, settings, request_).hosts]
-    assert [i for i in got if i in rows] == expected
+    assert got == expected
 
 
 def test_service_state_is_the_servicegroup_s(services: str, nodes: list[int]) -> None:
