@@ -105,11 +105,32 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
     zone = settings.default_availability_zone
     states = []
     for row in rows:
-        (node_id, host, nodename, hv_type, hv_version, cpu_text, stats_text) = row[:7]
-        (vcpus, vcpus_used, memory_mb, memory_used, local_gb, local_gb_used) = row[7:13]
-        (reserved_vcpus, reserved_memory_mb, reserved_disk_gb) = row[13:16]
-        (cpu_ratio, ram_ratio, disk_ratio) = row[16:19]
-        (up, disabled, num_instances, num_io_ops, _pci_free) = row[19:]
+        (
+            node_id,
+            host,
+            nodename,
+            hv_type,
+            hv_version,
+            cpu_text,
+            stats_text,
+            vcpus,
+            vcpus_used,
+            memory_mb,
+            memory_used,
+            local_gb,
+            local_gb_used,
+            reserved_vcpus,
+            reserved_memory_mb,
+            reserved_disk_gb,
+            cpu_ratio,
+            ram_ratio,
+            disk_ratio,
+            up,
+            disabled,
+            num_instances,
+            num_io_ops,
+            _pci_free,
+        ) = row
         stats = stats_memo.get(stats_text)
         if stats is None:
             stats = stats_memo[stats_text] = _parse_json(stats_text or "{}")

@@ -55,10 +55,13 @@ def normalize(values: Sequence[float], minval: float | None, maxval: float | Non
 
 def _clamped(values: Sequence[float], minval: float | None, maxval: float | None) -> list[float]:
     # One comprehension per case: this runs for every weigher over every candidate.
+    # ``lo if lo > v else v`` is max(v, lo) exactly (NaN included), without the call.
     if minval is not None and maxval is not None:
-        return [float(min(max(v, minval), maxval)) for v in values]
+        lo, hi = minval, maxval
+        return [float(min(lo if lo > v else v, hi)) for v in values]
     if minval is not None:
-        return [float(max(v, minval)) for v in values]
+        lo = minval
+        return [float(lo if lo > v else v) for v in values]
     if maxval is not None:
         return [float(min(v, maxval)) for v in values]
     return [float(v) for v in values]
