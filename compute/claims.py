@@ -9,13 +9,29 @@ its ``generation`` in the same transaction, guarded by the generation read at it
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import (
+    CompoundSelect,
+    Integer,
+    Select,
+    String,
+    Update,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 from tenacity import (
@@ -26,7 +42,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from compute.pci import PciRequest, claim_devices, held_devices, release_devices
+from compute.pci import PciRequest, claim_devices, held_by, held_devices, release_devices
 from compute.sessions import Sessions
 from models import Allocation, ComputeNode
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
@@ -95,6 +111,32 @@ def allocation_usage(session: Session, node_id: int) -> dict[str, int]:
     return usage
 
 
+def _usage_and_consumers(session: Session, node_id: int) -> tuple[dict[str, int], int]:
+    """``allocation_usage`` and the number of distinct consumers on the node, in one
+    statement (the consumer count rides along on each resource class's row)."""
+    rows = session.execute(_usage_and_consumers_query(), {"node": node_id}).all()
+    usage = dict.fromkeys(RESOURCE_CLASSES, 0)
+    usage.update({rc: int(total or 0) for rc, total, _ in rows})
+    return usage, int(rows[0][2]) if rows else 0
+
+
+# NOTE: the statements of a claim are built once, with bound parameters: building them
+# cost more than running them (a claim runs for every boot and every move).
+@functools.cache
+def _usage_and_consumers_query() -> Select[tuple[str, int, int]]:
+    node = bindparam("node", type_=Integer)
+    consumers = (
+        select(func.count(func.distinct(Allocation.consumer_uuid)))
+        .where(Allocation.compute_node_id == node)
+        .scalar_subquery()
+    )
+    return (
+        select(Allocation.resource_class, func.sum(Allocation.used), consumers)
+        .where(Allocation.compute_node_id == node)
+        .group_by(Allocation.resource_class)
+    )
+
+
 def check_capacity(node: ComputeNode, usage: Mapping[str, int], request: ResourceRequest) -> None:
     """Raise ``ResourcesUnavailable`` if ``request`` does not fit on ``node``."""
     capacity, totals = node_capacity(node), node_totals(node)
@@ -112,33 +154,43 @@ def check_capacity(node: ComputeNode, usage: Mapping[str, int], request: Resourc
 def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
     """Rewrite the node's derived usage from its allocations and bump its generation,
     if nobody else did since ``generation`` was read. Returns the new generation."""
-    usage = allocation_usage(session, node.id)
+    usage, consumers = _usage_and_consumers(session, node.id)
     reserved = node_reserved(node)
-    consumers = session.scalar(
-        select(func.count(func.distinct(Allocation.consumer_uuid))).where(
-            Allocation.compute_node_id == node.id
-        )
-    )
     vcpus_used = reserved[VCPU] + usage[VCPU]
     memory_used = reserved[MEMORY_MB] + usage[MEMORY_MB]
     disk_used = reserved[DISK_GB] + usage[DISK_GB]
-    result = session.execute(
-        update(ComputeNode)
-        .where(ComputeNode.id == node.id, ComputeNode.generation == generation)
-        .values(
-            generation=generation + 1,
-            vcpus_used=vcpus_used,
-            memory_mb_used=memory_used,
-            local_gb_used=disk_used,
-            free_ram_mb=node.memory_mb - memory_used,
-            free_disk_gb=node.local_gb - disk_used,
-            running_vms=consumers or 0,
-        )
-        .execution_options(synchronize_session=False)
-    )
+    values = {
+        "b_node": node.id,
+        "b_generation": generation,
+        "b_vcpus_used": vcpus_used,
+        "b_memory_mb_used": memory_used,
+        "b_local_gb_used": disk_used,
+        "b_free_ram_mb": node.memory_mb - memory_used,
+        "b_free_disk_gb": node.local_gb - disk_used,
+        "b_running_vms": consumers or 0,
+    }
+    result = session.execute(_write_usage_statement(), values)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
     return generation + 1
+
+
+@functools.cache
+def _write_usage_statement() -> Update:
+    """The generation compare-and-swap with the derived usage (``write_usage``)."""
+    columns = ("vcpus_used", "memory_mb_used", "local_gb_used", "free_ram_mb", "free_disk_gb")
+    return (
+        update(ComputeNode)
+        .where(
+            ComputeNode.id == bindparam("b_node"),
+            ComputeNode.generation == bindparam("b_generation"),
+        )
+        .values(
+            {name: bindparam(f"b_{name}") for name in (*columns, "running_vms")}
+            | {"generation": bindparam("b_generation") + 1}
+        )
+        .execution_options(synchronize_session=False)
+    )
 
 
 def claim(
@@ -159,31 +211,70 @@ def claim(
     if node is None or node.deleted:
         raise ResourcesUnavailable(node=str(node_id), reason="compute node is gone")
     generation = node.generation
-    held = consumer_allocations(session, consumer_uuid, node_id)
-    devices = held_devices(session, consumer_uuid, node_id)
-    if (
-        held == {rc: n for rc, n in request.as_resources().items() if n}
-        and len(devices) == request.pci_count
+    held, devices, usage = _claim_view(session, consumer_uuid, node_id)
+    if held == {rc: n for rc, n in request.as_resources().items() if n} and (
+        devices == request.pci_count
     ):
         return
     if held or devices:
         _delete_allocations(session, consumer_uuid, node_id)
         release_devices(session, consumer_uuid, node_id)
-    check_capacity(node, allocation_usage(session, node_id), request)
-    for rc, amount in request.as_resources().items():
-        if amount:
-            session.add(
-                Allocation(
-                    compute_node_id=node_id,
-                    consumer_uuid=consumer_uuid,
-                    resource_class=rc,
-                    used=amount,
-                )
-            )
+        usage = allocation_usage(session, node_id)
+    check_capacity(node, usage, request)
+    rows = [
+        dict(compute_node_id=node_id, consumer_uuid=consumer_uuid, resource_class=rc, used=amount)
+        for rc, amount in request.as_resources().items()
+        if amount
+    ]
+    if rows:  # one statement for every resource class
+        session.execute(insert(Allocation), rows)
     session.flush()
     if request.pci:
         claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
     write_usage(session, node, generation)
+
+
+#: The resource class of the row that counts a consumer's PCI devices in ``_claim_view``.
+_DEVICES = "#pci-devices"
+
+
+def _claim_view(
+    session: Session, consumer_uuid: str, node_id: int
+) -> tuple[dict[str, int], int, dict[str, int]]:
+    """What a claim reads before it writes, in one statement: the consumer's allocations
+    on the node (``consumer_allocations``), how many PCI devices it holds there
+    (``held_devices``) and the node's usage (``allocation_usage``)."""
+    usage = dict.fromkeys(RESOURCE_CLASSES, 0)
+    held, device_count = {}, 0
+    params = {"consumer": consumer_uuid, "node": node_id}
+    for rc, total, own, own_rows in session.execute(_claim_view_query(), params):
+        if rc == _DEVICES:
+            device_count = int(own)
+            continue
+        usage[rc] = int(total or 0)
+        if own_rows:  # one row per (node, consumer, class): its sum is the row's value
+            held[rc] = int(own)
+    return held, device_count, usage
+
+
+@functools.cache
+def _claim_view_query() -> CompoundSelect[tuple[str, int, int, int]]:
+    consumer = bindparam("consumer", type_=String)
+    node = bindparam("node", type_=Integer)
+    mine = Allocation.consumer_uuid == consumer
+    allocations = (
+        select(
+            Allocation.resource_class,
+            func.sum(Allocation.used),
+            func.sum(case((mine, Allocation.used), else_=0)),
+            func.count(case((mine, 1))),
+        )
+        .where(Allocation.compute_node_id == node)
+        .group_by(Allocation.resource_class)
+    )
+    count = func.count()
+    devices = select(literal(_DEVICES), count, count, count).where(*held_by(consumer, node))
+    return union_all(allocations, devices)
 
 
 def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from models import PciDevice, utcnow
@@ -159,14 +159,22 @@ def sync_devices(
 def held_devices(
     session: Session, consumer_uuid: str, node_id: int | None = None
 ) -> list[PciDevice]:
-    query = select(PciDevice).where(
+    query = select(PciDevice).where(*held_by(consumer_uuid, node_id))
+    return list(session.scalars(query.order_by(PciDevice.address)))
+
+
+def held_by(
+    consumer_uuid: str | ColumnElement[str], node_id: int | ColumnElement[int] | None = None
+) -> list[ColumnElement[bool]]:
+    """The conditions on ``pci_devices`` of the devices a consumer holds (on one node)."""
+    conditions = [
         PciDevice.consumer_uuid == consumer_uuid,
         PciDevice.status.in_((CLAIMED, ALLOCATED)),
         PciDevice.deleted == 0,
-    )
+    ]
     if node_id is not None:
-        query = query.where(PciDevice.compute_node_id == node_id)
-    return list(session.scalars(query.order_by(PciDevice.address)))
+        conditions.append(PciDevice.compute_node_id == node_id)
+    return conditions
 
 
 def claim_devices(

@@ -12,11 +12,13 @@ transaction sees them (two requests racing for one group cannot both win).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import logging
 import random
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import Select, String, bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.claims import claim, claim_first, move_claim, release, retry_on_conflict
@@ -54,6 +56,15 @@ class Scheduler:
             settings, settings.filter_scheduler.enabled_filters
         )
         self.weighers: list[BaseWeigher] = load_weighers(settings)
+
+    def needs_instances(self, specs: Sequence[RequestSpec]) -> bool:
+        """Whether any filter or weigher reads the hosts' instance uuids for these
+        requests (hints naming instances, server groups): only then are they loaded."""
+        filters = [f for f in self.filters if f.reads_instances]
+        weighers = [w for w in self.weighers if w.reads_instances]
+        return any(not f.ignores(spec) for f in filters for spec in specs) or any(
+            not w.ignores(spec) for w in weighers for spec in specs
+        )
 
     # -- pure decisions -------------------------------------------------------------------
     def candidates(
@@ -117,19 +128,27 @@ class Scheduler:
     # -- decisions with claims ------------------------------------------------------------
     def schedule(self, sessions: Sessions, specs: Sequence[RequestSpec]) -> list[Selection]:
         """Place every instance of one request, or none (Nova: a multi-create that cannot
-        place all its instances fails whole). Instances deleted meanwhile are skipped."""
+        place all its instances fails whole). Instances deleted meanwhile are skipped.
+
+        Two transactions per instance: one that only reads (the candidates, the group, the
+        instances' rows), then the claim's short write (its compare-and-swaps make a
+        decision on what was read safe against every race)."""
         first = specs[0]
         targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
         with sessions(read_only=True) as session:
-            candidates = load_candidates(session, self.settings, first.resources, targets)
+            group = load_instance_group(session, first.group) if first.group else None
+            specs = [dataclasses.replace(s, instance_group=group) for s in specs]
+            candidates = load_candidates(
+                session,
+                self.settings,
+                first.resources,
+                targets,
+                with_instances=self.needs_instances(specs),
+            )
             hosts = candidates.hosts
-            group = load_instance_group(session, specs[0].group) if specs[0].group else None
-            gone = {s.instance_uuid for s in specs if not _exists(session, s.instance_uuid)}
-            placed = {
-                s.instance_uuid: _existing_selection(session, s.instance_uuid)
-                for s in specs
-                if s.instance_uuid not in gone
-            }
+            rows = _placement_rows(session, [s.instance_uuid for s in specs])
+            gone = {s.instance_uuid for s in specs if s.instance_uuid not in rows}
+            placed = {u: _existing_selection(session, *row) for u, row in rows.items()}
         # NOTE: an instance with no row is a boot the API took back after its publish
         # failed (``workflows.api.submit``) while the message still reached the broker:
         # nothing to place, and nothing claimed for it.
@@ -143,7 +162,8 @@ class Scheduler:
         claimed: list[str] = []
         try:
             for spec in specs:
-                spec = dataclasses.replace(spec, instance_group=group)
+                if group is not None:  # with the members placed so far
+                    spec = dataclasses.replace(spec, instance_group=group)
                 existing = placed[spec.instance_uuid]
                 if existing is not None:  # a redelivered request: keep what was claimed
                     selections.append(
@@ -220,7 +240,8 @@ class Scheduler:
         wanted = 0 if forced else self.settings.scheduler.max_attempts - 1
         result = []
         for selection, ranked in zip(selections, rankings, strict=True):
-            alternates = [h.as_alternate() for h in ranked if h.host not in chosen][:wanted]
+            others = (h for h in ranked if h.host not in chosen)
+            alternates = [h.as_alternate() for h in itertools.islice(others, wanted)]
             result.append(dataclasses.replace(selection, alternates=tuple(alternates)))
         return result
 
@@ -256,7 +277,13 @@ class MoveScheduler:
                 return placed
             source_id = node_id(session, migration.source_compute, migration.source_node)
             targets = (spec.requested_host,) if spec.requested_host else ()
-            candidates = load_candidates(session, self.scheduler.settings, spec.resources, targets)
+            candidates = load_candidates(
+                session,
+                self.scheduler.settings,
+                spec.resources,
+                targets,
+                with_instances=self.scheduler.needs_instances([spec]),
+            )
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(
             sessions,
@@ -268,7 +295,8 @@ class MoveScheduler:
             raise fit.no_valid_host()
         host = fit.chosen
         wanted = self.scheduler.settings.scheduler.max_attempts - 1
-        alternates = tuple(h.as_alternate() for h in ranked[fit.index + 1 :])[:wanted]
+        following = itertools.islice(ranked, fit.index + 1, fit.index + 1 + wanted)
+        alternates = tuple(h.as_alternate() for h in following)
         return Selection(
             host.host, host.nodename, host.compute_node_id, alternates, spec.instance_uuid
         )
@@ -347,18 +375,32 @@ def check_group_policy(
         )
 
 
-def _exists(session: Session, instance_uuid: str) -> bool:
-    return session.scalar(select(Instance.id).where(Instance.uuid == instance_uuid)) is not None
+Placement = tuple[str | None, str | None]
 
 
-def _existing_selection(session: Session, instance_uuid: str) -> Selection | None:
-    instance = get_instance(session, instance_uuid)
-    if instance.host is None or instance.node is None:
+def _placement_rows(session: Session, uuids: Sequence[str]) -> dict[str, Placement]:
+    """(host, node) of each of these instances that has a row (deleted ones included), in
+    one query."""
+    rows = session.execute(_placement_query(), {"uuids": list(uuids)})
+    return {uuid: (host, node) for uuid, host, node in rows}
+
+
+@functools.cache
+def _placement_query() -> Select[tuple[str, str | None, str | None]]:
+    # Built once: building it cost more than running it.
+    uuids = bindparam("uuids", type_=String, expanding=True)
+    return select(Instance.uuid, Instance.host, Instance.node).where(Instance.uuid.in_(uuids))
+
+
+def _existing_selection(session: Session, host: str | None, node: str | None) -> Selection | None:
+    """The placement an instance already has (a redelivered request), if its node is still
+    there."""
+    if host is None or node is None:
         return None
-    node = get_node(session, instance.host, instance.node)
-    if node is None:
+    row = get_node(session, host, node)
+    if row is None:
         return None
-    return Selection(instance.host, instance.node, node.id)
+    return Selection(host, node, row.id)
 
 
 def _unplace(sessions: Sessions, instance_uuid: str) -> None:

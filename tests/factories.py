@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, event, select, text
 from sqlalchemy.orm import Session
 
 from compute import claims
@@ -355,3 +355,21 @@ def rolled_back(db_url: str) -> Iterator[Session]:
         finally:
             session.close()
             transaction.rollback()
+
+
+@contextlib.contextmanager
+def statements_run(db_url: str) -> Iterator[list[str]]:
+    """The SQL statements run on ``db_url``'s engine meanwhile; SQLite's BEGIN is the
+    start of a transaction, not a statement, and is left out."""
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if not statement.startswith("BEGIN"):
+            statements.append(statement)
+
+    engine = get_engine(db_url)
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)

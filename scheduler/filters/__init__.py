@@ -80,7 +80,7 @@ def run_filters(
     report = []
     for flt in filters:
         before = len(hosts)
-        hosts = [h for h in hosts if flt.host_passes(h, spec)]
+        hosts = flt.filter_all(hosts, spec)
         removed = before - len(hosts)
         report.append(FilterStep(type(flt).__name__, before, len(hosts)))
         if removed:

@@ -22,6 +22,9 @@ SCOPE = "aggregate_instance_extra_specs"
 class AggregateInstanceExtraSpecsFilter(BaseFilter):
     run_filter_once_per_request = True
 
+    def ignores(self, spec: RequestSpec) -> bool:
+        return not spec.flavor.extra_specs
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         extra_specs = spec.flavor.extra_specs
         if not extra_specs:

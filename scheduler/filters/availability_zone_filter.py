@@ -23,6 +23,9 @@ AZ_KEY = "availability_zone"
 class AvailabilityZoneFilter(BaseFilter):
     run_filter_once_per_request = True
 
+    def ignores(self, spec: RequestSpec) -> bool:
+        return not spec.availability_zone
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         wanted = spec.availability_zone
         if not wanted:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from novaq.settings import Settings
@@ -12,6 +13,9 @@ from scheduler.request_spec import RequestSpec
 
 class BaseFilter:
     run_filter_once_per_request: ClassVar[bool] = False
+    #: Whether ``host_passes`` reads ``host.instances`` (the uuids are loaded only for a
+    #: request that some filter or weigher reading them does not ignore).
+    reads_instances: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -23,3 +27,16 @@ class BaseFilter:
 
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         raise NotImplementedError
+
+    def ignores(self, spec: RequestSpec) -> bool:
+        """Whether ``host_passes`` is True for every host, whatever its state, for this
+        request (it asks nothing the request needs): then no host is asked. A filter
+        overrides this only with a condition under which that holds."""
+        return False
+
+    def filter_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[HostState]:
+        """The hosts that pass, in their order (Nova's ``filter_all``)."""
+        if self.ignores(spec):
+            return list(hosts)
+        passes = self.host_passes
+        return [h for h in hosts if passes(h, spec)]

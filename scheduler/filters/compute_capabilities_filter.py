@@ -27,6 +27,9 @@ MAXPHYSADDR_CAPABILITY = "capabilities:cpu_info:maxphysaddr:bits"
 class ComputeCapabilitiesFilter(BaseFilter):
     run_filter_once_per_request = True
 
+    def ignores(self, spec: RequestSpec) -> bool:
+        return not _extra_specs(spec)
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         for key, req in _extra_specs(spec).items():
             path = _capability_path(host, key)

@@ -4,6 +4,7 @@ reserved amount (placement's capacity, as Nova's CoreFilter had before placement
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
@@ -20,3 +21,9 @@ class CoreFilter(BaseFilter):
             LOG.debug("%s: %s requested vCPUs, %s free", host.host, requested, free)
             return False
         return True
+
+    def filter_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[HostState]:
+        requested = spec.resources.vcpus
+        # NOTE: the hosts without room go through host_passes, which logs why.
+        passes = self.host_passes
+        return [h for h in hosts if not requested > h.free_vcpus_capacity or passes(h, spec)]

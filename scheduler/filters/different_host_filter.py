@@ -17,6 +17,10 @@ HINT = "different_host"
 
 class DifferentHostFilter(BaseFilter):
     run_filter_once_per_request = True
+    reads_instances = True
+
+    def ignores(self, spec: RequestSpec) -> bool:
+        return not hint_values(spec, HINT)
 
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         uuids = hint_values(spec, HINT)

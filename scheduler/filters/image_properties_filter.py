@@ -58,14 +58,21 @@ def _canonical(name: str | None, aliases: dict[str, str]) -> str | None:
 class ImagePropertiesFilter(BaseFilter):
     run_filter_once_per_request = True
 
-    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+    def _wanted(self, spec: RequestSpec) -> Triple:
         props = spec.image_properties
         default_arch = self.settings.filter_scheduler.image_properties_default_architecture
-        wanted = canonical_triple(
+        return canonical_triple(
             props.get("hw_architecture", default_arch),
             props.get("img_hv_type"),
             props.get("hw_vm_mode"),
         )
+
+    def ignores(self, spec: RequestSpec) -> bool:
+        return not any(self._wanted(spec))
+
+    def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
+        props = spec.image_properties
+        wanted = self._wanted(spec)
         if not any(wanted):
             return True
         if not host.supported_instances:

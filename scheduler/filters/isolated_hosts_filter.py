@@ -27,6 +27,11 @@ LOG = logging.getLogger(__name__)
 class IsolatedHostsFilter(BaseFilter):
     run_filter_once_per_request = True
 
+    def ignores(self, spec: RequestSpec) -> bool:
+        # No host is isolated and the image is not: both rows of the table pass.
+        group = self.settings.filter_scheduler
+        return not group.isolated_hosts and not _image_isolated(spec, group.isolated_images)
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         group = self.settings.filter_scheduler
         restricted = group.restrict_isolated_hosts_to_isolated_images

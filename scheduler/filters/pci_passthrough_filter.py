@@ -13,6 +13,9 @@ LOG = logging.getLogger(__name__)
 
 
 class PciPassthroughFilter(BaseFilter):
+    def ignores(self, spec: RequestSpec) -> bool:
+        return not spec.pci_requests
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         needed: dict[tuple[str, str, str], int] = {}
         for request in spec.pci_requests:

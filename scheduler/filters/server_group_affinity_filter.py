@@ -15,6 +15,10 @@ POLICY = "affinity"
 
 
 class ServerGroupAffinityFilter(BaseFilter):
+    def ignores(self, spec: RequestSpec) -> bool:
+        group = spec.instance_group
+        return not group or group.policy != POLICY or not group.hosts
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         group = spec.instance_group
         if not group or group.policy != POLICY:

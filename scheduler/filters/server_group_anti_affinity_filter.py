@@ -19,6 +19,12 @@ POLICY = "anti-affinity"
 
 
 class ServerGroupAntiAffinityFilter(BaseFilter):
+    reads_instances = True
+
+    def ignores(self, spec: RequestSpec) -> bool:
+        group = spec.instance_group
+        return not group or group.policy != POLICY
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         group = spec.instance_group
         if not group or group.policy != POLICY:

@@ -39,25 +39,32 @@ __all__ = [
 ]
 
 
-def _clamp(value: float, minval: float | None, maxval: float | None) -> float:
-    if minval is not None:
-        value = max(value, minval)
-    if maxval is not None:
-        value = min(value, maxval)
-    return value
-
-
 def normalize(values: Sequence[float], minval: float | None, maxval: float | None) -> list[float]:
     """Map ``values`` onto 0..1: each is first clamped to ``minval``/``maxval``, which (when
     set) also replace the list's own min/max as the ends of the range. All equal → all 0."""
     if not values:
         return []
-    clamped = [float(_clamp(v, minval, maxval)) for v in values]
+    clamped = _clamped(values, minval, maxval)
     lo = min(clamped) if minval is None else float(minval)
     hi = max(clamped) if maxval is None else float(maxval)
     if hi <= lo:
         return [0.0] * len(clamped)
-    return [(v - lo) / (hi - lo) for v in clamped]
+    span = hi - lo
+    return [(v - lo) / span for v in clamped]
+
+
+def _clamped(values: Sequence[float], minval: float | None, maxval: float | None) -> list[float]:
+    # One comprehension per case: this runs for every weigher over every candidate.
+    # ``lo if lo > v else v`` is max(v, lo) exactly (NaN included), without the call.
+    if minval is not None and maxval is not None:
+        lo, hi = minval, maxval
+        return [float(min(lo if lo > v else v, hi)) for v in values]
+    if minval is not None:
+        lo = minval
+        return [float(lo if lo > v else v) for v in values]
+    if maxval is not None:
+        return [float(min(v, maxval)) for v in values]
+    return [float(v) for v in values]
 
 
 def weigh_hosts(
@@ -70,18 +77,33 @@ def weigh_hosts(
     if len(hosts) <= 1:
         return list(zip(totals, hosts, strict=True))
     debug = LOG.isEnabledFor(logging.DEBUG)  # the per-host detail costs at 1,000 hosts
+    in_aggregates = [i for i, h in enumerate(hosts) if h.aggregates]
     for weigher in weighers:
-        raw = [weigher.weigh(h, spec) for h in hosts]
+        raw = weigher.weigh_all(hosts, spec)
         normalized = normalize(raw, weigher.minval, weigher.maxval)
-        scores = {}
-        for i, (host, value) in enumerate(zip(hosts, normalized, strict=True)):
-            multiplier = weigher.multiplier(host)
-            totals[i] += multiplier * value
-            if debug:
-                scores[(host.host, host.nodename)] = f"{multiplier} * {value} (raw {raw[i]})"
+        multipliers = _multipliers(weigher, hosts, in_aggregates)
+        totals = [t + m * v for t, m, v in zip(totals, multipliers, normalized, strict=True)]
         if debug:
+            scores = {
+                (h.host, h.nodename): f"{m} * {v} (raw {r})"
+                for h, m, v, r in zip(hosts, multipliers, normalized, raw, strict=True)
+            }
             LOG.debug("%s: %s", type(weigher).__name__, scores)
     return sorted(zip(totals, hosts, strict=True), key=lambda pair: -pair[0])
+
+
+def _multipliers(
+    weigher: BaseWeigher, hosts: Sequence[HostState], in_aggregates: list[int]
+) -> list[float]:
+    """``weigher.multiplier`` of each host. A multiplier depends on the host only through
+    its aggregates (``BaseWeigher.multiplier``), so it is asked once for all the hosts in
+    none (the setting's value) and once for each host in some (``in_aggregates``: their
+    indexes)."""
+    plain = next((h for h in hosts if not h.aggregates), None) if in_aggregates else hosts[0]
+    result = [weigher.multiplier(plain) if plain is not None else 0.0] * len(hosts)
+    for i in in_aggregates:
+        result[i] = weigher.multiplier(hosts[i])
+    return result
 
 
 def _registry() -> dict[str, type[BaseWeigher]]:

@@ -6,6 +6,7 @@ not be negative."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from scheduler.host_state import HostState
@@ -15,6 +16,13 @@ from scheduler.weights.base import BaseWeigher
 
 class _SoftAffinityWeigherBase(BaseWeigher):
     policy: ClassVar[str]
+    reads_instances: ClassVar[bool] = True
+    #: +1 prefers hosts with more members, -1 hosts with fewer.
+    sign: ClassVar[float]
+
+    def ignores(self, spec: RequestSpec) -> bool:
+        group = spec.instance_group
+        return not group or group.policy != self.policy
 
     def members_on_host(self, host: HostState, spec: RequestSpec) -> int:
         group = spec.instance_group
@@ -22,18 +30,24 @@ class _SoftAffinityWeigherBase(BaseWeigher):
             return 0
         return len(host.instances.intersection(group.members))
 
+    def weigh(self, host: HostState, spec: RequestSpec) -> float:
+        return self.sign * float(self.members_on_host(host, spec))
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        group = spec.instance_group
+        if not group or group.policy != self.policy:
+            return [self.sign * 0.0] * len(hosts)
+        members, sign = group.members, self.sign
+        return [sign * float(len(h.instances.intersection(members))) for h in hosts]
+
 
 class ServerGroupSoftAffinityWeigher(_SoftAffinityWeigherBase):
     policy: ClassVar[str] = "soft-affinity"
     option: ClassVar[str] = "soft_affinity_weight_multiplier"
-
-    def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return float(self.members_on_host(host, spec))
+    sign: ClassVar[float] = 1.0
 
 
 class ServerGroupSoftAntiAffinityWeigher(_SoftAffinityWeigherBase):
     policy: ClassVar[str] = "soft-anti-affinity"
     option: ClassVar[str] = "soft_anti_affinity_weight_multiplier"
-
-    def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return -float(self.members_on_host(host, spec))
+    sign: ClassVar[float] = -1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import ClassVar
 
 from novaq.settings import Settings
@@ -22,20 +23,35 @@ class BaseWeigher:
     maxval: ClassVar[float | None] = None
     # The ``[filter_scheduler]`` option, and the aggregate metadata key, of the multiplier.
     option: ClassVar[str] = ""
+    #: Whether ``weigh`` reads ``host.instances`` (see ``BaseFilter.reads_instances``).
+    reads_instances: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
     def multiplier(self, host: HostState) -> float:
+        """The multiplier for ``host``: the setting, or its aggregates' override. It must
+        depend on the host only through ``host.aggregates``: ``weigh_hosts`` asks it once
+        for all the hosts in no aggregate."""
         if not self.option:
             return 1.0
         default = float(getattr(self.settings.filter_scheduler, self.option))
-        if not host.aggregates:  # the common case, and the hot path at 10,000 hosts
+        if not host.aggregates:  # the common case
             return default
         return aggregate_multiplier(host, self.option, default)
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
         raise NotImplementedError
+
+    def ignores(self, spec: RequestSpec) -> bool:
+        """Whether every host weighs the same for this request (so its instance uuids
+        need not be read for this weigher)."""
+        return False
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        """``weigh`` of each host, in order; a weigher may compute them in one pass."""
+        weigh = self.weigh
+        return [weigh(h, spec) for h in hosts]
 
 
 def aggregate_multiplier(host: HostState, key: str, default: float) -> float:

@@ -4,6 +4,7 @@ with more failures weighs less, by enough to outweigh every other weigher."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from scheduler.host_state import HostState
@@ -18,4 +19,7 @@ class BuildFailureWeigher(BaseWeigher):
         return -super().multiplier(host)
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return float(host.failed_builds)
+        return self.weigh_all((host,), spec)[0]
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        return [float(h.failed_builds) for h in hosts]

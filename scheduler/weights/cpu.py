@@ -4,6 +4,7 @@ clamped at 0 (minval) when a host is overcommitted beyond its ratio."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from scheduler.host_state import HostState
@@ -16,4 +17,7 @@ class CPUWeigher(BaseWeigher):
     option: ClassVar[str] = "cpu_weight_multiplier"
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return host.vcpus_total * host.cpu_allocation_ratio - host.vcpus_used
+        return self.weigh_all((host,), spec)[0]
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        return [h.vcpus_total * h.cpu_allocation_ratio - h.vcpus_used for h in hosts]

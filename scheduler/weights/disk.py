@@ -3,6 +3,7 @@ stacks with a negative one); negative free disk is clamped at 0 (minval)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from scheduler.host_state import HostState
@@ -15,4 +16,7 @@ class DiskWeigher(BaseWeigher):
     option: ClassVar[str] = "disk_weight_multiplier"
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return float(host.free_disk_mb)
+        return self.weigh_all((host,), spec)[0]
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        return [float(h.free_disk_mb) for h in hosts]

@@ -4,6 +4,7 @@ win; a positive multiplier prefers busy hosts."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from scheduler.host_state import HostState
@@ -16,4 +17,7 @@ class IoOpsWeigher(BaseWeigher):
     option: ClassVar[str] = "io_ops_weight_multiplier"
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return float(host.num_io_ops)
+        return self.weigh_all((host,), spec)[0]
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        return [float(h.num_io_ops) for h in hosts]

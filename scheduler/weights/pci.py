@@ -9,6 +9,7 @@ requests instead of fragmenting them. The multiplier must not be negative."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from scheduler.host_state import HostState
@@ -22,4 +23,7 @@ class PCIWeigher(BaseWeigher):
     option: ClassVar[str] = "pci_weight_multiplier"
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return float(MAX_DEVS - min(host.free_pci_devices, MAX_DEVS - 1))
+        return self.weigh_all((host,), spec)[0]
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        return [float(MAX_DEVS - min(h.free_pci_devices, MAX_DEVS - 1)) for h in hosts]

@@ -3,6 +3,7 @@ a negative one). Negative free RAM (overcommit) is clamped at 0, as Nova's minva
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from scheduler.host_state import HostState
@@ -15,4 +16,7 @@ class RAMWeigher(BaseWeigher):
     option: ClassVar[str] = "ram_weight_multiplier"
 
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
-        return float(host.free_ram_mb)
+        return self.weigh_all((host,), spec)[0]
+
+    def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
+        return [float(h.free_ram_mb) for h in hosts]

@@ -9,7 +9,14 @@ from compute.claims import ResourceRequest, consumer_allocations, node_capacity
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
 from novaq.exceptions import ResourcesUnavailable
-from tests.factories import claim, make_compute_node, make_settings, node_row, release
+from tests.factories import (
+    claim,
+    make_compute_node,
+    make_settings,
+    node_row,
+    release,
+    statements_run,
+)
 
 
 def _uuid() -> str:
@@ -145,3 +152,30 @@ def test_concurrent_claims_from_threads_never_overcommit(db_url: str) -> None:
         t.join(timeout=60)
     assert len(won) == 4 and len(lost) == 8
     assert node_row(db_url, node_id).memory_mb_used == 512 + 4 * 256
+
+
+def test_a_consumer_claiming_anew_on_its_node_is_counted_without_its_old_claim(
+    db_url: str,
+) -> None:
+    node_id = make_compute_node(db_url, memory_mb=4096)  # 3584 MB of room
+    consumer = _uuid()
+    claim(db_url, node_id, consumer, ResourceRequest(1, 3000, 1))
+    claim(db_url, node_id, consumer, ResourceRequest(2, 3500, 2))  # fits once 3000 is gone
+    node = node_row(db_url, node_id)
+    assert (node.vcpus_used, node.memory_mb_used, node.local_gb_used) == (2, 512 + 3500, 2)
+    with session_scope(db_url) as session:
+        assert consumer_allocations(session, consumer) == {
+            "VCPU": 2,
+            "MEMORY_MB": 3500,
+            "DISK_GB": 2,
+        }
+
+
+def test_a_claim_takes_five_statements(db_url: str) -> None:
+    """The node, one read of what the consumer holds and the node uses, one INSERT of
+    the allocations, then write_usage's read and compare-and-swap."""
+    node_id = make_compute_node(db_url)
+    claim(db_url, node_id, _uuid(), ResourceRequest(1, 512, 1))  # another consumer there
+    with statements_run(db_url) as statements:
+        claim(db_url, node_id, _uuid(), ResourceRequest(2, 1024, 2))
+    assert [s.split()[0] for s in statements] == ["SELECT", "SELECT", "INSERT", "SELECT", "UPDATE"]
