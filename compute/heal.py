@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import case, delete, func, select
 from sqlalchemy.orm import Session
 
 from compute.claims import retry_on_conflict, write_usage
@@ -21,27 +20,47 @@ from compute.pci import held_devices, release_devices
 from compute.sessions import Sessions
 from compute.usage import Expected, expected_consumers
 from models import Allocation, ComputeNode, Instance, Migration, PciDevice, ResourceHeal
-from models.allocation import MEMORY_MB, VCPU
+from models.allocation import MEMORY_MB, RESOURCE_CLASSES, VCPU
 from models.pci_device import ALLOCATED, CLAIMED
+from virt.driver import GuestUsage
 
 LOG = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Domain:
-    """A guest the hypervisor runs, as the heal needs it."""
-
-    uuid: str
-    vcpus: int
-    memory_mb: int
+#: A guest the hypervisor runs, as the heal needs it (uuid, vCPUs, MiB of memory).
+Domain = GuestUsage
 
 
 def node_allocations(session: Session, node_id: int) -> dict[str, dict[str, int]]:
-    rows = session.execute(
+    """What each consumer holds on the node: ``{consumer: {resource class: used}}``."""
+    session.flush()  # what the ORM would do before its own query
+    # One row per consumer, summed by the database: a node's thousand consumers hold
+    # three rows each, and Python is slower at folding them than SQL. On the connection:
+    # plain rows cost a third of the ORM's tuples.
+    per_class = [
+        func.sum(case((Allocation.resource_class == rc, Allocation.used)))
+        for rc in RESOURCE_CLASSES
+    ]
+    rows = session.connection().execute(
+        select(Allocation.consumer_uuid, func.count(), *per_class)
+        .where(Allocation.compute_node_id == node_id)
+        .group_by(Allocation.consumer_uuid)
+    )
+    usage: dict[str, dict[str, int]] = {}
+    for consumer, count, *amounts in rows:
+        held = {rc: n for rc, n in zip(RESOURCE_CLASSES, amounts, strict=True) if n is not None}
+        if len(held) != count:  # a class the columns above do not name: read them all
+            return _node_allocation_rows(session, node_id)
+        usage[consumer] = held
+    return usage
+
+
+def _node_allocation_rows(session: Session, node_id: int) -> dict[str, dict[str, int]]:
+    rows = session.connection().execute(
         select(Allocation.consumer_uuid, Allocation.resource_class, Allocation.used).where(
             Allocation.compute_node_id == node_id
         )
-    ).all()
+    )
     usage: dict[str, dict[str, int]] = {}
     for consumer, rc, used in rows:
         usage.setdefault(consumer, {})[rc] = used

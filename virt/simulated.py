@@ -31,7 +31,14 @@ from typing import Any, Final, TypeVar
 
 from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
 from virt.atomic_write import write_atomically
-from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, ImageSpec
+from virt.driver import (
+    GuestInfo,
+    GuestSpec,
+    GuestUsage,
+    HostResources,
+    ImageCacheReport,
+    ImageSpec,
+)
 from virt.event import LifecycleEvent
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
@@ -160,6 +167,12 @@ class SimulatedHostDriver:
 
     def instance_exists(self, uuid: str) -> bool:
         return self._driver.instance_exists(uuid)
+
+    def list_guest_usage(self) -> list[GuestUsage]:
+        return self._driver.list_guest_usage()
+
+    def owns_guest(self, uuid: str) -> bool:
+        return self._driver.owns_guest(uuid)
 
     def get_info(self, uuid: str) -> GuestInfo:
         return self._driver.get_info(uuid)
