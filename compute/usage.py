@@ -126,24 +126,28 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
     # Columns, not instances: a node's thousand instances would otherwise cost a mapped
     # object and a validated flavor each, where most share a few flavors (the memo below).
     session.flush()  # what the ORM would do before its own query
-    instances = session.connection().execute(
-        select(
-            Instance.uuid,
-            cast(Instance.flavor, Text),
-            cast(Instance.request_spec["pci_requests"], Text),
-        ).where(
-            Instance.host == node.host,
-            Instance.node == node.hypervisor_hostname,
-            Instance.deleted == 0,
-            or_(
-                Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
-                # Nova's allow_resource_removal: an offloaded instance being unshelved
-                # here holds its claim (novaq claims when scheduling, hence unshelving).
-                (Instance.vm_state == "shelved_offloaded")
-                & Instance.task_state.in_(UNSHELVE_TASK_STATES),
-            ),
+    instances = (
+        session.connection()
+        .execute(
+            select(
+                Instance.uuid,
+                cast(Instance.flavor, Text),
+                cast(Instance.request_spec["pci_requests"], Text),
+            ).where(
+                Instance.host == node.host,
+                Instance.node == node.hypervisor_hostname,
+                Instance.deleted == 0,
+                or_(
+                    Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
+                    # Nova's allow_resource_removal: an offloaded instance being unshelved
+                    # here holds its claim (novaq claims when scheduling, hence unshelving).
+                    (Instance.vm_state == "shelved_offloaded")
+                    & Instance.task_state.in_(UNSHELVE_TASK_STATES),
+                ),
+            )
         )
-    )
+        .all()
+    )  # all at once: SQLAlchemy's row-at-a-time iteration costs twice as much
     for uuid, flavor_json, pci_json in instances:
         if uuid not in moving:
             request = _stored_request(flavor_json, pci_json)
