@@ -153,8 +153,7 @@ def main() -> int:
     for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
         del os.environ[name]
     if args.database == "postgresql":
-        sys.path.insert(0, str(ROOT / "bench"))
-        from audit_bench import pg_url
+        from pg_databases import pg_url
 
         db_url = pg_url(args.pg_name)
     else:
@@ -190,8 +189,10 @@ def main() -> int:
             boots += wave
             if boots % args.checkpoint == 0 or boots in (args.warmup, args.boots):
                 samples.append((boots, sample(pids)))
+                rss = ", ".join(f"{n} {mb:.1f}" for n, mb in sorted(samples[-1][1].items()))
                 print(
-                    f"  {boots} boots, {errors} ERROR, {time.monotonic() - started:.0f} s",
+                    f"  {boots} boots, {errors} ERROR, {time.monotonic() - started:.0f} s: "
+                    f"RSS MB {rss}",
                     flush=True,
                 )
         if workers() != pids:
@@ -200,7 +201,7 @@ def main() -> int:
     finally:
         cluster.stop()
         if args.database == "postgresql":
-            from audit_bench import drop_pg
+            from pg_databases import drop_pg
 
             from models.db import dispose_all
 
