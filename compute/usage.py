@@ -16,8 +16,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Text, cast, or_, select
 from sqlalchemy.orm import Session
@@ -34,14 +33,13 @@ NOT_COUNTED_VM_STATES = ("deleted", "shelved_offloaded")
 UNSHELVE_TASK_STATES = ("unshelving", "spawning")
 
 
-@dataclass(frozen=True, slots=True)
-class Expected:
+class Expected(NamedTuple):
+    """A consumer the node should account, and what for. A tuple: a node has thousands."""
+
     consumer_uuid: str
     instance_uuid: str
     kind: str  # "instance", "migration-source", "migration-dest"
     request: ResourceRequest
-    reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resources(self) -> dict[str, int]:
