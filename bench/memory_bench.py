@@ -7,11 +7,12 @@ every ``--checkpoint`` boots, and the growth per 1,000 boots after the warm-up.
 
 A real cluster (``novaq.launcher``'s ``Cluster``, as ``novaq up --hosts N``: scheduler,
 compute workers, beat, Flower) in a temporary state directory, on the Redis named by
-``--redis-url`` (database flushed first) and a SQLite file or a PostgreSQL database of its
-own. Servers are booted one request each through ``workflows.api``, in waves; each wave is
-waited for (ACTIVE or ERROR), then deleted and waited for, so the hosts stay within
-capacity. Targets (issue 16): a scheduler pool child flat over 5,000 boots, a compute
-worker growing by less than 10 MB per 1,000 servers.
+``--redis-url`` (database flushed first; ``embedded``: the launcher's private broker) and
+a SQLite file or a PostgreSQL database of its own. Servers are booted one request each
+through ``workflows.api``, in waves; each wave is waited for (ACTIVE or ERROR), then
+deleted and waited for, so the hosts stay within capacity. Targets (issue 16): a
+scheduler pool child flat over 5,000 boots, a compute worker growing by less than 10 MB
+per 1,000 servers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 FLAVOR = ("bench.tiny", 1, 64, 1)  # name, vCPUs, MiB, GiB: many per host
 SETTLED, GONE = ("active", "error"), ("deleted",)
+EMBEDDED = "embedded"
 
 
 def rss_kib(pid: int) -> int:
@@ -144,7 +146,11 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--checkpoint", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/7")
+    parser.add_argument(
+        "--redis-url",
+        default="redis://127.0.0.1:6379/7",
+        help=f"its database is flushed first; {EMBEDDED!r}: the launcher's own private broker",
+    )
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--pg-name", default="audit_memory_bench")
     args = parser.parse_args()
@@ -158,14 +164,12 @@ def main() -> int:
         db_url = pg_url(args.pg_name)
     else:
         db_url = f"sqlite:///{state}/novaq.sqlite"
-    os.environ.update(
-        NOVAQ_STATE_DIR=str(state),
-        NOVAQ_BROKER_URL=args.redis_url,
-        NOVAQ_DATABASE_URL=db_url,
-    )
-    import redis
+    os.environ.update(NOVAQ_STATE_DIR=str(state), NOVAQ_DATABASE_URL=db_url)
+    if args.redis_url != EMBEDDED:
+        import redis
 
-    redis.Redis.from_url(args.redis_url).flushdb()
+        os.environ["NOVAQ_BROKER_URL"] = args.redis_url
+        redis.Redis.from_url(args.redis_url).flushdb()
 
     from novaq.launcher.cluster import Cluster
     from novaq.launcher.demo import point_api_at
