@@ -123,20 +123,37 @@ def run_wave(api: object, db_url: str, wave: int, index: int) -> int:
     return len(errors)
 
 
-def report(samples: list[tuple[int, dict[str, float]]], warmup_boots: int) -> None:
+def servers_per_host(db_url: str) -> dict[str, int]:
+    """How many servers each compute worker has run so far (deleted ones included)."""
+    from sqlalchemy import func, select
+
+    from models import Instance
+    from models.db import session_scope
+
+    with session_scope(db_url) as session:
+        rows = session.execute(select(Instance.host, func.count()).group_by(Instance.host))
+        return {f"compute-{host}": n for host, n in rows if host}
+
+
+Sample = tuple[int, dict[str, float], dict[str, int]]
+
+
+def report(samples: list[Sample], warmup_boots: int) -> None:
     names = sorted(samples[0][1])
     print(f"{'boots':>7}  " + "  ".join(f"{n:>17}" for n in names))
-    for boots, values in samples:
+    for boots, values, _ in samples:
         print(f"{boots:>7}  " + "  ".join(f"{values.get(n, 0):>14.1f} MB" for n in names))
-    base_boots, base = next((b, v) for b, v in samples if b >= warmup_boots)
-    last_boots, last = samples[-1]
+    base_boots, base, base_servers = next(s for s in samples if s[0] >= warmup_boots)
+    last_boots, last, last_servers = samples[-1]
     if last_boots <= base_boots:
         return
-    per_k = 1000 / (last_boots - base_boots)
-    print(f"growth per 1,000 boots after {base_boots} boots of warm-up:")
+    print(f"growth after {base_boots} boots of warm-up, per 1,000 boots (per 1,000 servers")
+    print("the worker ran, for a compute worker):")
     for name in names:
-        grown = (last.get(name, 0) - base.get(name, 0)) * per_k
-        print(f"  {name:<20}{grown:>8.2f} MB")
+        grown = last.get(name, 0) - base.get(name, 0)
+        ran = last_servers.get(name, 0) - base_servers.get(name, 0)
+        per_servers = f"{grown * 1000 / ran:>8.2f} MB over {ran} servers" if ran else ""
+        print(f"  {name:<20}{grown * 1000 / (last_boots - base_boots):>8.2f} MB  {per_servers}")
 
 
 def main() -> int:
@@ -185,14 +202,14 @@ def main() -> int:
         api.create_flavor(*FLAVOR)
         pids = workers()
         print(f"cluster up ({state}); sampling {', '.join(sorted(pids))}", flush=True)
-        samples = [(0, sample(pids))]
+        samples: list[Sample] = [(0, sample(pids), servers_per_host(db_url))]
         boots, errors, started = 0, 0, time.monotonic()
         while boots < args.boots:
             wave = min(args.wave, args.boots - boots)
             errors += run_wave(api, db_url, wave, boots)
             boots += wave
             if boots % args.checkpoint == 0 or boots in (args.warmup, args.boots):
-                samples.append((boots, sample(pids)))
+                samples.append((boots, sample(pids), servers_per_host(db_url)))
                 rss = ", ".join(f"{n} {mb:.1f}" for n, mb in sorted(samples[-1][1].items()))
                 print(
                     f"  {boots} boots, {errors} ERROR, {time.monotonic() - started:.0f} s: "
