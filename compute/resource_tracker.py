@@ -17,7 +17,6 @@ from compute.heal import Domain, heal_node
 from compute.pci import sync_devices
 from compute.sessions import Sessions
 from models import Allocation, ComputeNode, ResourceHeal, utcnow
-from novaq.exceptions import DomainNotFound
 from novaq.settings import Settings
 from virt.driver import ComputeDriver, HostResources
 
@@ -62,12 +61,29 @@ def get_node(session: Session, host: str, nodename: str) -> ComputeNode | None:
     ).first()
 
 
+def host_nodes(session: Session, host: str) -> list[ComputeNode]:
+    return list(
+        session.scalars(
+            select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+        )
+    )
+
+
 def record_compute_node(
-    session: Session, host: str, resources: HostResources, settings: Settings
+    session: Session,
+    host: str,
+    resources: HostResources,
+    settings: Settings,
+    nodes: list[ComputeNode] | None = None,
 ) -> ComputeNode:
     """Create or refresh the compute node row from the hypervisor's view (the caller rewrites
-    its derived usage, see :func:`update_available_resource`)."""
-    node = get_node(session, host, resources.hypervisor_hostname)
+    its derived usage, see :func:`update_available_resource`). ``nodes``: the host's live
+    nodes, when the caller has read them already."""
+    if nodes is None:
+        node = get_node(session, host, resources.hypervisor_hostname)
+    else:
+        name = resources.hypervisor_hostname
+        node = next((n for n in nodes if n.hypervisor_hostname == name), None)
     ratios = _ratios(settings, node)
     if node is None:
         node = ComputeNode(
@@ -100,10 +116,12 @@ def update_available_resource(
     node and its PCI devices, heal its allocations from the instances, moves and orphan
     domains on it, remove nodes the driver no longer reports. Returns the heals made."""
     resources = driver.get_available_resource()
-    domains = hypervisor_domains(driver)
+    # Sizes of every guest without reading its XML; the few the heal would count as
+    # orphans are asked about again (exist, and are this host's) once the database is read.
+    domains = {guest.uuid: guest for guest in driver.list_guest_usage()}
     LOG.info(
         "Hypervisor/Node resource view: name=%s free_ram=%dMB free_disk=%dGB free_vcpus=%d "
-        "pci_devices=%s domains=%d",
+        "pci_devices=%s domains listed=%d",
         resources.hypervisor_hostname,
         resources.memory_mb - sum(d.memory_mb for d in domains.values()),
         resources.local_gb,
@@ -113,47 +131,51 @@ def update_available_resource(
     )
 
     def audit(session: Session) -> list[dict[str, Any]]:
-        node = record_compute_node(session, host, resources, settings)
+        nodes = host_nodes(session, host)
+        node = record_compute_node(session, host, resources, settings, nodes)
         sync_devices(session, node.id, resources.pci_devices, settings)
-        heals = [_heal_dict(h) for h in heal_node(session, node, domains, driver.instance_exists)]
-        heals += _delete_vanished_nodes(session, host, set(driver.get_available_nodes()))
+        heals = [_heal_dict(h) for h in heal_node(session, node, domains, driver.owns_guest)]
+        reported = set(driver.get_available_nodes())
+        heals += _delete_vanished_nodes(session, host, reported, nodes)
+        session.refresh(node)  # the usage the heal wrote, for the log below
+        final[:] = [] if node.deleted else [_final_view(node)]
         return heals
 
+    final: list[tuple[Any, ...]] = []
     heals = retry_on_conflict(sessions, audit)
-    with sessions() as session:
-        node = get_node(session, host, resources.hypervisor_hostname)
-        if node is not None:
-            LOG.info(
-                "Final resource view: name=%s phys_ram=%dMB used_ram=%dMB phys_disk=%dGB "
-                "used_disk=%dGB total_vcpus=%d used_vcpus=%d heals=%d",
-                node.hypervisor_hostname,
-                node.memory_mb,
-                node.memory_mb_used,
-                node.local_gb,
-                node.local_gb_used,
-                node.vcpus,
-                node.vcpus_used,
-                len(heals),
-            )
+    for view in final:
+        LOG.info(
+            "Final resource view: name=%s phys_ram=%dMB used_ram=%dMB phys_disk=%dGB "
+            "used_disk=%dGB total_vcpus=%d used_vcpus=%d heals=%d",
+            *view,
+            len(heals),
+        )
     return heals
 
 
+def _final_view(node: ComputeNode) -> tuple[Any, ...]:
+    return (
+        node.hypervisor_hostname,
+        node.memory_mb,
+        node.memory_mb_used,
+        node.local_gb,
+        node.local_gb_used,
+        node.vcpus,
+        node.vcpus_used,
+    )
+
+
 def hypervisor_domains(driver: ComputeDriver) -> dict[str, Domain]:
-    domains = {}
-    for uuid in driver.list_instance_uuids():
-        try:
-            info = driver.get_info(uuid)
-        except DomainNotFound:  # undefined between the listing and the lookup
-            continue
-        domains[uuid] = Domain(uuid, info.vcpus, info.memory_mb)
-    return domains
+    """This host's guests and their sizes (a guest undefined meanwhile is left out)."""
+    owned = set(driver.list_instance_uuids())
+    return {guest.uuid: guest for guest in driver.list_guest_usage() if guest.uuid in owned}
 
 
-def _delete_vanished_nodes(session: Session, host: str, reported: set[str]) -> list[dict[str, Any]]:
+def _delete_vanished_nodes(
+    session: Session, host: str, reported: set[str], nodes: list[ComputeNode]
+) -> list[dict[str, Any]]:
     heals = []
-    for node in session.scalars(
-        select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
-    ):
+    for node in nodes:
         if node.hypervisor_hostname in reported:
             continue
         session.execute(delete(Allocation).where(Allocation.compute_node_id == node.id))

@@ -13,11 +13,12 @@ much, by Nova's rules. Heal and audit both start from this one answer.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, Text, cast, or_, select
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest
@@ -32,14 +33,13 @@ NOT_COUNTED_VM_STATES = ("deleted", "shelved_offloaded")
 UNSHELVE_TASK_STATES = ("unshelving", "spawning")
 
 
-@dataclass(frozen=True, slots=True)
-class Expected:
+class Expected(NamedTuple):
+    """A consumer the node should account, and what for. A tuple: a node has thousands."""
+
     consumer_uuid: str
     instance_uuid: str
     kind: str  # "instance", "migration-source", "migration-dest"
     request: ResourceRequest
-    reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resources(self) -> dict[str, int]:
@@ -52,45 +52,50 @@ def flavor_request(
     return ResourceRequest.from_flavor(flavor, [PciRequest.from_dict(p) for p in pci or ()])
 
 
-def in_progress_migrations(session: Session, node: ComputeNode) -> list[Migration]:
-    on_source = (Migration.source_compute == node.host) & (
+def _on_source(node: ComputeNode) -> ColumnElement[bool]:
+    return (Migration.source_compute == node.host) & (
         Migration.source_node == node.hypervisor_hostname
     )
+
+
+def _in_progress(node: ComputeNode) -> ColumnElement[bool]:
     on_dest = (Migration.dest_compute == node.host) & (
         Migration.dest_node == node.hypervisor_hostname
     )
-    return list(
-        session.scalars(
-            select(Migration)
-            .where(or_(on_source, on_dest), Migration.status.not_in(TERMINAL_MIGRATION))
-            # Not yet placed: the instance still holds its source as an instance.
-            .where(Migration.deleted == 0, Migration.dest_node.is_not(None))
-            .order_by(Migration.id)
-        )
+    return (
+        or_(_on_source(node), on_dest)
+        & Migration.status.not_in(TERMINAL_MIGRATION)
+        # Not yet placed: the instance still holds its source as an instance.
+        & Migration.dest_node.is_not(None)
     )
 
 
-def evacuated_from(session: Session, node: ComputeNode) -> list[Migration]:
-    """Evacuations done from ``node`` whose source has not cleaned up yet."""
-    return list(
-        session.scalars(
-            select(Migration)
-            .where(
-                Migration.migration_type == MigrationType.EVACUATION,
-                Migration.status == MigrationStatus.DONE,
-                Migration.source_compute == node.host,
-                Migration.source_node == node.hypervisor_hostname,
-                Migration.deleted == 0,
-            )
-            .order_by(Migration.id)
-        )
+def _evacuated_from(node: ComputeNode) -> ColumnElement[bool]:
+    return (
+        (Migration.migration_type == MigrationType.EVACUATION)
+        & (Migration.status == MigrationStatus.DONE)
+        & _on_source(node)
     )
+
+
+def node_migrations(session: Session, node: ComputeNode) -> tuple[list[Migration], list[Migration]]:
+    """The moves in flight on ``node``, and the evacuations done from it whose source has
+    not cleaned up yet, in one statement (a done evacuation is terminal: none is both)."""
+    query = (
+        select(Migration)
+        .where(or_(_in_progress(node), _evacuated_from(node)), Migration.deleted == 0)
+        .order_by(Migration.id)
+    )
+    both = list(session.scalars(query))
+    in_progress = [m for m in both if m.status not in TERMINAL_MIGRATION_STATUSES]
+    return in_progress, [m for m in both if m.status in TERMINAL_MIGRATION_STATUSES]
 
 
 def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expected]:
     expected: dict[str, Expected] = {}
     moving: set[str] = set()
-    for migration in in_progress_migrations(session, node):
+    in_progress, evacuated = node_migrations(session, node)
+    for migration in in_progress:
         moving.add(migration.instance_uuid)
         if (migration.source_compute, migration.source_node) == (
             node.host,
@@ -109,32 +114,47 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
                 "migration-dest",
                 flavor_request(migration.flavors.new, migration.context.new_pci_requests),
             )
-    for migration in evacuated_from(session, node):
+    for migration in evacuated:
         expected[migration.uuid] = Expected(
             migration.uuid,
             migration.instance_uuid,
             "migration-source",
             flavor_request(migration.flavors.old, migration.context.old_pci_requests),
         )
-    instances = session.scalars(
-        select(Instance).where(
-            Instance.host == node.host,
-            Instance.node == node.hypervisor_hostname,
-            Instance.deleted == 0,
-            or_(
-                Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
-                # Nova's allow_resource_removal: an offloaded instance being unshelved
-                # here holds its claim (novaq claims when scheduling, hence unshelving).
-                (Instance.vm_state == "shelved_offloaded")
-                & Instance.task_state.in_(UNSHELVE_TASK_STATES),
-            ),
+    # Columns, not instances: a node's thousand instances would otherwise cost a mapped
+    # object and a validated flavor each, where most share a few flavors (the memo below).
+    session.flush()  # what the ORM would do before its own query
+    instances = (
+        session.connection()
+        .execute(
+            select(
+                Instance.uuid,
+                cast(Instance.flavor, Text),
+                cast(Instance.request_spec["pci_requests"], Text),
+            ).where(
+                Instance.host == node.host,
+                Instance.node == node.hypervisor_hostname,
+                Instance.deleted == 0,
+                or_(
+                    Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
+                    # Nova's allow_resource_removal: an offloaded instance being unshelved
+                    # here holds its claim (novaq claims when scheduling, hence unshelving).
+                    (Instance.vm_state == "shelved_offloaded")
+                    & Instance.task_state.in_(UNSHELVE_TASK_STATES),
+                ),
+            )
         )
-    )
-    for instance in instances:
-        if instance.uuid in moving:
-            continue
-        pci = (instance.request_spec or {}).get("pci_requests")
-        expected[instance.uuid] = Expected(
-            instance.uuid, instance.uuid, "instance", flavor_request(instance.flavor, pci)
-        )
+        .all()
+    )  # all at once: SQLAlchemy's row-at-a-time iteration costs twice as much
+    for uuid, flavor_json, pci_json in instances:
+        if uuid not in moving:
+            request = _stored_request(flavor_json, pci_json)
+            expected[uuid] = Expected(uuid, uuid, "instance", request)
     return expected
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_request(flavor_json: str, pci_json: str | None) -> ResourceRequest:
+    """The request of a flavor snapshot and PCI requests as stored (JSON text)."""
+    pci = json.loads(pci_json) if pci_json else None
+    return flavor_request(FlavorSnapshot.load(json.loads(flavor_json)), pci)

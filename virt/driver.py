@@ -27,7 +27,7 @@ import uuid as uuid_module
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from novaq.exceptions import InvalidInput, ResizeError
 from virt.event import LifecycleEvent
@@ -206,6 +206,15 @@ class GuestInfo:
         return to_json_dict(self)
 
 
+class GuestUsage(NamedTuple):
+    """What a guest takes of its host, as the resource audit counts it: vCPUs and MiB of
+    memory (its maximum, as ``GuestInfo``). A tuple: a host lists thousands at a time."""
+
+    uuid: str
+    vcpus: int
+    memory_mb: int
+
+
 @dataclass(frozen=True, slots=True)
 class ImageCacheReport:
     """One pass of the image cache manager, by image (``image_ref``): base files kept
@@ -240,6 +249,17 @@ class ComputeDriver(Protocol):
     def list_instance_uuids(self) -> list[str]: ...
 
     def instance_exists(self, uuid: str) -> bool: ...
+
+    def list_guest_usage(self) -> list[GuestUsage]:
+        """vCPUs and memory of the guests, read in bulk without their domain XML (the
+        resource audit's listing). Every guest ``list_instance_uuids`` lists is in it, and
+        possibly guests of another owner or of none, whose ownership only the XML says:
+        ``owns_guest`` tells, for the few a caller needs to know about."""
+        ...
+
+    def owns_guest(self, uuid: str) -> bool:
+        """Whether guest ``uuid`` exists and is one ``list_instance_uuids`` lists."""
+        ...
 
     def spawn(self, spec: GuestSpec) -> GuestInfo: ...
 

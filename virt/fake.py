@@ -26,6 +26,7 @@ from virt.console_log import check_length, tail_lines
 from virt.driver import (
     GuestInfo,
     GuestSpec,
+    GuestUsage,
     HostResources,
     ImageCacheReport,
     ImageSpec,
@@ -111,6 +112,20 @@ class FakeDriver:
     def instance_exists(self, uuid: str) -> bool:
         with self._lock:
             return uuid in self._guests
+
+    def list_guest_usage(self) -> list[GuestUsage]:
+        """Through ``get_info``, so a test's twin that changes what it answers changes this."""
+        usage = []
+        for uuid in self.list_instance_uuids():
+            try:
+                info = self.get_info(uuid)
+            except DomainNotFound:  # destroyed between the listing and the read
+                continue
+            usage.append(GuestUsage(uuid, info.vcpus, info.memory_mb))
+        return usage
+
+    def owns_guest(self, uuid: str) -> bool:
+        return self.instance_exists(uuid)
 
     def spawn(self, spec: GuestSpec) -> GuestInfo:
         with self._lock:

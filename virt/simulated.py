@@ -31,7 +31,14 @@ from typing import Any, Final, TypeVar
 
 from novaq.exceptions import DomainNotFound, HypervisorError, InvalidInput
 from virt.atomic_write import write_atomically
-from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, ImageSpec
+from virt.driver import (
+    GuestInfo,
+    GuestSpec,
+    GuestUsage,
+    HostResources,
+    ImageCacheReport,
+    ImageSpec,
+)
 from virt.event import LifecycleEvent
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
@@ -90,6 +97,16 @@ def load_restart_domains(domains_dir: Path) -> list[str]:
     return domains
 
 
+class _GuestLock:
+    """One guest's lock and how many threads hold or wait for it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
 class SimulatedHostDriver:
     """A ``ComputeDriver`` for one simulated host whose guests survive a worker restart."""
 
@@ -109,7 +126,7 @@ class SimulatedHostDriver:
         self._domains_dir = self.state_dir / DOMAINS_DIR
         self._domains_dir.mkdir(parents=True, exist_ok=True)
         self._rng = rng if rng is not None else random.Random()
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, _GuestLock] = {}
         self._locks_lock = threading.Lock()
         self.uri = test_uri(self._write_node_xml())
         self._driver = LibvirtDriver(
@@ -160,6 +177,12 @@ class SimulatedHostDriver:
 
     def instance_exists(self, uuid: str) -> bool:
         return self._driver.instance_exists(uuid)
+
+    def list_guest_usage(self) -> list[GuestUsage]:
+        return self._driver.list_guest_usage()
+
+    def owns_guest(self, uuid: str) -> bool:
+        return self._driver.owns_guest(uuid)
 
     def get_info(self, uuid: str) -> GuestInfo:
         return self._driver.get_info(uuid)
@@ -309,10 +332,23 @@ class SimulatedHostDriver:
             finally:
                 self._persist(uuid)
 
-    def _lock_for(self, uuid: str) -> threading.Lock:
-        # NOTE: locks are never dropped: one per guest ever seen, a few bytes each.
+    @contextmanager
+    def _lock_for(self, uuid: str) -> Iterator[None]:
+        """Hold guest ``uuid``'s lock. A lock lives while someone holds or waits for it,
+        so a host that runs thousands of guests over its life keeps none of the gone ones."""
         with self._locks_lock:
-            return self._locks.setdefault(uuid, threading.Lock())
+            lock = self._locks.get(uuid)
+            if lock is None:
+                lock = self._locks[uuid] = _GuestLock()
+            lock.users += 1
+        try:
+            with lock.lock:
+                yield
+        finally:
+            with self._locks_lock:
+                lock.users -= 1
+                if not lock.users:
+                    del self._locks[uuid]
 
     def _persist(self, uuid: str) -> None:
         canonical = canonical_uuid(uuid)

@@ -43,7 +43,14 @@ from typing import Any
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.console_log import check_length, read_tail, tail_lines
-from virt.driver import GuestInfo, GuestSpec, HostResources, ImageCacheReport, PciDevice
+from virt.driver import (
+    GuestInfo,
+    GuestSpec,
+    GuestUsage,
+    HostResources,
+    ImageCacheReport,
+    PciDevice,
+)
 from virt.libvirt.config_caps import LibvirtConfigCaps
 from virt.libvirt.designer import (
     DEFAULT_INSTANCES_PATH,
@@ -211,6 +218,15 @@ class LibvirtDriver(DiskOperations, PowerOperations):
 
     def instance_exists(self, uuid: str) -> bool:
         return self._find(uuid) is not None
+
+    def list_guest_usage(self) -> list[GuestUsage]:
+        """Every domain's vCPUs and memory from ``virDomainGetInfo``: ownership would take
+        each domain's XML, hence ``owns_guest`` for the few whose owner matters."""
+        return self._host.list_guest_usage()
+
+    def owns_guest(self, uuid: str) -> bool:
+        guest = self._find(uuid)
+        return guest is not None and self._owns(guest)
 
     def get_info(self, uuid: str) -> GuestInfo:
         return guest_info(self._get(uuid))

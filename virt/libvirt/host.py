@@ -26,6 +26,7 @@ from typing import Any, Final
 import libvirt  # no stubs ship with libvirt-python: ignore_missing_imports in pyproject
 
 from novaq.exceptions import DomainNotFound, HypervisorError
+from virt.driver import GuestUsage
 
 LOG = logging.getLogger(__name__)
 
@@ -185,6 +186,24 @@ class Host:
         conn = self.get_connection()
         with translate_errors("listing domains"):
             return list(conn.listAllDomains(0))
+
+    def list_guest_usage(self) -> list[GuestUsage]:
+        """Every domain's uuid, vCPUs and maximum memory, from ``virDomainGetInfo`` (no
+        XML read: the floor of what listing the guests costs). A domain undefined between
+        the listing and its read is left out."""
+        conn = self.get_connection()
+        with translate_errors("listing domains"):
+            domains = conn.listAllDomains(0)
+        sizes = []
+        for domain in domains:
+            try:
+                _state, max_mem_kib, _mem_kib, vcpus, _cpu_time = domain.info()
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    continue
+                raise HypervisorError(reason=f"reading domain info failed: {exc}") from exc
+            sizes.append(GuestUsage(domain.UUIDString(), vcpus, max_mem_kib // 1024))
+        return sizes
 
     def define_domain(self, xml: str) -> Any:
         """Define (persistently, not start) a domain from its XML; return the ``virDomain``."""
