@@ -270,7 +270,7 @@ class MoveScheduler:
         self.scheduler = scheduler
 
     def select(self, sessions: Sessions, spec: RequestSpec, migration_uuid: str) -> Selection:
-        with sessions(read_only=True) as session:
+        with sessions() as session:
             migration = get_migration(session, migration_uuid)
             placed = placed_selection(session, migration)
             if placed is not None:
