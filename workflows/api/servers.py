@@ -127,7 +127,10 @@ def delete(uuid: str) -> str:
         instance.task_state = TaskState.DELETING
         instance.updated_at = utcnow()
         actions.start_action(session, uuid, "delete", request_id)
-    submit.publish(delete_workflow(uuid, request_id, host), written)
+        # The operation's record commits with the write that asks for it (one commit).
+        workflow = delete_workflow(uuid, request_id, host)
+        recorded = dispatch.record(session, workflow, {uuid: TaskState.DELETING})
+    submit.publish(workflow, written, recorded)
     return request_id
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from models import Instance, InstanceAction, OperationInFlight
 from models.db import session_scope
 from tests.costs import Sql, count_broker_connections, counting_sql
-from tests.unit.workflows.servers import clear_queues, queued
+from tests.unit.workflows.servers import clear_queues, placed_server, queued
 from workflows import api
 
 
@@ -75,3 +75,19 @@ def test_a_second_boot_opens_no_broker_connection(
     api.boot("third", "m1", "cirros")
     assert broker_connections == []
     assert queued("scheduler") == 3
+
+
+def test_a_delete_is_one_commit_and_a_read_only_lookup(db_url: str, counts: Sql) -> None:
+    uuid = placed_server(db_url)
+    counts.reset()
+    api.delete(uuid)
+    assert (counts.commits, counts.rollbacks) == (1, 1)
+    # What that one commit wrote: the task state and its record in flight.
+    with session_scope(db_url) as session:
+        record = session.get(OperationInFlight, uuid)
+        assert record is not None and record.task_state == "deleting"
+        assert record.message["signature"]["task"] == "compute.terminate_instance"
+        state = session.scalar(select(Instance.task_state).where(Instance.uuid == uuid))
+        assert state == "deleting"
+    assert queued("compute.host1") == 1
+    clear_queues("compute.host1")
