@@ -399,8 +399,12 @@ class Soak:
         deadline = started + self.settle_timeout_s
         pending = list(uuids)
         self.log(f"settling {phase}: {len(pending)} servers, at most {self.settle_timeout_s:g} s")
+        next_reap = started + REAP_AFTER_S
         while pending and time.monotonic() < deadline:
             pending = [u for u in pending if not _settled(self.api.show(u), also or set())]
+            if pending and time.monotonic() >= next_reap:
+                self.log(f"reaper pass ({len(pending)} servers pending): {_reap()}")
+                next_reap = time.monotonic() + REAP_EVERY_S
             if pending:
                 time.sleep(0.5)
         pending = [u for u in pending if not _settled(self.api.show(u), also or set())]
@@ -448,6 +452,25 @@ def _last_words(log: str) -> str:
 
 def _bound(fault: Fault) -> float:
     return fault.duration_s + FAULT_GRACE_S
+
+
+#: A deployment's beat runs the reaper of operations in flight (``compute.in_flight``): a
+#: step message lost in transit (a SIGKILL after the broker handed it to the worker and
+#: before the worker recorded it unacked) is sent again once counted lost. This soak runs
+#: no beat, so while servers are still pending it runs the reaper's pass itself, at the
+#: long soak's pace (``bench/leak_soak.py``: a message counted lost after 15 s).
+REAP_AFTER_S, REAP_EVERY_S, LOST_AFTER_S = 20.0, 5.0, 15
+
+
+def _reap() -> dict[str, Any]:
+    from compute.periodic import PeriodicContext
+    from compute.periodic.reaper import reap_operations_in_flight
+    from compute.sessions import sessions_for
+    from novaq.settings import get_settings
+
+    settings = get_settings().model_copy(update={"operation_lost_after": LOST_AFTER_S})
+    ctx = PeriodicContext(sessions_for(settings.sqlalchemy_url), settings, "it-client", None)  # type: ignore[arg-type]
+    return reap_operations_in_flight(ctx)
 
 
 def _settled(view: dict[str, Any], also: set[str]) -> bool:
