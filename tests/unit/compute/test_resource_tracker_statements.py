@@ -4,36 +4,16 @@ many guests the host runs (issue 16): no per-instance query, on libvirt's test d
 from __future__ import annotations
 
 import uuid as uuid_module
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-
-from sqlalchemy import event
 
 from compute.resource_tracker import update_available_resource
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
-from models.db import get_engine
-from tests.factories import make_instance, make_settings
+from tests.factories import make_instance, make_settings, statements_run
 from virt.driver import GuestSpec
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
 from virt.simulated import SimulatedHostDriver
-
-
-@contextmanager
-def _statements(db_url: str) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        seen.append(statement)
-
-    engine = get_engine(db_url)
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
 
 
 def _steady_audit_statements(db_url: str, tmp_path: Path, guests: int) -> int:
@@ -53,7 +33,7 @@ def _steady_audit_statements(db_url: str, tmp_path: Path, guests: int) -> int:
             libvirt.host.define_domain(libvirt.guest_xml(spec)).create()
         first = update_available_resource(sessions_for(db_url), driver, host, settings)
         assert [h["action"] for h in first] == ["recreated"] * guests
-        with _statements(db_url) as seen:
+        with statements_run(db_url) as seen:
             assert update_available_resource(sessions_for(db_url), driver, host, settings) == []
         return len(seen)
     finally:
