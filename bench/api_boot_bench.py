@@ -35,6 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 STATE = Path(tempfile.mkdtemp(prefix="novaq-bench-"))
+PG_NAME = f"novaq_bench_boot_{os.getpid()}"
+
+from pg_databases import drop_pg, pg_url  # noqa: E402
 
 
 def _configure(broker: str, database: str) -> str:
@@ -42,7 +45,7 @@ def _configure(broker: str, database: str) -> str:
         del os.environ[name]
     url = f"sqlite:///{STATE}/boot.sqlite"
     if database == "postgresql":
-        url = f"postgresql+psycopg://postgres@127.0.0.1:5432/novaq_bench_boot_{os.getpid()}"
+        url = pg_url(PG_NAME)  # a new, empty database
     os.environ.update(
         NOVAQ_STATE_DIR=str(STATE),
         NOVAQ_DATABASE_URL=url,
@@ -50,17 +53,6 @@ def _configure(broker: str, database: str) -> str:
         NOVAQ_RESULT_BACKEND=broker,
     )
     return url
-
-
-def _pg_admin(sql: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    admin = create_engine(
-        "postgresql+psycopg://postgres@127.0.0.1:5432/test", isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(sql))
-    admin.dispose()
 
 
 class Counts:
@@ -228,8 +220,6 @@ def main() -> int:
     parser.add_argument("--readers", type=int, default=2)
     args = parser.parse_args()
     url = _configure(args.broker, args.database)
-    if args.database == "postgresql":
-        _pg_admin(f"CREATE DATABASE {url.rsplit('/', 1)[1]}")
     from models.db import dispose_all
     from models.migrate import upgrade
 
@@ -242,7 +232,7 @@ def main() -> int:
         _purge(args.broker)
         dispose_all()
         if args.database == "postgresql":
-            _pg_admin(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+            drop_pg(PG_NAME)
     return 0
 
 

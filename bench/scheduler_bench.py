@@ -42,7 +42,8 @@ for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
     del os.environ[name]
 os.environ["NOVAQ_STATE_DIR"] = str(STATE)
 
-from sqlalchemy import create_engine, event, insert, text, update  # noqa: E402
+from pg_databases import drop_pg, pg_url  # noqa: E402
+from sqlalchemy import event, insert, update  # noqa: E402
 
 from compute.sessions import sessions_for  # noqa: E402
 from compute.states import TaskState, VmState  # noqa: E402
@@ -64,7 +65,6 @@ FLAVOR = {
     "swap": 0,
     "extra_specs": {},
 }
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 #: Seconds between the hosts' heartbeats during a run (service_down_time is 60).
 HEARTBEAT_S = 20
 
@@ -264,22 +264,6 @@ class NovaSide:
 
     def close(self) -> None:
         self.process.communicate(json.dumps({"quit": True}) + "\n", timeout=60)
-
-
-def pg_url(name: str) -> str:
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return f"postgresql://postgres@127.0.0.1:5432/{name}"
-
-
-def drop_pg(name: str) -> None:
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def interleave(sides: list[Callable[[], None]], repetitions: int) -> None:
