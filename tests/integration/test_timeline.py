@@ -46,9 +46,12 @@ def _free_port() -> int:
 
 
 class Flower:
-    """A real Flower on loopback, reading the cluster's events."""
+    """A real Flower on loopback, reading the cluster's events: ready once its event
+    receiver has heard from every worker of the cluster (its web server answers before it
+    consumes events, and an event sent before that is lost: events are not queued for a
+    receiver that has not bound its queue yet)."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, nodes: set[str]) -> None:
         self.port = _free_port()
         env = dict(os.environ, PYTHONPATH=str(ROOT), FLOWER_BASIC_AUTH=FLOWER_AUTH)
         argv = [sys.executable, "-m", "celery", "-A", "tasks", "flower"]
@@ -56,13 +59,17 @@ class Flower:
         self.log = log.open("w")
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
+        heard: set[str] = set()
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                self.get("/api/workers?refresh=false")
-                return
+                heard = {w["hostname"] for w in self.get("/workers?json=1")["data"]}
+                if nodes <= heard:
+                    return
             time.sleep(0.5)
         self.stop()
-        raise AssertionError(f"Flower did not start: {log.read_text()[-2000:]}")
+        raise AssertionError(
+            f"Flower heard from {sorted(heard)}, not {sorted(nodes)}: {log.read_text()[-2000:]}"
+        )
 
     def get(self, path: str) -> Any:
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
@@ -86,7 +93,8 @@ class Flower:
 
 @pytest.fixture
 def flower(two_hosts: Cluster, tmp_path: Path) -> Iterator[Flower]:
-    watcher = Flower(tmp_path / "flower.log")
+    nodes = {w.argv[w.argv.index("-n") + 1] for w in two_hosts.workers.values() if "-n" in w.argv}
+    watcher = Flower(tmp_path / "flower.log", nodes)
     yield watcher
     watcher.stop()
 
