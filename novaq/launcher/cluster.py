@@ -32,7 +32,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -40,7 +39,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, TextIO
-from urllib.parse import urlsplit
 
 from celery import Celery
 from honcho.colour import get_colours
@@ -54,8 +52,10 @@ from novaq.launcher.flower_guard import (
     flower_command,
     flower_url,
     new_operator_credential,
+    operator_credential,
     with_free_flower_port,
 )
+from novaq.launcher.flower_probe import workers_heard
 from novaq.launcher.plan import (
     FLOWER,
     ProcessSpec,
@@ -197,7 +197,9 @@ class Cluster:
         return self
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Return once the scheduler and every compute worker answer a broadcast ping.
+        """Return once the scheduler and every compute worker answer a broadcast ping and
+        Flower, when it runs, hears their events (``flower_probe``: else it would miss
+        the first steps of what comes next).
 
         A child that exits meanwhile raises ``ServiceUnavailable`` with its log's tail (no
         restart here: see the module's docstring)."""
@@ -215,6 +217,11 @@ class Cluster:
             app.close()
         if missing:
             raise self._not_ready(missing, timeout_s)
+        while not self._flower_hears(expected):
+            self._raise_if_a_child_exited()
+            if time.monotonic() >= deadline:
+                raise self._flower_deaf(expected, timeout_s)
+            time.sleep(0.5)
 
     def run_forever(self) -> int:
         """Run in the foreground, restarting whatever dies, until Ctrl-C, SIGTERM or SIGHUP,
@@ -295,14 +302,13 @@ class Cluster:
         return [*members, *self._children]
 
     def _announce_ready(self, done: threading.Event) -> None:
-        """Print :meth:`ready_line` once every worker answers a ping and Flower accepts
-        connections; give up silently when ``done`` is set first (the cluster stopped)."""
+        """Print :meth:`ready_line` once every worker answers a ping and Flower hears
+        them; give up silently when ``done`` is set first (the cluster stopped)."""
         expected = {spec.node for spec in self.processes if spec.node}
-        with_flower = any(child.name == FLOWER for child in self._children)
         app = Celery("novaq-cluster-ready", broker=self.broker_url, set_as_current=False)
         try:
             while not done.is_set():
-                if expected <= _ping(app) and (not with_flower or self._flower_listens()):
+                if expected <= _ping(app) and self._flower_hears(expected):
                     if not done.is_set():
                         self._system(self.ready_line())
                     return
@@ -312,13 +318,20 @@ class Cluster:
         finally:
             app.close()
 
-    def _flower_listens(self) -> bool:
-        url = urlsplit(self.flower_url)
-        try:
-            with socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), 1.0):
-                return True
-        except OSError:
-            return False
+    def _flower_hears(self, nodes: set[str]) -> bool:
+        """Whether Flower (if the plan runs one) has had events from every one of
+        ``nodes``."""
+        if not any(child.name == FLOWER for child in self._children):
+            return True
+        return nodes <= workers_heard(self.flower_url, operator_credential(self.settings))
+
+    def _flower_deaf(self, nodes: set[str], timeout_s: float) -> ServiceUnavailable:
+        [flower] = [c for c in self._children if c.name == FLOWER]
+        return ServiceUnavailable(
+            service="novaq cluster",
+            reason=f"Flower had no events from {', '.join(sorted(nodes))} within "
+            f"{timeout_s:g} s\n--- {flower.name} ({flower.log_path}):\n{flower.tail()}",
+        )
 
     def _move_flower_if_its_port_is_taken(self) -> None:
         self.settings, taken = with_free_flower_port(self.settings)

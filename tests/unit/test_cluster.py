@@ -18,6 +18,8 @@ from honcho.environ import parse_procfile
 
 from novaq.exceptions import ConfigError, ServiceUnavailable
 from novaq.launcher.cluster import Cluster
+from novaq.launcher.flower_guard import flower_command, operator_credential
+from novaq.launcher.flower_probe import workers_heard
 from novaq.launcher.plan import (
     BEAT_HOLDER_ENV,
     CELERY_ARGV,
@@ -434,24 +436,26 @@ def test_every_port_taken_is_refused_before_anything_starts(
     assert not (tmp_path / "broker").exists()
 
 
-def test_the_ready_line_comes_once_the_workers_answer_and_flower_listens(
+def real_flower(settings: Settings, broker_url: str) -> ProcessSpec:
+    """Flower as the plan runs it (``flower_command``), on ``broker_url``."""
+    argv, extra_env = flower_command(settings, CELERY_ARGV)
+    env = {**os.environ, **extra_env, "PYTHONPATH": str(REPO)}
+    env.update(NOVAQ_BROKER_URL=broker_url, NOVAQ_STATE_DIR=str(settings.state_dir))
+    return ProcessSpec("flower", argv, env)
+
+
+def test_the_ready_line_comes_once_the_workers_answer_and_flower_hears_them(
     tmp_path: Path,
 ) -> None:
     import threading
 
     port = _free_port()
-    flower = python_spec(
-        "flower",
-        "import socket, time; s = socket.socket(); "
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-        f"time.sleep(1); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)",
-    )
+    settings = Settings(state_dir=tmp_path, flower={"port": port})
 
     def specs(url: str) -> list[ProcessSpec]:
-        return [embedded_worker(url, "compute@host1", "compute.host1"), flower]
+        return [embedded_worker(url, "compute@host1", "compute.host1"), real_flower(settings, url)]
 
     output = io.StringIO()
-    settings = Settings(state_dir=tmp_path, flower={"port": port})
     with ScriptedCluster(settings, specs, n_hosts=1, output=output) as cluster:
         done = threading.Event()
         announcer = threading.Thread(target=cluster._announce_ready, args=(done,))
@@ -466,7 +470,42 @@ def test_the_ready_line_comes_once_the_workers_answer_and_flower_listens(
             f"http://127.0.0.1:{port} (log in with the user:password in {credentials}); "
             f"logs in {tmp_path.resolve() / 'logs'}; Ctrl-C stops it"
         ]
-        assert credentials.read_text().split(":")[1].strip() not in output.getvalue()
+        secret = credentials.read_text().strip()
+        assert secret.split(":")[1] not in output.getvalue()
+        # Announced only once Flower's event receiver has heard the worker.
+        assert "compute@host1" in workers_heard(cluster.flower_url, secret)
+
+
+def test_wait_ready_returns_once_flower_hears_every_worker(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, flower={"port": _free_port()})
+
+    def specs(url: str) -> list[ProcessSpec]:
+        return [
+            embedded_worker(url, "scheduler@test", "scheduler"),
+            embedded_worker(url, "compute@host1", "compute.host1"),
+            real_flower(settings, url),
+        ]
+
+    with ScriptedCluster(settings, specs, n_hosts=1, quiet=True) as cluster:
+        assert workers_heard(cluster.flower_url, operator_credential(settings)) == set()
+        cluster.wait_ready(timeout_s=60)
+        heard = workers_heard(cluster.flower_url, operator_credential(settings))
+        assert {"scheduler@test", "compute@host1"} <= heard
+        # Without the credential Flower answers nothing (and the probe hears nothing).
+        assert workers_heard(cluster.flower_url, "intruder:guess") == set()
+
+
+def test_wait_ready_names_flower_when_it_hears_no_worker(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, flower={"port": _free_port()})
+
+    def specs(url: str) -> list[ProcessSpec]:
+        # Flower watching another broker (nothing listens there) never hears the worker.
+        deaf = real_flower(settings, f"redis://127.0.0.1:{_free_port()}/0")
+        return [embedded_worker(url, "compute@host1", "compute.host1"), deaf]
+
+    deaf = pytest.raises(ServiceUnavailable, match="Flower had no events from compute@host1")
+    with ScriptedCluster(settings, specs, n_hosts=1, quiet=True) as cluster, deaf:
+        cluster.wait_ready(timeout_s=15)
 
 
 def test_a_new_cluster_database_gets_the_demo_image_once(tmp_path: Path) -> None:
