@@ -13,7 +13,12 @@ step's transactions carry them:
   so that transaction, the step's first change, rolls back;
 - the end rides the finish of a step that is ``done`` (``run_step``'s finish) when the
   step has no successor in its chain: once that finish has committed, nothing the step
-  does later decides what runs next (a later failure only corrects the step record).
+  does later decides what runs next (a later failure only corrects the step record);
+- the end of a step that replaces itself (its hand-over: the record passed to the
+  replacement) rides the step's last write when that write decides the replacement (the
+  scheduler's last claim, ``hand_over``): the replacement is published once it has
+  committed, exactly as after a hand-over of its own, so a publish that fails leaves
+  the record naming the replacement for the reaper to send again.
 
 What no transaction carried (a step that failed or was skipped before its first write,
 one that did not finish ``done``) the task writes as today, as the step returns.
@@ -63,6 +68,8 @@ class Ledger:
     #: A transaction carrying the start (or end) is open: no other may write it too.
     _starting: bool = False
     _ending: bool = False
+    #: A hand-over written in the transaction open now (``hand_over``), not yet committed.
+    _handing_over: bool = False
 
     def check(self, attempts: int) -> None:
         if attempts > self.limit:
@@ -133,16 +140,39 @@ def end_riding() -> Iterator[Ride]:
         ledger.ended = True
 
 
+def hand_over(session: Session, ending: Ending) -> bool:
+    """The end of a step that replaces itself, in the caller's transaction (one of
+    ``riding``'s, after the start): its record passes to ``ending.successor``, its step
+    record ends, its count goes. Counts as written once that transaction committed.
+    False (nothing written) when no ledger can carry it: the task then writes its
+    hand-over as it replaces itself."""
+    ledger = _current.get()
+    if ledger is None or ledger.ended or not (ledger.started or ledger._starting):
+        return False
+    delivery = ledger.delivery
+    write_end(session, delivery.task_id, delivery.task_name, ending)
+    ledger._handing_over = True
+    return True
+
+
 def riding(sessions: Sessions) -> Sessions:
     """``sessions`` whose first write transaction that commits carries the start (the
-    scheduler's: its transactions are the scheduler's own). A read-only one carries
-    nothing: it ends without a commit."""
+    scheduler's: its transactions are the scheduler's own), and any hand-over written in
+    them (``hand_over``). A read-only one carries nothing: it ends without a commit."""
 
     @contextlib.contextmanager
     def scope(read_only: bool = False) -> Iterator[Session]:
-        with start_riding() as ride, sessions(read_only=read_only) as session:
-            if not read_only:
-                ride(session)
-            yield session
+        ledger = _current.get()
+        try:
+            with start_riding() as ride, sessions(read_only=read_only) as session:
+                if not read_only:
+                    ride(session)
+                yield session
+        except BaseException:
+            if ledger is not None:
+                ledger._handing_over = False
+            raise
+        if ledger is not None and ledger._handing_over:
+            ledger._handing_over, ledger.ended = False, True
 
     return scope

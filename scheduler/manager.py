@@ -16,7 +16,7 @@ import functools
 import itertools
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import Select, String, bindparam, select
 from sqlalchemy.orm import Session
@@ -47,6 +47,10 @@ LOG = logging.getLogger(__name__)
 
 #: (task_state, vm_state) of an instance the scheduler places for its build.
 BUILD_PLACING = (TaskState.SCHEDULING, VmState.BUILDING)
+
+#: Called in the transaction of a request's last claim with every selection of the
+#: request (alternates included), so what follows from them commits with that claim.
+OnPlaced = Callable[[Session, list[Selection]], None]
 
 
 class Scheduler:
@@ -126,13 +130,20 @@ class Scheduler:
         return head + ranked[subset:]
 
     # -- decisions with claims ------------------------------------------------------------
-    def schedule(self, sessions: Sessions, specs: Sequence[RequestSpec]) -> list[Selection]:
+    def schedule(
+        self,
+        sessions: Sessions,
+        specs: Sequence[RequestSpec],
+        on_placed: OnPlaced | None = None,
+    ) -> list[Selection]:
         """Place every instance of one request, or none (Nova: a multi-create that cannot
         place all its instances fails whole). Instances deleted meanwhile are skipped.
 
         Two transactions per instance: one that only reads (the candidates, the group, the
         instances' rows), then the claim's short write (its compare-and-swaps make a
-        decision on what was read safe against every race)."""
+        decision on what was read safe against every race). ``on_placed`` is called in
+        the last claim's transaction, with the request's selections, when the request's
+        last instance is claimed there (not when it was placed before: a redelivery)."""
         first = specs[0]
         targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
         with sessions(read_only=True) as session:
@@ -161,7 +172,7 @@ class Scheduler:
         rankings: list[list[HostState]] = []
         claimed: list[str] = []
         try:
-            for spec in specs:
+            for index, spec in enumerate(specs):
                 if group is not None:  # with the members placed so far
                     spec = dataclasses.replace(spec, instance_group=group)
                 existing = placed[spec.instance_uuid]
@@ -172,7 +183,9 @@ class Scheduler:
                     rankings.append([])
                     continue
                 ranked = self.rank(hosts, spec, prefilter=candidates.prefilter)
-                chosen = self.claim_first(sessions, ranked, spec)
+                last = on_placed if index == len(specs) - 1 else None
+                then = self._placing_last(last, spec, ranked, selections, rankings)
+                chosen = self.claim_first(sessions, ranked, spec, then=then)
                 if chosen is None:
                     continue  # deleted while being scheduled
                 chosen.consume(spec.resources, spec.instance_uuid)
@@ -194,6 +207,29 @@ class Scheduler:
             raise
         return self._with_alternates(selections, rankings, forced=bool(specs[0].force_hosts))
 
+    def _placing_last(
+        self,
+        on_placed: OnPlaced | None,
+        spec: RequestSpec,
+        ranked: list[HostState],
+        selections: list[Selection],
+        rankings: list[list[HostState]],
+    ) -> Callable[[Session, HostState], None] | None:
+        """What the last claim's transaction calls once ``spec`` is claimed on a host:
+        ``on_placed`` with the request's selections as ``schedule`` returns them."""
+        if on_placed is None:
+            return None
+        forced = bool(spec.force_hosts)
+
+        def then(session: Session, host: HostState) -> None:
+            last = Selection(
+                host.host, host.nodename, host.compute_node_id, instance_uuid=spec.instance_uuid
+            )
+            placed = self._with_alternates([*selections, last], [*rankings, ranked], forced)
+            on_placed(session, placed)
+
+        return then
+
     def select_and_claim(self, sessions: Sessions, spec: RequestSpec) -> Selection | None:
         """One instance: its claimed selection, or None if it was deleted meanwhile."""
         selections = self.schedule(sessions, [spec])
@@ -205,19 +241,23 @@ class Scheduler:
         ranked: list[HostState],
         spec: RequestSpec,
         placing: tuple[str, str] = BUILD_PLACING,
+        then: Callable[[Session, HostState], None] | None = None,
     ) -> HostState | None:
         """The first host of ``ranked`` that takes ``spec``'s claim, written with the
         instance's host and node while it is still in ``placing`` (task_state, vm_state);
         None when it left that state meanwhile (deleted). Raises ``NoValidHost`` when other
-        claims took every host."""
+        claims took every host. ``then``: called in the claim's transaction, last."""
+
+        def take(session: Session, host: HostState) -> None:
+            _claim(session, host, spec, placing)
+            if then is not None:
+                then(session, host)
 
         def refused(host: HostState, exc: ResourcesUnavailable) -> None:
             LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, host.host, exc)
 
         try:
-            fit = claim_first(
-                sessions, ranked, lambda s, h: _claim(s, h, spec, placing), _host_name, refused
-            )
+            fit = claim_first(sessions, ranked, take, _host_name, refused)
         except (UnexpectedTaskStateError, InstanceNotFound) as exc:
             LOG.info("Instance %s left %s: %s", spec.instance_uuid, placing[0], exc)
             return None

@@ -49,6 +49,7 @@ from celery import Task
 from celery.signals import task_revoked
 from celery.utils import uuid
 from celery.utils.log import get_task_logger
+from sqlalchemy.orm import Session
 
 from compute import delivery_ledger, in_flight, step_records
 from compute.deliveries import (
@@ -167,23 +168,60 @@ class NovaqTask(Task):  # type: ignore[misc]
         of its own (Celery would give the first one this task's id, so Flower and the
         timeline would show the scheduler step and the build as one task), and this step
         then ends in success, its result naming what it handed over to. They stay linked:
-        the replacement's parent id is this step, and every step carries the request id."""
+        the replacement's parent id is this step, and every step carries the request id.
+
+        A replacement ``handing_over`` prepared is sent as it was prepared (and its
+        hand-over not written again if the transaction that carried it committed)."""
+        if sig is getattr(self.request, "novaq_replacement", None):
+            return self.on_replace(sig)
         for task in steps_of(sig):
             task.options.setdefault("task_id", uuid())
         return super().replace(sig)
 
+    def handing_over(self, session: Session, sig: Any) -> bool:
+        """Write the hand-over to ``sig`` in the caller's transaction (the step's last
+        write, a ``delivery_ledger.riding`` one) instead of one of its own as it
+        replaces itself: ``sig`` is prepared as ``replace`` prepares it (its chain, its
+        callbacks and errbacks, its ids), the record passes to it, the step ends. Then,
+        once that transaction committed, ``return self.replace(sig)`` with the same
+        signature sends it. If the publish fails, the record names the replacement for
+        the reaper, as after a hand-over of its own. False when nothing was written
+        (not a counted delivery: ``replace`` writes it)."""
+        request = self.request
+        if request.is_eager or not self._counted(request.id):
+            return False
+        request.novaq_preparing = True
+        try:
+            for task in steps_of(sig):
+                task.options.setdefault("task_id", uuid())
+            super().replace(sig)  # (its on_replace, below, only prepares)
+        finally:
+            request.novaq_preparing = False
+        request.novaq_replacement = sig
+        return delivery_ledger.hand_over(session, self._handover(sig))
+
+    def _handover(self, sig: Any) -> Ending:
+        """This step's end once it handed over to ``sig`` (prepared): the operation's
+        record passes to the replacement, the step record says which steps it named."""
+        request = self.request
+        successor = handover_message(sig, request.root_id, request.id)
+        end = step_records.StepEnd(StepOutcome.SUCCESS, f"handed over to {', '.join(_ids_of(sig))}")
+        return Ending(succeeded=True, successor=successor, end=end)
+
     def on_replace(self, sig: Any) -> Any:
         request = self.request
+        if getattr(request, "novaq_preparing", False):
+            return sig
         if request.is_eager or not self._counted(request.id):
             return super().on_replace(sig)
         # The operation's record passes to the replacement before it is sent, in the
         # transaction that ends this step (its delivery, its step record), as the end of
-        # any step passes it to the next of its chain.
-        successor = handover_message(sig, request.root_id, request.id)
-        frozen = successor["signature"]
-        next_ids = [str(t.id) for t in steps_of(sig)]
-        end = step_records.StepEnd(StepOutcome.SUCCESS, f"handed over to {', '.join(next_ids)}")
-        self._end(request.id, Ending(succeeded=True, successor=successor, end=end))
+        # any step passes it to the next of its chain; unless the step's last write
+        # carried it (``handing_over``).
+        ledger: Ledger | None = getattr(request, "novaq_ledger", None)
+        carried = sig is getattr(request, "novaq_replacement", None)
+        if not (carried and ledger is not None and ledger.ended):
+            self._end(request.id, self._handover(sig))
         # The replacement carries the rest of this chain and its callbacks: this step
         # must not send them again as it returns.
         request.chain = None
@@ -191,7 +229,7 @@ class NovaqTask(Task):  # type: ignore[misc]
         sig.delay()
         # (A publish that failed for good fails this step: after_return then records it.)
         request.novaq_handed_over = True
-        return {"replaced_by": next_ids, "task": in_flight.first_task(frozen).get("task")}
+        return {"replaced_by": _ids_of(sig), "task": steps_of(sig)[0].task}
 
     def _own_message(self) -> in_flight.Message | None:
         """This step's message, as the reaper would send it again (instance steps only)."""
@@ -312,6 +350,10 @@ def _text(exc: Any) -> str:
     if isinstance(exc, BaseException):
         return f"{type(exc).__name__}: {exc}"
     return str(exc)
+
+
+def _ids_of(sig: Any) -> list[str]:
+    return [str(t.id) for t in steps_of(sig)]
 
 
 def steps_of(sig: Any) -> list[Any]:

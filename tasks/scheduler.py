@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery.canvas import Signature
 from celery.utils.log import get_task_logger
+from sqlalchemy.orm import Session
 
 from compute.build import SCHEDULE_EVENT, fail_build
 from compute.delivery_ledger import riding
 from novaq.celery_app import app
 from novaq.exceptions import NoValidHost
-from scheduler.request_spec import RequestSpec
+from scheduler.request_spec import RequestSpec, Selection
 from tasks import context
 from workflows import dispatch
 from workflows.build import build_step
@@ -21,14 +23,25 @@ LOG = get_task_logger(__name__)
 
 
 # The delivery's start rides the scheduler's first transaction; its end, the hand-over to
-# the build, is ``Task.replace``'s (``tasks.base.NovaqTask.on_replace``).
+# the build, rides the claim of a request's one instance (``tasks.base.NovaqTask.
+# handing_over``), or is ``Task.replace``'s (``on_replace``): a multi-create sends its
+# other builds first, each writing its own record, before its first build takes the rest.
 @app.task(bind=True, name="scheduler.select_destinations", delivery_rides=True)
 def select_destinations(
     self: Any, request_id: str, instance_uuids: list[str], request_spec: dict[str, Any]
 ) -> Any:
     specs = [RequestSpec.from_dict({**request_spec, "instance_uuid": u}) for u in instance_uuids]
+    max_attempts = context.settings().scheduler.max_attempts
+    handed: dict[str, Signature] = {}
+
+    def placed(session: Session, selections: list[Selection]) -> None:
+        if len(selections) == 1:
+            build = build_step(request_id, selections[0], max_attempts)
+            if self.handing_over(session, build):
+                handed[str(selections[0].instance_uuid)] = build
+
     try:
-        selections = context.scheduler().schedule(riding(context.sessions()), specs)
+        selections = context.scheduler().schedule(riding(context.sessions()), specs, placed)
     except NoValidHost as exc:
         # Every read of a decision is read-only now: the start rides the first write,
         # the build's failure, so the step's record starts from the state before it.
@@ -38,7 +51,8 @@ def select_destinations(
             )
         raise
     builds = [
-        build_step(request_id, s, context.settings().scheduler.max_attempts) for s in selections
+        handed.get(str(s.instance_uuid)) or build_step(request_id, s, max_attempts)
+        for s in selections
     ]
     if not builds:
         return {"instance_uuids": instance_uuids, "outcome": "skipped"}

@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import select, update
 
 from compute import delivery_ledger
-from compute.deliveries import Delivery, record_delivery
+from compute.deliveries import Delivery, Ending, record_delivery
 from compute.delivery_ledger import DeliveryLimitExceeded, Ledger
 from compute.sessions import Sessions, sessions_for
-from compute.step_records import StepStart
-from models import Instance, StepRecord, TaskDelivery
+from compute.step_records import StepEnd, StepStart
+from models import Instance, StepOutcome, StepRecord, TaskDelivery
 from models.db import session_scope
 from tests.factories import make_instance
 
@@ -127,4 +127,37 @@ def test_without_a_ledger_nothing_rides(db_url: str, sessions: Sessions, uuid: s
         ride(session)
     with delivery_ledger.end_riding() as ride, sessions() as session:
         ride(session)
+    assert _counted(db_url) == (None, None)
+
+
+def _handed_over() -> Ending:
+    return Ending(succeeded=True, end=StepEnd(StepOutcome.SUCCESS, "handed over to t-2"))
+
+
+def test_a_hand_over_rides_with_the_start_and_counts_once_its_transaction_committed(
+    db_url: str, sessions: Sessions, uuid: str, ledger: Ledger
+) -> None:
+    failing = pytest.raises(RuntimeError)
+    with failing, delivery_ledger.riding(sessions)() as session:
+        assert delivery_ledger.hand_over(session, _handed_over())
+        raise RuntimeError("the last claim's transaction failed")
+    assert not (ledger.started or ledger.ended) and _counted(db_url) == (None, None)
+    with delivery_ledger.riding(sessions)() as session:
+        assert delivery_ledger.hand_over(session, _handed_over())
+        assert not ledger.ended  # not before the transaction committed
+    assert ledger.started and ledger.ended
+    with session_scope(db_url) as session:
+        step = session.scalars(select(StepRecord)).one()
+        assert (step.outcome, step.detail, step.deliveries) == ("success", "handed over to t-2", 1)
+    assert _counted(db_url) == (None, 1)  # counted, then the count removed
+
+
+def test_a_hand_over_with_no_ledger_or_once_ended_writes_nothing(
+    db_url: str, sessions: Sessions, uuid: str
+) -> None:
+    with sessions() as session:
+        assert not delivery_ledger.hand_over(session, _handed_over())
+    ended = Ledger(_delivery(uuid), limit=3, started=True, ended=True)
+    with delivery_ledger.open_for(ended), sessions() as session:
+        assert not delivery_ledger.hand_over(session, _handed_over())
     assert _counted(db_url) == (None, None)
