@@ -20,7 +20,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Insert, String, insert, literal, select, update
+from sqlalchemy import Insert, String, Table, bindparam, insert, literal, select, update
 from sqlalchemy.orm import Session
 
 from compute.sessions import Sessions
@@ -60,56 +60,77 @@ def started(session: Session, start: StepStart, redelivered: bool = False) -> No
     now = utcnow()
     line = f"{start.worker or '-'} {now.isoformat()}\n"
     if not redelivered:
-        session.execute(_insert_first(start, now, line))
+        session.execute(_INSERT_FIRST, _first_params(start, now, line))
         return
     session.execute(
-        update(StepRecord)
-        .where(
-            StepRecord.task_id == start.task_id,
-            StepRecord.instance_uuid.in_(start.instance_uuids),
-        )
-        .values(
-            deliveries=StepRecord.deliveries + 1,
-            delivery_log=StepRecord.delivery_log + line,
-            worker=start.worker,
-            host=start.host,
-            queue=start.queue,
-            ended_at=None,
-            outcome=None,
-            detail=None,
-        )
+        _REDELIVERED,
+        {
+            "p_task_id": start.task_id,
+            "p_uuids": list(start.instance_uuids),
+            "p_line": line,
+            "p_worker": start.worker,
+            "p_host": start.host,
+            "p_queue": start.queue,
+        },
     )
 
 
-def _insert_first(start: StepStart, now: dt.datetime, line: str) -> Insert:
+#: The table, not the mapped class: a Core statement with parameters (an ORM one with
+#: parameters would be a bulk INSERT of them).
+_TABLE: Table = StepRecord.__table__  # type: ignore[assignment]
+
+
+def _text(name: str) -> Any:
+    return bindparam(name, type_=String())
+
+
+#: The statements of a record, built once (issue 16: building them cost about as much as
+#: running them); their values are parameters.
+_REDELIVERED = (
+    update(_TABLE)
+    .where(
+        StepRecord.task_id == _text("p_task_id"),
+        StepRecord.instance_uuid.in_(bindparam("p_uuids", type_=String(), expanding=True)),
+    )
+    .values(
+        deliveries=StepRecord.deliveries + 1,
+        delivery_log=StepRecord.delivery_log + _text("p_line"),
+        worker=_text("p_worker"),
+        host=_text("p_host"),
+        queue=_text("p_queue"),
+        ended_at=None,
+        outcome=None,
+        detail=None,
+    )
+)
+
+
+def _insert_first_statement() -> Insert:
     """One row per instance that has none for this task id yet, its states read from
     ``instances`` in the same statement. (Two first deliveries at once: the unique
     constraint fails one, whose transaction is tried again and finds the row.)"""
-
-    def text(value: str | None) -> Any:
-        return literal(value, String())
-
     recorded = (
         select(StepRecord.id)
-        .where(StepRecord.task_id == start.task_id, StepRecord.instance_uuid == Instance.uuid)
+        .where(StepRecord.task_id == _text("p_task_id"), StepRecord.instance_uuid == Instance.uuid)
         .exists()
     )
+    uuids = bindparam("p_uuids", type_=String(), expanding=True)
     rows = select(
         Instance.uuid,
-        text(start.request_id),
-        text(start.task_id),
-        text(start.task_name),
-        text(start.parent_id),
-        text(start.queue),
-        text(start.worker),
-        text(start.host),
+        _text("p_request_id"),
+        _text("p_task_id"),
+        _text("p_task_name"),
+        _text("p_parent_id"),
+        _text("p_queue"),
+        _text("p_worker"),
+        _text("p_host"),
         literal(1),
-        text(line),
-        literal(now, UTCDateTime()),
+        _text("p_line"),
+        bindparam("p_now", type_=UTCDateTime()),
         Instance.vm_state,
         Instance.task_state,
         Instance.power_state,
-    ).where(Instance.uuid.in_(start.instance_uuids), ~recorded)
+    ).where(Instance.uuid.in_(uuids), ~recorded)
     columns = [
         "instance_uuid",
         "request_id",
@@ -126,27 +147,50 @@ def _insert_first(start: StepStart, now: dt.datetime, line: str) -> Insert:
         "task_state_before",
         "power_state_before",
     ]
-    return insert(StepRecord).from_select(columns, rows)
+    return insert(_TABLE).from_select(columns, rows)
+
+
+_INSERT_FIRST = _insert_first_statement()
+
+
+def _first_params(start: StepStart, now: dt.datetime, line: str) -> dict[str, Any]:
+    return {
+        "p_uuids": list(start.instance_uuids),
+        "p_request_id": start.request_id,
+        "p_task_id": start.task_id,
+        "p_task_name": start.task_name,
+        "p_parent_id": start.parent_id,
+        "p_queue": start.queue,
+        "p_worker": start.worker,
+        "p_host": start.host,
+        "p_line": line,
+        "p_now": now,
+    }
+
+
+def _now_of(column: Any) -> Any:
+    return select(column).where(Instance.uuid == StepRecord.instance_uuid).scalar_subquery()
+
+
+_ENDED = (
+    update(_TABLE)
+    .where(StepRecord.task_id == _text("p_task_id"))
+    .values(
+        ended_at=bindparam("p_ended_at", type_=_TABLE.c.ended_at.type),
+        outcome=bindparam("p_outcome", type_=_TABLE.c.outcome.type),
+        detail=bindparam("p_detail", type_=_TABLE.c.detail.type),
+        vm_state_after=_now_of(Instance.vm_state),
+        task_state_after=_now_of(Instance.task_state),
+        power_state_after=_now_of(Instance.power_state),
+    )
+)
 
 
 def ended(session: Session, task_id: str, end: StepEnd) -> None:
     """The step ``task_id`` returned: its outcome, and the states it left behind."""
-
-    def now_of(column: Any) -> Any:
-        return select(column).where(Instance.uuid == StepRecord.instance_uuid).scalar_subquery()
-
-    session.execute(
-        update(StepRecord)
-        .where(StepRecord.task_id == task_id)
-        .values(
-            ended_at=utcnow(),
-            outcome=end.outcome,
-            detail=(end.detail or None) and end.detail[:DETAIL_MAX],
-            vm_state_after=now_of(Instance.vm_state),
-            task_state_after=now_of(Instance.task_state),
-            power_state_after=now_of(Instance.power_state),
-        )
-    )
+    detail = (end.detail or None) and end.detail[:DETAIL_MAX]
+    values = {"p_ended_at": utcnow(), "p_outcome": end.outcome, "p_detail": detail}
+    session.execute(_ENDED, {"p_task_id": task_id, **values})
 
 
 def record_end(sessions: Sessions, task_id: str, end: StepEnd) -> None:
@@ -158,5 +202,6 @@ def record_end(sessions: Sessions, task_id: str, end: StepEnd) -> None:
 def record_revoked(sessions: Sessions, start: StepStart, end: StepEnd) -> None:
     """A step revoked before it ran (or while it ran) has a record all the same."""
     with sessions() as session:
-        session.execute(_insert_first(start, utcnow(), f"{start.worker or '-'} (revoked)\n"))
+        line = f"{start.worker or '-'} (revoked)\n"
+        session.execute(_INSERT_FIRST, _first_params(start, utcnow(), line))
         ended(session, start.task_id, end)
