@@ -14,10 +14,11 @@ are each half in a transaction of its own.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Table, bindparam, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -85,9 +86,10 @@ def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
         "worker": delivery.worker,
         "host": delivery.host,
     }
-    upsert = _upsert(session.get_bind().dialect.name, new, again)
+    upsert = _upsert(session.get_bind().dialect.name)
     if upsert is not None:
-        attempts, last_at = session.execute(upsert).one()
+        params = {f"p_{key}": value for key, value in new.items()}
+        attempts, last_at = session.execute(upsert, params).one()
         return int(attempts), last_at is not None  # (a first row has no last_at)
     mine = (TaskDelivery.task_id == delivery.task_id) & (
         TaskDelivery.task_name == delivery.task_name
@@ -104,19 +106,35 @@ def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
     raise RuntimeError(f"could not count the delivery of {delivery.task_name}[{delivery.task_id}]")
 
 
-def _upsert(dialect: str, new: dict[str, Any], again: dict[str, Any]) -> Any:
+@functools.cache
+def _upsert(dialect: str) -> Any:
     """``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` where the dialect has it
-    (SQLite, PostgreSQL): the count in one statement. None elsewhere (an UPDATE, then an
-    INSERT in a savepoint)."""
-    keys = ["task_id", "task_name"]
-    returned = (TaskDelivery.attempts, TaskDelivery.last_at)
+    (SQLite, PostgreSQL): the count in one statement, built once per dialect (its values
+    are parameters). None elsewhere (an UPDATE, then an INSERT in a savepoint)."""
+    table: Table = TaskDelivery.__table__  # type: ignore[assignment]
     if dialect == "postgresql":
-        pg = postgresql.insert(TaskDelivery).values(**new)
-        return pg.on_conflict_do_update(index_elements=keys, set_=again).returning(*returned)
-    if dialect == "sqlite":
-        lite = sqlite.insert(TaskDelivery).values(**new)
-        return lite.on_conflict_do_update(index_elements=keys, set_=again).returning(*returned)
-    return None
+        into: Any = postgresql.insert(table)
+    elif dialect == "sqlite":
+        into = sqlite.insert(table)
+    else:
+        return None
+    c = table.c
+    param = {name: bindparam(f"p_{name}", type_=c[name].type) for name in _NEW}
+    again = {
+        "attempts": c.attempts + 1,
+        "last_at": param["first_at"],
+        "worker": param["worker"],
+        "host": param["host"],
+        "orphaned_at": None,
+    }
+    upsert = into.values(**param).on_conflict_do_update(
+        index_elements=["task_id", "task_name"], set_=again
+    )
+    return upsert.returning(c.attempts, c.last_at)
+
+
+#: The columns of a first delivery's row.
+_NEW = ("task_id", "task_name", "attempts", "first_at", "worker", "host")
 
 
 def write_end(session: Session, task_id: str, task_name: str, ending: Ending) -> None:
