@@ -44,9 +44,10 @@ from tenacity import (
 
 from compute.pci import PciRequest, claim_devices, held_by, held_devices, release_devices
 from compute.sessions import Sessions
-from models import Allocation, ComputeNode
+from models import Allocation, ComputeNode, PciDevice
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
 from models.flavor import FlavorSnapshot
+from models.pci_device import ALLOCATED, CLAIMED
 from novaq.exceptions import GenerationConflict, NoValidHost, ResourcesUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -280,23 +281,46 @@ def _claim_view_query() -> CompoundSelect[tuple[str, int, int, int]]:
 def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:
     """Remove the consumer's allocations and PCI devices (on one node or everywhere) inside
     the caller's transaction. Returns how many allocation rows and devices went; 0 means
-    there was nothing to release."""
-    node_ids = set(
-        session.scalars(
-            select(Allocation.compute_node_id).where(Allocation.consumer_uuid == consumer_uuid)
-        )
-    ) | {d.compute_node_id for d in held_devices(session, consumer_uuid)}
+    there was nothing to release. One query finds what the consumer holds (its nodes,
+    each loaded afresh, and whether it holds devices there)."""
     removed = 0
-    for nid in sorted(node_ids):
-        if node_id is not None and nid != node_id:
-            continue
-        node = session.get(ComputeNode, nid, populate_existing=True)
-        assert node is not None
+    params = {"consumer": consumer_uuid, "node": node_id}
+    for node, has_devices in session.execute(_holdings_query(node_id is not None), params):
         generation = node.generation
-        removed += _delete_allocations(session, consumer_uuid, nid)
-        removed += release_devices(session, consumer_uuid, nid)
+        removed += _delete_allocations(session, consumer_uuid, node.id)
+        if has_devices:
+            removed += release_devices(session, consumer_uuid, node.id)
         write_usage(session, node, generation)
     return removed
+
+
+@functools.cache
+def _holdings_query(one_node: bool) -> Select[tuple[ComputeNode, bool]]:
+    """The nodes where the consumer (``:consumer``) holds allocations or devices, by id
+    (``:node`` only, when ``one_node``), each with whether it holds devices there."""
+    consumer = bindparam("consumer", type_=String)
+    node_ids = union_all(
+        select(Allocation.compute_node_id).where(Allocation.consumer_uuid == consumer),
+        select(PciDevice.compute_node_id).where(*held_by(consumer)),
+    )
+    devices = (
+        select(PciDevice.id)
+        .where(
+            PciDevice.consumer_uuid == consumer,
+            PciDevice.status.in_((CLAIMED, ALLOCATED)),
+            PciDevice.compute_node_id == ComputeNode.id,
+        )
+        .exists()
+    )
+    query = (
+        select(ComputeNode, devices.label("has_devices"))
+        .where(ComputeNode.id.in_(node_ids.scalar_subquery()))
+        .order_by(ComputeNode.id)
+        .execution_options(populate_existing=True)
+    )
+    if one_node:
+        query = query.where(ComputeNode.id == bindparam("node", type_=Integer))
+    return query
 
 
 def consumer_allocations(

@@ -1,13 +1,22 @@
 """Instance actions, their events and instance faults: the record an operator reads to
-learn what happened to a server (Nova's ``instance_actions`` and ``instance_faults``)."""
+learn what happened to a server (Nova's ``instance_actions`` and ``instance_faults``).
+
+An event opens and closes, and an action finishes, with plain INSERT / UPDATE statements
+built once (issue 16): no ORM load of the action and its events on a step's path. They
+write the tables directly, so a row of them loaded in the same session is not refreshed
+(reads that need the new values, such as ``event_result``, read again).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import functools
 import traceback as tb_module
 from collections.abc import Iterator
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Insert, Select, Table, Update, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from compute.sessions import Sessions
@@ -36,8 +45,23 @@ def _action(session: Session, instance_uuid: str, request_id: str) -> InstanceAc
 def action_open(session: Session, instance_uuid: str, request_id: str) -> bool:
     """Whether the request's action exists and has not finished: a step that sets no
     task_state knows a redelivery by its finished action."""
-    action = _action(session, instance_uuid, request_id)
-    return action is not None and action.finish_time is None
+    row = session.execute(
+        _action_finish_time_query(), {"uuid": instance_uuid, "request_id": request_id}
+    ).first()
+    return row is not None and row.finish_time is None
+
+
+@functools.cache
+def _action_finish_time_query() -> Select[tuple[int, dt.datetime | None]]:
+    return (
+        select(InstanceAction.id, InstanceAction.finish_time)
+        .where(
+            InstanceAction.instance_uuid == bindparam("uuid"),
+            InstanceAction.request_id == bindparam("request_id"),
+        )
+        .order_by(InstanceAction.id.desc())
+        .limit(1)
+    )
 
 
 def latest_request_id(session: Session, instance_uuid: str) -> str | None:
@@ -55,13 +79,43 @@ def latest_request_id(session: Session, instance_uuid: str) -> str | None:
 def start_event(
     session: Session, instance_uuid: str, request_id: str, event: str, host: str | None
 ) -> int | None:
-    action = _action(session, instance_uuid, request_id)
-    if action is None:
-        return None
-    row = InstanceActionEvent(action_id=action.id, event=event, host=host)
-    session.add(row)
-    session.flush()
-    return row.id
+    """Open ``event`` under the request's (latest) action: its id, None without one."""
+    values = {
+        "uuid": instance_uuid,
+        "request_id": request_id,
+        "event": event,
+        "host": host,
+        "start_time": utcnow(),
+    }
+    session.flush()  # an action added in this session (a Core statement does not autoflush)
+    event_id: int | None = session.scalar(_start_event_statement(), values)
+    return event_id
+
+
+@functools.cache
+def _start_event_statement() -> Insert:
+    """One INSERT ... SELECT: the event row under the request's latest action, if any."""
+    table = cast(Table, InstanceActionEvent.__table__)
+    columns = table.c
+    latest = (
+        select(
+            InstanceAction.id,
+            bindparam("event", type_=columns.event.type),
+            bindparam("host", type_=columns.host.type),
+            bindparam("start_time", type_=columns.start_time.type),
+        )
+        .where(
+            InstanceAction.instance_uuid == bindparam("uuid"),
+            InstanceAction.request_id == bindparam("request_id"),
+        )
+        .order_by(InstanceAction.id.desc())
+        .limit(1)
+    )
+    return (
+        insert(table)
+        .from_select(["action_id", "event", "host", "start_time"], latest, include_defaults=False)
+        .returning(columns.id)
+    )
 
 
 def event_result(session: Session, event_id: int) -> str | None:
@@ -78,17 +132,58 @@ def finish_event(
     details: str | None = None,
     finish_action: bool = False,
 ) -> None:
-    row = session.get(InstanceActionEvent, event_id)
-    if row is None:
-        return
     now = utcnow()
-    row.finish_time, row.result, row.traceback, row.details = now, result, traceback, details
-    action = session.get(InstanceAction, row.action_id)
-    if action is not None:
-        if result == ERROR:
-            action.message = ERROR
-        if finish_action:
-            action.finish_time = now
+    action_id = session.scalar(
+        _finish_event_statement(),
+        {
+            "b_event_id": event_id,
+            "b_finish_time": now,
+            "b_result": result,
+            "b_traceback": traceback,
+            "b_details": details,
+        },
+    )
+    if action_id is None:
+        return
+    statement = _end_action_statement(result == ERROR, finish_action)
+    if statement is not None:
+        session.execute(statement, {"b_action_id": action_id, "b_finish_time": now})
+
+
+@functools.cache
+def _finish_event_statement() -> Update:
+    """Close an event; RETURNING its action's id (none: the event is gone)."""
+    return (
+        update(InstanceActionEvent)
+        .where(InstanceActionEvent.id == bindparam("b_event_id"))
+        .values(
+            finish_time=bindparam("b_finish_time"),
+            result=bindparam("b_result"),
+            traceback=bindparam("b_traceback"),
+            details=bindparam("b_details"),
+        )
+        .returning(InstanceActionEvent.action_id)
+        .execution_options(synchronize_session=False)
+    )
+
+
+@functools.cache
+def _end_action_statement(error: bool, finish: bool) -> Update | None:
+    """The action's part of an event's end: ``message`` Error after an error, the
+    action's ``finish_time`` when the event finishes it (None: nothing to write)."""
+    values: dict[str, Any] = {}
+    if error:
+        values["message"] = ERROR
+    if finish:
+        values["finish_time"] = bindparam("b_finish_time")
+    if not values:
+        return None
+    return (
+        update(InstanceAction)
+        .where(InstanceAction.id == bindparam("b_action_id"))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def close_open_events(session: Session, instance_uuid: str, exc: BaseException) -> int:
@@ -127,11 +222,32 @@ def record_event(
 def finish_action(
     session: Session, instance_uuid: str, request_id: str, result: str = SUCCESS
 ) -> None:
-    action = _action(session, instance_uuid, request_id)
-    if action is not None:
-        action.finish_time = utcnow()
-        if result == ERROR:
-            action.message = ERROR
+    """End the request's (latest) action; ``message`` Error after an error."""
+    session.execute(
+        _finish_action_statement(result == ERROR),
+        {"b_uuid": instance_uuid, "b_request_id": request_id, "b_finish_time": utcnow()},
+    )
+
+
+@functools.cache
+def _finish_action_statement(error: bool) -> Update:
+    latest = (
+        select(func.max(InstanceAction.id))
+        .where(
+            InstanceAction.instance_uuid == bindparam("b_uuid"),
+            InstanceAction.request_id == bindparam("b_request_id"),
+        )
+        .scalar_subquery()
+    )
+    values: dict[str, Any] = {"finish_time": bindparam("b_finish_time")}
+    if error:
+        values["message"] = ERROR
+    return (
+        update(InstanceAction)
+        .where(InstanceAction.id == latest)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def end_open_action(

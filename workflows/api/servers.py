@@ -6,14 +6,16 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
+from celery.canvas import Signature
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from typing_extensions import TypedDict, Unpack
 
 from compute import instance_actions as actions
 from compute.delete import local_delete
 from compute.instance_state import get_instance
 from compute.states import TaskState, VmState
-from models import InstanceAction, utcnow
+from models import Instance, InstanceAction, utcnow
 from models.db import session_scope
 from novaq.exceptions import (
     InstanceErrored,
@@ -89,11 +91,15 @@ def list_flavors(is_public: bool | None = True) -> list[dict[str, Any]]:
 
 @validated()
 def delete(uuid: str) -> str:
-    """Delete a server (any state). Returns the action's request id."""
+    """Delete a server (any state). Returns the action's request id.
+
+    A delete to a host that is up is one write transaction (issue 16): the instance is
+    read, checked and written there, its action and its operation's record with it; a
+    repeated delete, a local delete and a soft delete leave it with nothing written."""
     uuid = common.check_uuid(uuid)
     s = common.settings()
     request_id = common.new_request_id()
-    with session_scope(common.db_url(), read_only=True) as session:
+    with session_scope(common.db_url()) as session:
         instance = get_instance(session, uuid, with_deleted=False)
         if instance.task_state in (TaskState.DELETING, TaskState.SOFT_DELETING):
             # Nova ignores a repeated delete while one is in progress.
@@ -109,6 +115,10 @@ def delete(uuid: str) -> str:
             and instance.launched_at is not None
             and instance.vm_state not in (VmState.SOFT_DELETED, VmState.RESIZED)
         )
+        if host_up and not soft:
+            assert host is not None
+            dispatch.check_broker()
+            workflow, written, recorded = _ask_terminate(session, instance, request_id, host)
     if not host_up:
         # Nova's local delete: no host, or a host that is down.
         with session_scope(common.db_url()) as session:
@@ -116,22 +126,28 @@ def delete(uuid: str) -> str:
         local_delete(common.sessions(), uuid, request_id)
         return request_id
     assert host is not None
-    dispatch.check_broker()
     if soft:
+        dispatch.check_broker()
         return _soft_delete(uuid, request_id, host)
-    with session_scope(common.db_url()) as session:
-        instance = get_instance(session, uuid, with_deleted=False)
-        written = Written(
-            request_id, (uuid,), TaskState.DELETING, submit.columns(instance, "task_state")
-        )
-        instance.task_state = TaskState.DELETING
-        instance.updated_at = utcnow()
-        actions.start_action(session, uuid, "delete", request_id)
-        # The operation's record commits with the write that asks for it (one commit).
-        workflow = delete_workflow(uuid, request_id, host)
-        recorded = dispatch.record(session, workflow, {uuid: TaskState.DELETING})
     submit.publish(workflow, written, recorded)
     return request_id
+
+
+def _ask_terminate(
+    session: Session, instance: Instance, request_id: str, host: str
+) -> tuple[Signature, Written, dispatch.Recorded]:
+    """Task ``deleting``, the action and the operation's record, in the caller's
+    transaction (they commit together)."""
+    uuid = instance.uuid
+    written = Written(
+        request_id, (uuid,), TaskState.DELETING, submit.columns(instance, "task_state")
+    )
+    instance.task_state = TaskState.DELETING
+    instance.updated_at = utcnow()
+    actions.start_action(session, uuid, "delete", request_id)
+    workflow = delete_workflow(uuid, request_id, host)
+    recorded = dispatch.record(session, workflow, {uuid: TaskState.DELETING})
+    return workflow, written, recorded
 
 
 def _soft_delete(uuid: str, request_id: str, host: str) -> str:

@@ -1,6 +1,7 @@
 """What one ``api.boot`` costs (issue 16): one write transaction (the servers, their
 actions and the operation's durable record commit together) plus a read-only lookup, and
-no new broker connection once the API's pooled one is open."""
+no new broker connection once the API's pooled one is open; one ``api.delete``: one write
+transaction."""
 
 from __future__ import annotations
 
@@ -77,11 +78,23 @@ def test_a_second_boot_opens_no_broker_connection(
     assert queued("scheduler") == 3
 
 
-def test_a_delete_is_one_commit_and_a_read_only_lookup(db_url: str, counts: Sql) -> None:
+def test_a_delete_is_one_write_transaction_of_seven_statements(db_url: str, counts: Sql) -> None:
     uuid = placed_server(db_url)
     counts.reset()
     api.delete(uuid)
-    assert (counts.commits, counts.rollbacks) == (1, 1)
+    # The instance and the host's service read, the action, the task state and the
+    # record written, in one transaction (was a read-only lookup, then a transaction that
+    # read the instance again: 2 transactions, 9 statements).
+    assert (counts.commits, counts.rollbacks) == (1, 0)
+    assert [s for s in counts.statements if not s.startswith("BEGIN")] == [
+        "SELECT INSTANCES.ID,",
+        "SELECT SERVICES.ID,",
+        "INSERT INTO",
+        "UPDATE INSTANCES",
+        "SAVEPOINT SA_SAVEPOINT_1",
+        "INSERT INTO",
+        "RELEASE SAVEPOINT",
+    ]
     # What that one commit wrote: the task state and its record in flight.
     with session_scope(db_url) as session:
         record = session.get(OperationInFlight, uuid)
