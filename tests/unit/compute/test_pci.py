@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from compute.claims import ResourceRequest
-from compute.pci import PciRequest, allowed, parse_alias_spec, sync_devices
+from compute.pci import PciRequest, allowed, parse_alias_spec, sync_devices, type_matches
 from models import PciDevice
 from models.db import session_scope
 from novaq.exceptions import InvalidFlavor, ResourcesUnavailable
@@ -56,13 +56,31 @@ def test_alias_spec_parses_into_requests() -> None:
     )
 
 
+def test_alias_spec_is_read_as_nova_reads_it() -> None:
+    # Nova strips the alias name and accepts a count of zero (its extra spec pattern is
+    # [^:]+:\d+); a zero count asks for no device, so it makes no request.
+    aliases = gpu_settings().pci.alias
+    assert [r.count for r in parse_alias_spec(f"{GPU_ALIAS} :1", aliases)] == [1]
+    assert [r.alias for r in parse_alias_spec(f" {GPU_ALIAS}: 2", aliases)] == [GPU_ALIAS]
+    assert parse_alias_spec(f"{GPU_ALIAS}:0", aliases) == []
+
+
+def test_an_alias_without_device_type_takes_any_type_but_a_pf() -> None:
+    untyped = PciRequest(GPU_ALIAS, 1, "10de", "13f1")
+    assert untyped.device_type is None
+    for dev_type, served in (("type-PCI", True), ("type-VF", True), ("type-PF", False)):
+        assert type_matches(untyped.device_type, dev_type) is served
+    assert type_matches("type-PF", "type-PF") and not type_matches("type-VF", "type-PCI")
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ("Unknown:1", "PCI alias 'Unknown' is not defined"),
         (f"{GPU_ALIAS}", "expected NAME:COUNT"),
-        (f"{GPU_ALIAS}:0", "count must be a positive integer"),
-        (f"{GPU_ALIAS}:two", "count must be a positive integer"),
+        (f"{GPU_ALIAS}:two", "count must be a whole number"),
+        (f"{GPU_ALIAS}:-1", "count must be a whole number"),
+        (" :1", "expected NAME:COUNT"),
         (f"{GPU_ALIAS}:1,", "expected NAME:COUNT"),
     ],
 )
