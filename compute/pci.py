@@ -62,6 +62,13 @@ def type_matches(wanted: str | None, dev_type: str) -> bool:
     return dev_type == wanted if wanted else dev_type != PF
 
 
+def typed_first(requests: Sequence[PciRequest]) -> list[PciRequest]:
+    """The requests that name a device type first: one that takes any type but a PF gets
+    what they leave, so a node that can serve them all is never refused (scheduler and
+    claim take them in this one order)."""
+    return sorted(requests, key=lambda request: request.device_type is None)
+
+
 def parse_alias_spec(value: str, aliases: Sequence[PciAliasEntry]) -> list[PciRequest]:
     """``"name:count[,name:count]"`` → requests, read as Nova reads them: the name is
     stripped (``"a0 :1"`` is ``a0``), the count is a whole number, zero included (``a0:0``
@@ -214,7 +221,7 @@ def claim_devices(
         )
     )
     taken: list[PciDevice] = []
-    for request in requests:
+    for request in typed_first(requests):
         matching = [d for d in free if request.matches(d) and d not in taken][: request.count]
         if len(matching) < request.count:
             raise ResourcesUnavailable(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compute.claims import ResourceRequest
-from compute.pci import PciRequest, type_matches
+from compute.pci import PciRequest, type_matches, typed_first
 from models.alternate import Alternate
 
 
@@ -123,7 +123,7 @@ def take_pci_devices(pools: PciPools, requests: Sequence[PciRequest]) -> PciRequ
     return None, or return the first request they cannot serve (``pools`` then partly
     debited). Requests that name a device type go first, so a request that takes any type
     but a PF (an alias without ``device_type``) gets what the typed ones leave."""
-    for request in sorted(requests, key=lambda r: r.device_type is None):
+    for request in typed_first(requests):
         keys = [
             key
             for key in pools

@@ -159,3 +159,18 @@ def test_a_migration_consumer_can_hold_devices_owned_by_its_instance(db_url: str
     assert _statuses(db_url) == {"0000:08:00.0": ("allocated", instance)}
     release(db_url, migration)
     assert _statuses(db_url) == {"0000:08:00.0": ("available", None)}
+
+
+def test_a_claim_serves_typed_requests_before_an_untyped_one(db_url: str) -> None:
+    # 08:00.0 is a VF, 88:00.0 a plain PCI device. In the flavor's order the untyped
+    # request would take the VF (lowest address) and leave the typed one nothing.
+    settings = gpu_settings()
+    node_id = make_compute_node(db_url, "host1", settings=settings)
+    vf = Discovered("0000:08:00.0", "10de", "13f1", None, "type-VF")
+    with session_scope(db_url) as session:
+        sync_devices(session, node_id, (vf, *gpus("0000:88:00.0")), settings)
+    untyped = PciRequest(GPU_ALIAS, 1, "10de", "13f1")
+    typed = PciRequest("vf", 1, "10de", "13f1", "type-VF")
+    owner = _uuid()
+    claim(db_url, node_id, owner, ResourceRequest(1, 512, 1, pci=(untyped, typed)))
+    assert set(_statuses(db_url).values()) == {("allocated", owner)}
