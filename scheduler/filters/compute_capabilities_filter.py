@@ -11,6 +11,10 @@ The attributes are Nova's ``HostState``'s, by Nova's names and with Nova's value
 novaq does), ``cpu_info`` is the JSON text Nova keeps, ``supported_instances`` a list of
 lists. Not there yet: ``host_ip``, ``metrics`` and the resource tracker's ``stats`` keys
 (``num_vm_*``, ``num_task_*``, ``num_proj_*``...); a spec naming them finds no capability.
+
+Where Nova's filter raises (a numeric operator such as ``>= 4`` against a text capability
+such as ``x86_64``: ``ValueError``, which fails the whole request in Nova), novaq's
+refuses that host and goes on with the others (``extra_specs_ops.match``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
 """ImagePropertiesFilter: the host must support the image's architecture, hypervisor type
 and VM mode (one ``supported_instances`` triple), hypervisor version and physical address
 bits. An image that asks for none of architecture, type or mode passes everywhere.
+
+``hw_maxphysaddr_bits`` is compared with the host's ``cpu_info.maxphysaddr.bits``. Nova 34
+raises there (``AttributeError``: it reads ``cpu_info`` as a dict, but its host state
+holds the compute node's JSON text), which fails the whole request; novaq compares the
+bits as Nova means to. The triple is matched position by position (``_triple_matches``).
 """
 
 from __future__ import annotations
