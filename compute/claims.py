@@ -143,6 +143,8 @@ def check_capacity(node: ComputeNode, usage: Mapping[str, int], request: Resourc
     capacity, totals = node_capacity(node), node_totals(node)
     problems = []
     for rc, amount in request.as_resources().items():
+        if amount == 0:
+            continue  # placement checks only what is asked for (root_gb=0: no DISK_GB)
         if amount > totals[rc]:
             problems.append(f"{rc} {amount} exceeds the node's total {totals[rc]}")
         elif usage[rc] + amount > capacity[rc]:

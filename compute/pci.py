@@ -26,17 +26,20 @@ from virt.driver import PciDevice as DiscoveredDevice
 LOG = logging.getLogger(__name__)
 
 ALIAS_SPEC = "pci_passthrough:alias"
+PF = "type-PF"
 
 
 @dataclass(frozen=True, slots=True)
 class PciRequest:
-    """``count`` devices of one alias (vendor and product resolved from ``[pci] alias``)."""
+    """``count`` devices of one alias (vendor and product resolved from ``[pci] alias``).
+
+    ``device_type`` None: any type but ``type-PF`` (an alias that names no type)."""
 
     alias: str
     count: int
     vendor_id: str
     product_id: str
-    device_type: str = "type-PCI"
+    device_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,27 +52,46 @@ class PciRequest:
         return (
             device.vendor_id == self.vendor_id
             and device.product_id == self.product_id
-            and device.dev_type == self.device_type
+            and type_matches(self.device_type, device.dev_type)
         )
 
 
+def type_matches(wanted: str | None, dev_type: str) -> bool:
+    """Whether a device of ``dev_type`` serves a request for ``wanted`` (None: any type
+    but a PF, as Nova's PCI stats filter PFs out of requests that do not ask for one)."""
+    return dev_type == wanted if wanted else dev_type != PF
+
+
+def typed_first(requests: Sequence[PciRequest]) -> list[PciRequest]:
+    """The requests that name a device type first: one that takes any type but a PF gets
+    what they leave, so a node that can serve them all is never refused (scheduler and
+    claim take them in this one order)."""
+    return sorted(requests, key=lambda request: request.device_type is None)
+
+
 def parse_alias_spec(value: str, aliases: Sequence[PciAliasEntry]) -> list[PciRequest]:
-    """``"name:count[,name:count]"`` → requests; an unknown alias, a missing or non-positive
-    count, or an empty entry is refused (Nova's ``PciRequestAliasNotDefined`` / invalid spec)."""
+    """``"name:count[,name:count]"`` → requests, read as Nova reads them: the name is
+    stripped (``"a0 :1"`` is ``a0``), the count is a whole number, zero included (``a0:0``
+    asks for no device, so it makes no request); an unknown alias, a count that is not a
+    whole number or an empty entry is refused (Nova's ``PciRequestAliasNotDefined`` and
+    its extra spec pattern ``[^:]+:\\d+``)."""
     by_name = {a.name: a for a in aliases}
     requests = []
     for entry in value.split(","):
-        name, sep, count_text = entry.strip().partition(":")
+        name, sep, count_text = entry.partition(":")
+        name = name.strip()
         if not name or not sep:
             raise InvalidFlavor(reason=f"{ALIAS_SPEC}={value!r}: expected NAME:COUNT[,NAME:COUNT]")
-        if not count_text.strip().isdigit() or int(count_text) < 1:
-            raise InvalidFlavor(reason=f"{ALIAS_SPEC}={value!r}: count must be a positive integer")
+        if not count_text.strip().isdigit():
+            raise InvalidFlavor(reason=f"{ALIAS_SPEC}={value!r}: count must be a whole number")
         alias = by_name.get(name)
         if alias is None:
             known = ", ".join(sorted(by_name)) or "none configured"
             raise InvalidFlavor(
                 reason=f"{ALIAS_SPEC}: PCI alias {name!r} is not defined in [pci] alias ({known})"
             )
+        if int(count_text) == 0:
+            continue
         requests.append(
             PciRequest(
                 alias=name,
@@ -199,7 +221,7 @@ def claim_devices(
         )
     )
     taken: list[PciDevice] = []
-    for request in requests:
+    for request in typed_first(requests):
         matching = [d for d in free if request.matches(d) and d not in taken][: request.count]
         if len(matching) < request.count:
             raise ResourcesUnavailable(

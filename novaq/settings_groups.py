@@ -38,7 +38,9 @@ class PciAliasEntry(_Group):
     name: str = Field(min_length=1)
     vendor_id: str = Field(pattern=_HEX4)
     product_id: str = Field(pattern=_HEX4)
-    device_type: str = Field(default="type-PCI", pattern=r"^(type-PCI|type-PF|type-VF)$")
+    #: None (left out) matches any device type but a PF, as Nova's alias does (its PCI
+    #: stats leave PFs out of a request that does not ask for one).
+    device_type: str | None = Field(default=None, pattern=r"^(type-PCI|type-PF|type-VF)$")
     numa_policy: str = Field(default="legacy", pattern=r"^(required|legacy|preferred|socket)$")
 
 

@@ -131,9 +131,12 @@ def _columns() -> tuple[Any, ...]:
     )
 
 
-def _room(dialect: str) -> list[Any]:
+def _room(dialect: str, asked_classes: tuple[bool, bool, bool]) -> list[Any]:
     """Placement's capacity check as SQL: (total - reserved) * ratio - allocated >= asked,
-    and no more than the physical total for one consumer (max_unit).
+    and no more than the physical total for one consumer (max_unit), for the classes the
+    request asks for (``asked_classes``: VCPU, MEMORY_MB, DISK_GB). A class asked for 0
+    is left out, as Nova leaves DISK_GB out of a ``root_gb=0`` flavor's request: a node
+    whose disk is overcommitted past its capacity still takes a boot-from-volume server.
 
     NOTE: on PostgreSQL the three capacity checks are one ``least(free - asked, ...) >= 0``
     (the same test: the columns are not nullable). The planner gives each inequality on an
@@ -152,11 +155,20 @@ def _room(dialect: str) -> list[Any]:
         (node.local_gb - node.reserved_disk_gb) * node.disk_allocation_ratio
         - (node.local_gb_used - node.reserved_disk_gb),
     )
-    asked = (vcpus, memory_mb, disk_gb)
-    max_unit = [node.vcpus >= vcpus, node.memory_mb >= memory_mb, node.local_gb >= disk_gb]
+    totals = (node.vcpus, node.memory_mb, node.local_gb)
+    checked = [
+        (f, a, t)
+        for f, a, t, wanted in zip(
+            free, (vcpus, memory_mb, disk_gb), totals, asked_classes, strict=True
+        )
+        if wanted
+    ]
+    if not checked:
+        return []
+    max_unit = [t >= a for _, a, t in checked]
     if dialect == "postgresql":
-        return [*max_unit, func.least(*(f - a for f, a in zip(free, asked, strict=True))) >= 0]
-    return [*max_unit, *(f >= a for f, a in zip(free, asked, strict=True))]
+        return [*max_unit, func.least(*(f - a for f, a, _ in checked)) >= 0]
+    return [*max_unit, *(f >= a for f, a, _ in checked)]
 
 
 def _with_service(nodes: Any) -> Any:
@@ -168,11 +180,17 @@ def _with_service(nodes: Any) -> Any:
 
 
 @functools.cache
-def candidates_query(by_hosts: bool, prefiltered: bool, dialect: str) -> Select[Any]:
+def candidates_query(
+    by_hosts: bool,
+    prefiltered: bool,
+    dialect: str,
+    asked_classes: tuple[bool, bool, bool] = (True, True, True),
+) -> Select[Any]:
     """The candidates of one request, by node id. Parameters: ``up_from``/``up_to``
     always; ``hosts`` (a list) when ``by_hosts``; ``vcpus``, ``memory_mb``, ``disk_gb``
     and ``limit`` when ``prefiltered`` (the placement-style capacity pre-filter, at most
-    ``limit`` enabled nodes with room). ``dialect``: the database's (``_room``)."""
+    ``limit`` enabled nodes with room). ``dialect``: the database's; ``asked_classes``:
+    which of VCPU, MEMORY_MB, DISK_GB the request asks any of (``_room``)."""
     query = (
         select(*_columns())
         .select_from(_with_service(ComputeNode.__table__))
@@ -182,7 +200,7 @@ def candidates_query(by_hosts: bool, prefiltered: bool, dialect: str) -> Select[
     if by_hosts:
         query = query.where(_node.host.in_(bindparam("hosts", expanding=True)))
     elif prefiltered:
-        query = query.where(_service.disabled.is_(False), *_room(dialect))
+        query = query.where(_service.disabled.is_(False), *_room(dialect, asked_classes))
         query = query.limit(bindparam("limit", type_=Integer))
     return query
 

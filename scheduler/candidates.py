@@ -82,7 +82,10 @@ def load_candidates(
             limit=settings.scheduler.max_placement_results,
         )
     dialect = session.get_bind().dialect.name
-    query = candidates_query(bool(hosts), request is not None and not hosts, dialect)
+    asked = (True, True, True)
+    if request is not None:
+        asked = (request.vcpus > 0, request.memory_mb > 0, request.disk_gb > 0)
+    query = candidates_query(bool(hosts), request is not None and not hosts, dialect, asked)
     rows = session.connection().execute(query, params).all()
     prefilter = ""
     if request is not None and not hosts:

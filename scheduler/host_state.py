@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from compute.claims import ResourceRequest
+from compute.pci import PciRequest, type_matches, typed_first
 from models.alternate import Alternate
 
 
@@ -110,6 +112,29 @@ class HostState:
         self.num_io_ops += 1
         if instance_uuid:
             self.instances.add(instance_uuid)
-        for pci in request.pci:
-            key = (pci.vendor_id, pci.product_id, pci.device_type)
-            self.pci_pools[key] = self.pci_pools.get(key, 0) - pci.count
+        take_pci_devices(self.pci_pools, request.pci)
+
+
+PciPools = dict[tuple[str, str, str], int]
+
+
+def take_pci_devices(pools: PciPools, requests: Sequence[PciRequest]) -> PciRequest | None:
+    """Debit ``requests`` from ``pools`` (free devices by vendor, product and type) and
+    return None, or return the first request they cannot serve (``pools`` then partly
+    debited). Requests that name a device type go first, so a request that takes any type
+    but a PF (an alias without ``device_type``) gets what the typed ones leave."""
+    for request in typed_first(requests):
+        keys = [
+            key
+            for key in pools
+            if key[:2] == (request.vendor_id, request.product_id)
+            and type_matches(request.device_type, key[2])
+        ]
+        wanted = request.count
+        if sum(max(pools[key], 0) for key in keys) < wanted:
+            return request
+        for key in sorted(keys):
+            taken = min(max(pools[key], 0), wanted)
+            pools[key] -= taken
+            wanted -= taken
+    return None

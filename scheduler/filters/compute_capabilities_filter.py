@@ -4,12 +4,24 @@ An unscoped key (``hypervisor_type``) is checked only when the host has such an 
 or ``stats`` key, so unrelated unscoped specs do not reject every host. A
 ``capabilities:``-scoped key walks host attributes, then ``stats``, then nested dicts (or
 JSON strings), e.g. ``capabilities:cpu_info:arch``. Keys in any other scope are ignored.
+
+The attributes are Nova's ``HostState``'s, by Nova's names and with Nova's values
+(``NOVA_ATTRIBUTES``), not novaq's own fields: ``total_usable_ram_mb`` is there,
+``memory_mb`` and ``availability_zone`` are not (Nova ignores such an unscoped key, so
+novaq does), ``cpu_info`` is the JSON text Nova keeps, ``supported_instances`` a list of
+lists. Not there yet: ``host_ip``, ``metrics`` and the resource tracker's ``stats`` keys
+(``num_vm_*``, ``num_task_*``, ``num_proj_*``...); a spec naming them finds no capability.
+
+Where Nova's filter raises (a numeric operator such as ``>= 4`` against a text capability
+such as ``x86_64``: ``ValueError``, which fails the whole request in Nova), novaq's
+refuses that host and goes on with the others (``extra_specs_ops.match``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from scheduler.filters import extra_specs_ops
@@ -20,6 +32,32 @@ from scheduler.request_spec import RequestSpec
 LOG = logging.getLogger(__name__)
 
 SCOPE = "capabilities"
+
+#: Nova's HostState attributes (nova/scheduler/host_manager.py) as novaq's host state
+#: holds them.
+NOVA_ATTRIBUTES: dict[str, Callable[[HostState], Any]] = {
+    "host": lambda h: h.host,
+    "nodename": lambda h: h.nodename,
+    "hypervisor_hostname": lambda h: h.nodename,
+    "hypervisor_type": lambda h: h.hypervisor_type,
+    "hypervisor_version": lambda h: h.hypervisor_version,
+    "cpu_info": lambda h: json.dumps(h.cpu_info),
+    "supported_instances": lambda h: [list(t) for t in h.supported_instances],
+    "total_usable_ram_mb": lambda h: h.memory_mb,
+    "free_ram_mb": lambda h: h.free_ram_mb,
+    "total_usable_disk_gb": lambda h: h.local_gb,
+    "free_disk_mb": lambda h: h.free_disk_mb,
+    "disk_mb_used": lambda h: h.local_gb_used * 1024,
+    "vcpus_total": lambda h: h.vcpus_total,
+    "vcpus_used": lambda h: h.vcpus_used,
+    "num_instances": lambda h: h.num_instances,
+    "num_io_ops": lambda h: h.num_io_ops,
+    "failed_builds": lambda h: h.failed_builds,
+    "cpu_allocation_ratio": lambda h: h.cpu_allocation_ratio,
+    "ram_allocation_ratio": lambda h: h.ram_allocation_ratio,
+    "disk_allocation_ratio": lambda h: h.disk_allocation_ratio,
+    "stats": lambda h: h.stats,
+}
 MAXPHYSADDR_SPEC = "hw:maxphysaddr_bits"
 MAXPHYSADDR_CAPABILITY = "capabilities:cpu_info:maxphysaddr:bits"
 
@@ -58,7 +96,7 @@ def _capability_path(host: HostState, key: str) -> list[str] | None:
     """The attribute path a spec key names, or None when this filter ignores the key."""
     scope = key.split(":")
     if len(scope) == 1:
-        return scope if hasattr(host, key) or key in host.stats else None
+        return scope if key in NOVA_ATTRIBUTES or key in host.stats else None
     return scope[1:] if scope[0] == SCOPE else None
 
 
@@ -73,7 +111,8 @@ def _lookup(host: HostState, path: list[str]) -> Any:
         if isinstance(capability, dict):
             capability = capability.get(name)
         elif capability is host:
-            found = getattr(host, name, None)
+            attribute = NOVA_ATTRIBUTES.get(name)
+            found = attribute(host) if attribute else None
             capability = found if found is not None else host.stats.get(name)
         else:
             return None

@@ -1,15 +1,18 @@
 """ImagePropertiesFilter: the host must support the image's architecture, hypervisor type
 and VM mode (one ``supported_instances`` triple), hypervisor version and physical address
 bits. An image that asks for none of architecture, type or mode passes everywhere.
+
+``hw_maxphysaddr_bits`` is compared with the host's ``cpu_info.maxphysaddr.bits``. Nova 34
+raises there (``AttributeError``: it reads ``cpu_info`` as a dict, but its host state
+holds the compute node's JSON text), which fails the whole request; novaq compares the
+bits as Nova means to. The triple is matched position by position (``_triple_matches``).
 """
 
 from __future__ import annotations
 
 import logging
-import operator
-from collections.abc import Callable
-from typing import Any
 
+from scheduler import hypervisor_version
 from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
@@ -27,15 +30,6 @@ _ARCH_ALIASES = {
 }
 _HV_TYPE_ALIASES = {"xapi": "xen"}
 _VM_MODE_ALIASES = {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}
-
-_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    ">": operator.gt,
-}
 
 Triple = tuple[str | None, str | None, str | None]
 
@@ -88,10 +82,13 @@ class ImagePropertiesFilter(BaseFilter):
         if not (required and host.hypervisor_version):
             return True
         try:
-            passes = version_satisfies(host.hypervisor_version, required)
-        except ValueError:
-            LOG.debug("%s: unreadable img_hv_requested_version %r", host.host, required)
+            predicate = hypervisor_version.parse(required)
+        except ValueError as exc:
+            # Refused when the image is stored (workflows.api.images_store); an older
+            # row may still hold one. Nova refuses such an image before scheduling.
+            LOG.debug("%s: unreadable img_hv_requested_version %r: %s", host.host, required, exc)
             return False
+        passes = hypervisor_version.satisfied_by(predicate, host.hypervisor_version)
         if not passes:
             LOG.debug(
                 "%s: hypervisor version %s does not satisfy %r",
@@ -120,36 +117,3 @@ def _triple_matches(wanted: Triple, offered: Triple) -> bool:
     # each wanted name appear somewhere in the triple, which lets vm_mode "xen" match a
     # host whose hypervisor type is "xen".
     return all(w is None or w == o for w, o in zip(wanted, offered, strict=True))
-
-
-def version_satisfies(hypervisor_version: int, required: str) -> bool:
-    """Whether the host's version meets every comma-separated clause of ``required``.
-
-    NOTE: a dotted operand (``">= 6.0"``) is compared as Nova does, with the host's
-    ``major*1e6 + minor*1e3 + micro`` encoding turned back into ``(6, 0, 0)`` and missing
-    parts read as 0; a bare integer (``">=6000000"``) is compared with the encoded number
-    itself. Raises ValueError for a clause that is not ``<op> <version>``.
-    """
-    return all(_clause_holds(hypervisor_version, clause) for clause in required.split(","))
-
-
-def _clause_holds(hypervisor_version: int, clause: str) -> bool:
-    text = clause.strip()
-    op = next((o for o in _COMPARISONS if text.startswith(o)), None)
-    operand = text[len(op) :].strip() if op else ""
-    if op is None or not operand:
-        raise ValueError(f"bad version requirement {clause!r}")
-    if "." not in operand:
-        return _COMPARISONS[op](hypervisor_version, int(operand))
-    wanted = tuple(int(part) for part in operand.split("."))
-    have = _version_tuple(hypervisor_version)
-    width = max(len(wanted), len(have))
-    return _COMPARISONS[op](_pad(have, width), _pad(wanted, width))
-
-
-def _version_tuple(encoded: int) -> tuple[int, ...]:
-    return (encoded // 1_000_000, encoded // 1000 % 1000, encoded % 1000)
-
-
-def _pad(parts: tuple[int, ...], width: int) -> tuple[int, ...]:
-    return parts + (0,) * (width - len(parts))

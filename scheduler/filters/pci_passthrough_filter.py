@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from scheduler.filters.base import BaseFilter
-from scheduler.host_state import HostState
+from scheduler.host_state import HostState, take_pci_devices
 from scheduler.request_spec import RequestSpec
 
 LOG = logging.getLogger(__name__)
@@ -17,18 +17,17 @@ class PciPassthroughFilter(BaseFilter):
         return not spec.pci_requests
 
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
-        needed: dict[tuple[str, str, str], int] = {}
-        for request in spec.pci_requests:
-            key = (request.vendor_id, request.product_id, request.device_type)
-            needed[key] = needed.get(key, 0) + request.count
-        for key, count in needed.items():
-            if host.pci_pools.get(key, 0) < count:
-                LOG.debug(
-                    "%s: %d free devices %s, %d requested",
-                    host.host,
-                    host.pci_pools.get(key, 0),
-                    key,
-                    count,
-                )
-                return False
+        short = take_pci_devices(dict(host.pci_pools), spec.pci_requests)
+        if short is not None:
+            LOG.debug(
+                "%s: too few free devices %s:%s (%s) for %d of alias %s (free: %s)",
+                host.host,
+                short.vendor_id,
+                short.product_id,
+                short.device_type or "any type but type-PF",
+                short.count,
+                short.alias,
+                host.pci_pools,
+            )
+            return False
         return True

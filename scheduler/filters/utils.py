@@ -18,8 +18,15 @@ def aggregate_values(host: HostState) -> dict[str, set[str]]:
 
 
 def hint_values(spec: RequestSpec, name: str) -> set[str]:
-    """A scheduler hint given either as one string or as a list of strings."""
+    """A scheduler hint given either as one string or as a list of strings.
+
+    Read as Nova's ``RequestSpec.get_scheduler_hint`` reads it: a list of one value is
+    that value, so ``[""]`` (what a client sends for an empty hint) is no hint at all,
+    and the filters that take the hint pass every host, as Nova's do.
+    """
     hint: Any = spec.hints.get(name)
+    if isinstance(hint, list) and len(hint) == 1:
+        hint = hint[0]
     if not hint:
         return set()
     if isinstance(hint, str):

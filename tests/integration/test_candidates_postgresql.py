@@ -20,7 +20,16 @@ from tests.factories import make_compute_node, make_settings
 pytestmark = pytest.mark.integration
 
 # (vCPUs used, MB used, GB used) per node, on nodes of 8 vCPUs x 4.0, 8 GB and 100 GB.
-USAGE = [(0, 512, 0), (31, 512, 0), (0, 8192, 0), (0, 512, 99), (30, 7000, 90), (4, 4096, 50)]
+# The last node's disk is overcommitted past its capacity (130 of 100 GB).
+USAGE = [
+    (0, 512, 0),
+    (31, 512, 0),
+    (0, 8192, 0),
+    (0, 512, 99),
+    (30, 7000, 90),
+    (4, 4096, 50),
+    (0, 512, 130),
+]
 
 
 @pytest.fixture
@@ -57,13 +66,19 @@ def _fits(node: ComputeNode, request: ResourceRequest) -> bool:
         "MEMORY_MB": node.memory_mb_used - node.reserved_memory_mb,
         "DISK_GB": node.local_gb_used - node.reserved_disk_gb,
     }
-    return all(capacity[rc] - used[rc] >= n for rc, n in request.as_resources().items())
+    # Placement checks only the classes asked for: a root_gb=0 request has no DISK_GB.
+    return all(capacity[rc] - used[rc] >= n for rc, n in request.as_resources().items() if n > 0)
 
 
 @pytest.mark.parametrize("limit", [1, 2, 1000])
 @pytest.mark.parametrize(
     "request_",
-    [ResourceRequest(1, 512, 1), ResourceRequest(2, 1024, 2), ResourceRequest(8, 8192, 100)],
+    [
+        ResourceRequest(1, 512, 1),
+        ResourceRequest(2, 1024, 2),
+        ResourceRequest(8, 8192, 100),
+        ResourceRequest(1, 512, 0),
+    ],
 )
 def test_the_prefilter_keeps_what_placement_would(
     services: str, nodes: list[int], request_: ResourceRequest, limit: int

@@ -17,7 +17,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("ruff", "lint-imports", "mypy", "python")
-STEPS = ("ruff", "lint-imports", "mypy", "tests/unit", "tests/integration", "tests/hypervisor")
+STEPS = (
+    "ruff",
+    "lint-imports",
+    "mypy",
+    "tests/unit",
+    "tests/differential",
+    "tests/integration",
+    "tests/hypervisor",
+)
 
 
 def _stand_in(path: Path, record: Path) -> None:

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 from models import ContainerFormat, DiskFormat
 from novaq.exceptions import ImageStoreError, InvalidImage
 from novaq.settings import Settings
+from scheduler import hypervisor_version
 
 LOG = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def _check_size(field: str, value: int) -> int:
 def check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
     """Names and values must be strings; the properties Nova reads must hold values Nova
     knows (an architecture, a hypervisor type, a VM mode, a device type, a disk bus, a
-    non-negative integer)."""
+    non-negative integer, a hypervisor version requirement)."""
     if properties is None:
         return {}
     checked: dict[str, str] = {}
@@ -180,6 +181,12 @@ def _check_known_property(key: str, value: str) -> None:
         )
     if key in NON_NEGATIVE_INTS and not value.isdigit():
         raise InvalidImage(reason=f"property {key}={value!r} must be an integer >= 0")
+    if key == "img_hv_requested_version":
+        # Nova refuses such an image at boot (ImageMetaProps' VersionPredicateField).
+        try:
+            hypervisor_version.parse(value)
+        except ValueError as exc:
+            raise InvalidImage(reason=f"property {key}={value!r}: {exc}") from None
 
 
 # -- taking the data in ------------------------------------------------------------------------

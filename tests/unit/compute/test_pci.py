@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from compute.claims import ResourceRequest
-from compute.pci import PciRequest, allowed, parse_alias_spec, sync_devices
+from compute.pci import PciRequest, allowed, parse_alias_spec, sync_devices, type_matches
 from models import PciDevice
 from models.db import session_scope
 from novaq.exceptions import InvalidFlavor, ResourcesUnavailable
@@ -56,13 +56,31 @@ def test_alias_spec_parses_into_requests() -> None:
     )
 
 
+def test_alias_spec_is_read_as_nova_reads_it() -> None:
+    # Nova strips the alias name and accepts a count of zero (its extra spec pattern is
+    # [^:]+:\d+); a zero count asks for no device, so it makes no request.
+    aliases = gpu_settings().pci.alias
+    assert [r.count for r in parse_alias_spec(f"{GPU_ALIAS} :1", aliases)] == [1]
+    assert [r.alias for r in parse_alias_spec(f" {GPU_ALIAS}: 2", aliases)] == [GPU_ALIAS]
+    assert parse_alias_spec(f"{GPU_ALIAS}:0", aliases) == []
+
+
+def test_an_alias_without_device_type_takes_any_type_but_a_pf() -> None:
+    untyped = PciRequest(GPU_ALIAS, 1, "10de", "13f1")
+    assert untyped.device_type is None
+    for dev_type, served in (("type-PCI", True), ("type-VF", True), ("type-PF", False)):
+        assert type_matches(untyped.device_type, dev_type) is served
+    assert type_matches("type-PF", "type-PF") and not type_matches("type-VF", "type-PCI")
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ("Unknown:1", "PCI alias 'Unknown' is not defined"),
         (f"{GPU_ALIAS}", "expected NAME:COUNT"),
-        (f"{GPU_ALIAS}:0", "count must be a positive integer"),
-        (f"{GPU_ALIAS}:two", "count must be a positive integer"),
+        (f"{GPU_ALIAS}:two", "count must be a whole number"),
+        (f"{GPU_ALIAS}:-1", "count must be a whole number"),
+        (" :1", "expected NAME:COUNT"),
         (f"{GPU_ALIAS}:1,", "expected NAME:COUNT"),
     ],
 )
@@ -141,3 +159,18 @@ def test_a_migration_consumer_can_hold_devices_owned_by_its_instance(db_url: str
     assert _statuses(db_url) == {"0000:08:00.0": ("allocated", instance)}
     release(db_url, migration)
     assert _statuses(db_url) == {"0000:08:00.0": ("available", None)}
+
+
+def test_a_claim_serves_typed_requests_before_an_untyped_one(db_url: str) -> None:
+    # 08:00.0 is a VF, 88:00.0 a plain PCI device. In the flavor's order the untyped
+    # request would take the VF (lowest address) and leave the typed one nothing.
+    settings = gpu_settings()
+    node_id = make_compute_node(db_url, "host1", settings=settings)
+    vf = Discovered("0000:08:00.0", "10de", "13f1", None, "type-VF")
+    with session_scope(db_url) as session:
+        sync_devices(session, node_id, (vf, *gpus("0000:88:00.0")), settings)
+    untyped = PciRequest(GPU_ALIAS, 1, "10de", "13f1")
+    typed = PciRequest("vf", 1, "10de", "13f1", "type-VF")
+    owner = _uuid()
+    claim(db_url, node_id, owner, ResourceRequest(1, 512, 1, pci=(untyped, typed)))
+    assert set(_statuses(db_url).values()) == {("allocated", owner)}

@@ -19,11 +19,13 @@ from scheduler.candidates import load_candidates
 from scheduler.manager import Scheduler
 from scheduler.request_spec import InstanceGroup
 from tests.factories import (
+    flavor_dict,
     gpu_settings,
     gpus,
     host_resources,
     make_compute_node,
     make_instance,
+    make_settings,
     spec_for,
     statements_run,
 )
@@ -152,3 +154,22 @@ def test_instance_uuids_are_read_only_for_a_request_that_needs_them(db_url: str)
     assert full.instances == {on_host} and bare.instances == set()
     # The counts are there either way (IoOpsWeigher, NumInstancesFilter, IoOpsFilter).
     assert (full.num_instances, full.num_io_ops) == (bare.num_instances, bare.num_io_ops) == (1, 1)
+
+
+def test_a_flavor_without_disk_lands_on_a_host_whose_disk_is_overcommitted(db_url: str) -> None:
+    # Nova leaves DISK_GB out of a root_gb=0 request: neither the SQL pre-filter, nor
+    # DiskFilter, nor the claim checks disk, and the host takes the server.
+    node_id = make_compute_node(db_url, "full-disk", vcpus=8, memory_mb=8192, local_gb=100)
+    with session_scope(db_url) as session:
+        session.execute(
+            update(ComputeNode).where(ComputeNode.id == node_id).values(local_gb_used=130)
+        )
+    scheduler = Scheduler(make_settings())
+    no_disk = flavor_dict(root_gb=0)
+    uuid = make_instance(db_url, no_disk)
+    with session_scope(db_url) as session:
+        hosts = load_candidates(session, make_settings(), ResourceRequest(1, 512, 0)).hosts
+        assert [h.host for h in hosts] == ["full-disk"]
+        assert load_candidates(session, make_settings(), ResourceRequest(1, 512, 1)).hosts == []
+    placed = scheduler.select_and_claim(sessions_for(db_url), spec_for(uuid, no_disk))
+    assert placed is not None

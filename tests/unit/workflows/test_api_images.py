@@ -142,6 +142,10 @@ def test_a_qcow2_with_a_backing_file_is_refused(
         ({"properties": {"hw_rescue_bus": "pci"}}, "hw_rescue_bus='pci' is not one of"),
         ({"properties": {"os_shutdown_timeout": "-5"}}, "must be an integer >= 0"),
         ({"properties": {"os_shutdown_timeout": "soon"}}, "must be an integer >= 0"),
+        # Nova's image metadata refuses these hypervisor version requirements.
+        ({"properties": {"img_hv_requested_version": "8.2"}}, "'8.2' is not '<op> <version>'"),
+        ({"properties": {"img_hv_requested_version": "= 6.0"}}, "is not '<op> <version>'"),
+        ({"properties": {"img_hv_requested_version": ">= six"}}, "'six' is not a version"),
         ({"image_id": "not-a-uuid"}, "image id must be a UUID"),
         ({"image_id": CIRROS_ID}, f"an image with id {CIRROS_ID} already exists"),
     ],
@@ -167,6 +171,7 @@ def test_known_properties_accept_nova_values_and_aliases(
         "hw_rescue_bus": "ide",
         "os_shutdown_timeout": "0",
         "os_distro": "debian",
+        "img_hv_requested_version": ">= 6.0rc1, < 9",
     }
     image = api.create_image("props", path=str(raw_file), disk_format="raw", properties=props)
     assert image["properties"] == props

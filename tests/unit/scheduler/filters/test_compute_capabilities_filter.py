@@ -125,5 +125,37 @@ def test_capabilities_filter_turns_maxphysaddr_bits_into_a_cpu_info_requirement(
     assert caps.host_passes(host(cpu_info={}), request) is False
 
 
+@pytest.mark.parametrize("key", ["availability_zone", "memory_mb", "local_gb", "pci_pools"])
+def test_capabilities_filter_ignores_novaq_fields_nova_s_host_state_lacks(
+    caps: BaseFilter, host: HostFactory, spec: SpecFactory, key: str
+) -> None:
+    # Nova's HostState has no such attribute: an unscoped key naming it is ignored.
+    assert caps.host_passes(host(), spec(extra_specs={key: "no such value"})) is True
+
+
+def test_capabilities_filter_reads_nova_s_attribute_names(
+    caps: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    roomy = host(memory_mb=8192, memory_mb_used=512, local_gb=100, local_gb_used=10)
+    for key, req, passes in (
+        ("total_usable_ram_mb", ">= 8192", True),
+        ("capabilities:total_usable_ram_mb", ">= 8193", False),
+        ("free_ram_mb", "== 7680", True),
+        ("total_usable_disk_gb", "== 100", True),
+        ("free_disk_mb", ">= 92160", True),
+        ("disk_mb_used", "== 10240", True),
+        ("hypervisor_hostname", "s== " + roomy.nodename, True),
+    ):
+        assert caps.host_passes(roomy, spec(extra_specs={key: req})) is passes, key
+
+
+def test_capabilities_filter_sees_cpu_info_as_the_json_text_nova_keeps(
+    caps: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    cpu = host(cpu_info={"arch": "x86_64"})
+    # Double quotes: JSON, as Nova's compute node holds it (a dict would print 'x86_64').
+    assert caps.host_passes(cpu, spec(extra_specs={"cpu_info": '<in> "x86_64"'}))
+
+
 def test_capabilities_filter_runs_once_per_request(caps: BaseFilter) -> None:
     assert caps.run_filter_once_per_request is True

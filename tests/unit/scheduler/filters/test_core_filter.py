@@ -37,10 +37,20 @@ def test_core_filter_honours_a_lower_allocation_ratio(
 def test_core_filter_does_not_overcommit_reserved_vcpus(
     core: BaseFilter, host: HostFactory, spec: SpecFactory
 ) -> None:
-    # (8 - 2) * 4.0 = 24; the 2 reserved are counted in used.
-    reserved = host(reserved_vcpus=2, vcpus_used=2)
-    assert core.host_passes(reserved, spec(vcpus=24)) is True
-    assert core.host_passes(reserved, spec(vcpus=25)) is False
+    # (8 - 2) * 4.0 = 24; the 2 reserved are counted in used, 17 are allocated: 7 free.
+    reserved = host(reserved_vcpus=2, vcpus_used=2 + 17)
+    assert core.host_passes(reserved, spec(vcpus=7)) is True
+    assert core.host_passes(reserved, spec(vcpus=8)) is False
+
+
+def test_core_filter_refuses_more_vcpus_than_the_host_has_whatever_the_ratio(
+    core: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    # Placement's max_unit: 24 vCPUs fit (8 * 4.0) but no one server gets more than 8.
+    empty = host()
+    assert core.host_passes(empty, spec(vcpus=8)) is True
+    assert core.host_passes(empty, spec(vcpus=9)) is False
+    assert core.filter_all([empty], spec(vcpus=9)) == []
 
 
 def test_core_filter_rejects_an_overcommitted_host(

@@ -44,3 +44,13 @@ def test_different_host_filter_rejects_a_host_running_any_of_the_listed_instance
 
 def test_different_host_filter_runs_once_per_request(different: BaseFilter) -> None:
     assert different.run_filter_once_per_request is True
+
+
+@pytest.mark.parametrize("empty", ["", [""], [None]])
+def test_different_host_filter_reads_an_empty_hint_as_no_hint(
+    different: BaseFilter, host: HostFactory, spec: SpecFactory, empty: object
+) -> None:
+    # As Nova's get_scheduler_hint: a one-value list is its value; empty is no hint.
+    request = spec(hints={"different_host": empty})
+    assert different.ignores(request) is True
+    assert different.host_passes(host(instances={"vm-1"}), request) is True

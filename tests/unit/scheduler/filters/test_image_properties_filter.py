@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from scheduler import hypervisor_version
 from scheduler.filters import BaseFilter
-from scheduler.filters.image_properties_filter import version_satisfies
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
 
@@ -122,8 +122,9 @@ def test_image_filter_checks_the_requested_hypervisor_version(
     assert images.host_passes(kvm, wanting(">=6.0")) is True
     assert images.host_passes(kvm, wanting(">= 6.2.0")) is True
     assert images.host_passes(kvm, wanting(">=7.0")) is False
-    assert images.host_passes(kvm, wanting(">=6000000")) is True
-    assert images.host_passes(kvm, wanting(">=7000000")) is False
+    # As in Nova, a dotless operand is a version too: 6000000 is no hypervisor's.
+    assert images.host_passes(kvm, wanting(">=6000000")) is False
+    assert images.host_passes(kvm, wanting("< 7")) is True
     assert images.host_passes(kvm, wanting(">=6.0,<6.2")) is False
     assert images.host_passes(kvm, wanting("six or later")) is False
 
@@ -155,6 +156,10 @@ def test_image_filter_checks_physical_address_bits_when_the_host_reports_them(
     assert images.host_passes(unknown, spec(image_properties=props)) is True
 
 
+def version_satisfies(encoded: int, required: str) -> bool:
+    return hypervisor_version.satisfied_by(hypervisor_version.parse(required), encoded)
+
+
 @pytest.mark.parametrize(
     ("required", "expected"),
     [
@@ -164,17 +169,43 @@ def test_image_filter_checks_physical_address_bits_when_the_host_reports_them(
         ("<6.10", True),
         (">6.1.9", True),
         ("<=6.2.0, >=6.2.0", True),
-        ("==6002000", True),
+        # Nova (oslo.utils' VersionPredicate) reads an operand without a dot as a version
+        # too: "< 9" is below version 9, and 6002000 is a version no hypervisor has.
+        ("< 9", True),
+        (">= 7", False),
+        ("==6002000", False),
+        (">=6000000", False),
+        # Pre-releases are PEP 440 versions (they used to raise inside the filter).
+        (">= 6.0rc1", True),
+        ("< 6.2.1rc1", True),
+        ("< 6.2rc1", False),
     ],
 )
-def test_version_requirements_compare_versions_part_by_part(required: str, expected: bool) -> None:
+def test_version_requirements_compare_as_nova_does(required: str, expected: bool) -> None:
     assert version_satisfies(QEMU_6_2_0, required) is expected
 
 
-@pytest.mark.parametrize("required", ["6.0", "=>6.0", ">=", ">=x.y"])
+def test_a_host_version_is_spelt_as_oslo_utils_spells_it() -> None:
+    assert str(hypervisor_version.as_version(7002022)) == "7.2.22"
+    assert str(hypervisor_version.as_version(6000000)) == "6.0.0"
+    assert str(hypervisor_version.as_version(5000)) == "5.0"
+
+
+@pytest.mark.parametrize("required", ["6.0", "8.2", "=>6.0", "= 6.0", ">=", ">=x.y", ">= 6.0,"])
 def test_a_malformed_version_requirement_is_an_error(required: str) -> None:
     with pytest.raises(ValueError):
-        version_satisfies(QEMU_6_2_0, required)
+        hypervisor_version.parse(required)
+
+
+def test_image_filter_applies_a_dotless_requirement_as_a_version(
+    images: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    assert (
+        images.host_passes(
+            _kvm_host(host), spec(image_properties={"img_hv_requested_version": "< 9"})
+        )
+        is True
+    )
 
 
 def test_image_filter_runs_once_per_request(images: BaseFilter) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from compute.pci import PciRequest
 from scheduler.filters import BaseFilter
-from scheduler.host_state import HostState
+from scheduler.host_state import HostState, take_pci_devices
 from scheduler.request_spec import RequestSpec
 
 HostFactory = Callable[..., HostState]
@@ -51,3 +51,34 @@ def test_pci_filter_adds_up_requests_for_the_same_device(
     request = spec(pci_requests=(_gpus(1, "a"), _gpus(1, "b")))
     assert pci.host_passes(host(pci_pools={GPU: 1}), request) is False
     assert pci.host_passes(host(pci_pools={GPU: 2}), request) is True
+
+
+def test_pci_filter_serves_an_untyped_alias_from_any_type_but_pfs(
+    pci: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    # Nova: an alias without device_type matches PCI devices and VFs, never a PF.
+    vfs, pfs = ("10de", "13f1", "type-VF"), ("10de", "13f1", "type-PF")
+    request = spec(pci_requests=(_gpus(2),))
+    assert pci.host_passes(host(pci_pools={GPU: 1, vfs: 1}), request) is True
+    assert pci.host_passes(host(pci_pools={pfs: 4}), request) is False
+    assert pci.host_passes(host(pci_pools={GPU: 1, pfs: 4}), request) is False
+
+
+def test_pci_filter_gives_typed_requests_their_devices_first(
+    pci: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    vfs = ("10de", "13f1", "type-VF")
+    typed = PciRequest(
+        alias="vf", count=1, vendor_id="10de", product_id="13f1", device_type="type-VF"
+    )
+    request = spec(pci_requests=(_gpus(1), typed))
+    assert pci.host_passes(host(pci_pools={GPU: 1, vfs: 1}), request) is True
+    assert pci.host_passes(host(pci_pools={vfs: 1}), request) is False
+
+
+def test_an_untyped_request_is_debited_from_the_pools_it_may_use(host: HostFactory) -> None:
+    vfs = ("10de", "13f1", "type-VF")
+    state = host(pci_pools={GPU: 1, vfs: 2})
+    take_pci_devices(state.pci_pools, (_gpus(2),))
+    assert sum(state.pci_pools.values()) == 1
+    assert min(state.pci_pools.values()) == 0

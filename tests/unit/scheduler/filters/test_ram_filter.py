@@ -36,10 +36,19 @@ def test_ram_filter_rejects_host_below_requested_memory(
 def test_ram_filter_overcommits_by_the_allocation_ratio(
     ram: BaseFilter, host: HostFactory, spec: SpecFactory
 ) -> None:
-    # (8192 - 512) * 1.5 = 11520 MB.
-    overcommitted = host(ram_allocation_ratio=1.5)
-    assert ram.host_passes(overcommitted, spec(memory_mb=11520)) is True
-    assert ram.host_passes(overcommitted, spec(memory_mb=11521)) is False
+    # (8192 - 512) * 1.5 = 11520 MB, 8000 of them allocated: 3520 free.
+    overcommitted = host(ram_allocation_ratio=1.5, memory_mb_used=512 + 8000)
+    assert ram.host_passes(overcommitted, spec(memory_mb=3520)) is True
+    assert ram.host_passes(overcommitted, spec(memory_mb=3521)) is False
+
+
+def test_ram_filter_refuses_more_memory_than_the_host_has_whatever_the_ratio(
+    ram: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    # Placement's max_unit: one server never gets more than the host's 8192 MB.
+    roomy = host(ram_allocation_ratio=4.0)
+    assert ram.host_passes(roomy, spec(memory_mb=8192)) is True
+    assert ram.host_passes(roomy, spec(memory_mb=8193)) is False
 
 
 def test_ram_filter_never_hands_out_reserved_memory(
@@ -53,7 +62,7 @@ def test_ram_filter_never_hands_out_reserved_memory(
 def test_ram_filter_does_not_overcommit_the_reserved_part_with_the_ratio(
     ram: BaseFilter, host: HostFactory, spec: SpecFactory
 ) -> None:
-    # (8192 - 2048) * 2.0 = 12288, not 8192 * 2.0 - 2048.
-    reserved = host(reserved_memory_mb=2048, memory_mb_used=2048, ram_allocation_ratio=2.0)
-    assert ram.host_passes(reserved, spec(memory_mb=12288)) is True
-    assert ram.host_passes(reserved, spec(memory_mb=12289)) is False
+    # (8192 - 2048) * 2.0 = 12288, not 8192 * 2.0 - 2048; 6000 allocated: 6288 free.
+    reserved = host(reserved_memory_mb=2048, memory_mb_used=2048 + 6000, ram_allocation_ratio=2.0)
+    assert ram.host_passes(reserved, spec(memory_mb=6288)) is True
+    assert ram.host_passes(reserved, spec(memory_mb=6289)) is False

@@ -44,3 +44,14 @@ def test_same_host_filter_passes_a_host_running_any_of_the_listed_instances(
 
 def test_same_host_filter_runs_once_per_request(same: BaseFilter) -> None:
     assert same.run_filter_once_per_request is True
+
+
+@pytest.mark.parametrize("empty", ["", [""], [None]])
+def test_same_host_filter_reads_an_empty_hint_as_no_hint(
+    same: BaseFilter, host: HostFactory, spec: SpecFactory, empty: object
+) -> None:
+    # Nova's RequestSpec.get_scheduler_hint unwraps a one-value list, and an empty
+    # value is no hint: every host passes (it used to refuse every host).
+    request = spec(hints={"same_host": empty})
+    assert same.ignores(request) is True
+    assert same.host_passes(host(instances={"vm-1"}), request) is True
