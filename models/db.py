@@ -2,8 +2,10 @@
 
 ``session_scope()`` is the unit of work: commit on success, roll back on error;
 ``session_scope(url, read_only=True)`` is a reader's, which takes no write lock and may not
-write. Worker processes created by fork call :func:`dispose_after_fork` so no connection
-crosses a fork (SQLAlchemy's recommended ``engine.dispose(close=False)``).
+write. ``liveness_write(url, statement)`` is a heartbeat's: one UPDATE in autocommit on a
+small engine of its own, which a busy database does not hold up. Worker processes created
+by fork call :func:`dispose_after_fork` so no connection crosses a fork (SQLAlchemy's
+recommended ``engine.dispose(close=False)``).
 """
 
 from __future__ import annotations
