@@ -1,6 +1,6 @@
 """novaq's own heartbeat, timed under load, for ``bench/boot_bench.py``: what
 ``tasks.bootsteps.Heartbeat.report`` does (``compute.servicegroup.heartbeat`` on a
-service row, in ``models.db.session_scope``), every 50 ms in a thread of the bench, on
+service row: ``models.db.liveness_write``), every 50 ms in a thread of the bench, on
 the database the cluster uses."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import threading
 import time
 
 from compute import servicegroup
-from models.db import session_scope
 
 INTERVAL_S = 0.05
 
@@ -30,8 +29,7 @@ class HeartbeatProbe:
         while not self._stop.is_set():
             started = time.perf_counter()
             try:
-                with session_scope(self.db_url) as session:
-                    servicegroup.heartbeat(session, self.service_id)
+                servicegroup.heartbeat(self.db_url, self.service_id)
             except Exception as exc:  # noqa: BLE001 - a failed heartbeat is a finding
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid as uuid_module
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from models import Image, ImageStatus
@@ -41,6 +41,20 @@ def _is_uuid(ref: str) -> bool:
     return True
 
 
+#: The image whose id is ``image_id`` and the live ones named ``name``: one statement for
+#: both lookups (the id wins over any name), built once.
+_IMAGE_BY_REF = (
+    select(Image)
+    .where(
+        or_(
+            Image.id == bindparam("image_id"),
+            and_(Image.name == bindparam("name"), Image.status != ImageStatus.DELETED),
+        )
+    )
+    .order_by(Image.created_at, Image.id)
+)
+
+
 def find_image(session: Session, ref: Any) -> Image:
     """The image whose id is ``ref`` (deleted ones too: their servers keep their image),
     else the one live image named ``ref``, as the nova client resolves ``--image``. A name
@@ -48,15 +62,7 @@ def find_image(session: Session, ref: Any) -> Image:
     if not isinstance(ref, str) or not ref:
         raise InvalidInput(reason=f"image must be a name or an id, got {ref!r}")
     image_id = str(uuid_module.UUID(ref)) if _is_uuid(ref) else ref
-    # One statement for both lookups; the id wins over any name.
-    live_named = and_(Image.name == ref, Image.status != ImageStatus.DELETED)
-    found = list(
-        session.scalars(
-            select(Image)
-            .where(or_(Image.id == image_id, live_named))
-            .order_by(Image.created_at, Image.id)
-        )
-    )
+    found = list(session.scalars(_IMAGE_BY_REF, {"image_id": image_id, "name": ref}))
     by_id = next((image for image in found if image.id == image_id), None)
     if by_id is not None:
         return by_id

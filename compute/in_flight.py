@@ -143,6 +143,7 @@ def record(
     request_id: str = "",
     replacing: bool = False,
     task_states: Mapping[str, str | None] | None = None,
+    created: bool = False,
 ) -> None:
     """Write (or replace) the record of every instance ``message`` acts on, with the
     task_state the instance is in now (the operation's; ``task_states`` when the caller
@@ -151,7 +152,9 @@ def record(
 
     ``replacing``: the records are most likely there (a step's start: the API or the step
     before wrote them), so one UPDATE replaces them all, and only the instances it missed
-    get an INSERT; otherwise (the API's publish) each is inserted, replaced if there."""
+    get an INSERT; otherwise (the API's publish) each is inserted, replaced if there.
+    ``created``: the caller's transaction has just created the instances (a boot), so no
+    record of theirs can exist: one plain INSERT writes them all, with ``task_states``."""
     task_id = task_id_of(message)
     kwargs = first_task(message.get("signature") or {}).get("kwargs") or {}
     request_id = request_id or str(kwargs.get("request_id") or "")
@@ -164,6 +167,9 @@ def record(
         "updated_at": now,
         "host_down_since": None,
     }
+    if created:
+        _insert_created(session, uuids, values, now, task_states or {})
+        return
     if replacing and uuids:
         replaced = session.execute(
             update(OperationInFlight)
@@ -175,6 +181,24 @@ def record(
             return
     for uuid in uuids:
         _insert(session, uuid, values, now, task_states)
+
+
+def _insert_created(
+    session: Session,
+    uuids: list[str],
+    values: dict[str, Any],
+    now: dt.datetime,
+    task_states: Mapping[str, str | None],
+) -> None:
+    """The records of instances created in the caller's transaction, in one INSERT (no
+    savepoint, no fallback UPDATE: nothing else can have written them yet)."""
+    if uuids:
+        rows = [
+            {"instance_uuid": u, "resent": 0, "created_at": now, "task_state": task_states.get(u)}
+            | values
+            for u in uuids
+        ]
+        session.execute(insert(OperationInFlight), rows)
 
 
 def _resent(request_id: str) -> Any:

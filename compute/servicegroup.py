@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from models import Service, utcnow
+from models.db import liveness_write
 from novaq.exceptions import ComputeHostNotFound, InvalidInput, NotFound
 from novaq.settings import Settings
 
@@ -47,13 +48,16 @@ def register_service(
     return service
 
 
-def heartbeat(session: Session, service_id: int) -> None:
-    """One report: bump ``report_count`` and stamp ``last_seen_up``."""
+def heartbeat(db_url: str, service_id: int) -> None:
+    """One report: bump ``report_count`` and stamp ``last_seen_up``, in one UPDATE of its
+    own (``models.db.liveness_write``: not held up by the writers' transactions, whose
+    waits would make a busy host look down)."""
     now = utcnow()
-    session.execute(
+    liveness_write(
+        db_url,
         update(Service)
         .where(Service.id == service_id)
-        .values(report_count=Service.report_count + 1, last_seen_up=now, updated_at=now)
+        .values(report_count=Service.report_count + 1, last_seen_up=now, updated_at=now),
     )
 
 

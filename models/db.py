@@ -2,8 +2,10 @@
 
 ``session_scope()`` is the unit of work: commit on success, roll back on error;
 ``session_scope(url, read_only=True)`` is a reader's, which takes no write lock and may not
-write. Worker processes created by fork call :func:`dispose_after_fork` so no connection
-crosses a fork (SQLAlchemy's recommended ``engine.dispose(close=False)``).
+write. ``liveness_write(url, statement)`` is a heartbeat's: one UPDATE in autocommit on a
+small engine of its own, which a busy database does not hold up. Worker processes created
+by fork call :func:`dispose_after_fork` so no connection crosses a fork (SQLAlchemy's
+recommended ``engine.dispose(close=False)``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 
 import sqlalchemy.exc
@@ -20,6 +23,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql import Executable
 
 from models import outage
 from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
@@ -382,15 +386,109 @@ def _transient_text(message: str) -> bool:
     return _TRANSIENT_TEXT.search(message.lower()) is not None
 
 
+# -- liveness writes: a heartbeat's one UPDATE, on an engine of its own -------------------
+
+_LIVENESS_ENGINES: dict[str, Engine] = {}
+#: How long a liveness write waits for SQLite's write lock (as ``busy_timeout``), and how
+#: often it tries to take it meanwhile.
+LIVENESS_LOCK_WAIT_S = 30.0
+LIVENESS_POLL_S = 0.001
+_SQLITE_BUSY = 5  # SQLITE_BUSY, whatever its extended code (…_SNAPSHOT, …_RECOVERY)
+
+
+def liveness_write(url: str, statement: Executable) -> int:
+    """Run ``statement``, one small write that only says a process is alive (a service's
+    heartbeat), at once and on its own: in autocommit on a small engine of its own, so it
+    never waits for a pooled connection nor runs inside another transaction. Returns the
+    rows it changed.
+
+    NOTE: what lets it through a busy database, where a heartbeat that waits looks like a
+    host going down. On SQLite it does not sleep in the busy handler's growing steps (up
+    to 100 ms each) behind the writers' transactions: it polls the write lock every
+    millisecond (``LIVENESS_POLL_S``, up to ``LIVENESS_LOCK_WAIT_S``), so it takes it as
+    soon as the writer holding it commits; and its connection commits with
+    ``synchronous=NORMAL`` (WAL: no fsync per commit). On PostgreSQL its connection has
+    ``synchronous_commit=off`` (no wait for the WAL flush). Either can lose the last
+    heartbeats of a machine that loses power, never corrupt anything; the next
+    heartbeat writes the same thing again.
+
+    Errors are those of ``session_scope``: an availability error (a lock that outlived
+    the wait included) is ``DatabaseUnavailable``."""
+    engine = liveness_engine(url)
+    deadline = time.monotonic() + LIVENESS_LOCK_WAIT_S
+    while True:
+        try:
+            with engine.connect() as conn:
+                return int(getattr(conn.execute(statement), "rowcount", 0) or 0)
+        except SQLAlchemyError as exc:
+            if _sqlite_busy(exc) and time.monotonic() < deadline:
+                time.sleep(LIVENESS_POLL_S)
+                continue
+            if is_transient_error(exc):
+                raise unavailable(exc) from exc
+            raise
+
+
+def _sqlite_busy(exc: SQLAlchemyError) -> bool:
+    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == _SQLITE_BUSY
+
+
+def liveness_engine(url: str) -> Engine:
+    """The engine of ``liveness_write`` for ``url`` (created on first use)."""
+    url = _normalise_url(url)
+    engine = _LIVENESS_ENGINES.get(url)
+    if engine is not None:
+        return engine
+    with _LOCK:
+        engine = _LIVENESS_ENGINES.get(url)
+        if engine is None:
+            engine = _LIVENESS_ENGINES[url] = _make_liveness_engine(url)
+        return engine
+
+
+def _make_liveness_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        # timeout 0: SQLite's busy handler returns SQLITE_BUSY at once; liveness_write polls.
+        engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"timeout": 0})
+        database = engine.url.database
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            _make_private(database)
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA busy_timeout=0")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    engine = create_engine(
+        url, isolation_level="AUTOCOMMIT", pool_pre_ping=True, pool_size=1, max_overflow=2
+    )
+    if engine.dialect.name == "postgresql":
+
+        @event.listens_for(engine, "connect")
+        def _on_pg_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            # A session setting: committed, it holds for the connection's life.
+            cur = dbapi_conn.cursor()
+            cur.execute("SET synchronous_commit = off")
+            cur.close()
+            dbapi_conn.commit()
+
+    return engine
+
+
 def dispose_after_fork() -> None:
     """Drop pooled connections inherited from the parent without closing them under it."""
-    for engine in _ENGINES.values():
+    for engine in [*_ENGINES.values(), *_LIVENESS_ENGINES.values()]:
         engine.dispose(close=False)
 
 
 def dispose_all() -> None:
     with _LOCK:
-        for engine in _ENGINES.values():
+        for engine in [*_ENGINES.values(), *_LIVENESS_ENGINES.values()]:
             engine.dispose()
         _ENGINES.clear()
+        _LIVENESS_ENGINES.clear()
         _MAKERS.clear()

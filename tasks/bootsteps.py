@@ -64,8 +64,7 @@ class Heartbeat:
 
     def report(self) -> None:
         try:
-            with session_scope(self.db_url) as session:
-                servicegroup.heartbeat(session, self.service_id)
+            servicegroup.heartbeat(self.db_url, self.service_id)
         except Exception as exc:  # noqa: BLE001 - keep reporting whatever one report hit
             if not database_unreachable(exc):
                 LOG.exception("Heartbeat of service %s failed", self.service_id)

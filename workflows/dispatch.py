@@ -105,23 +105,28 @@ class Recorded:
 
 
 def record(
-    session: Session, signature: Signature, task_states: Mapping[str, str | None] | None = None
+    session: Session,
+    signature: Signature,
+    task_states: Mapping[str, str | None] | None = None,
+    created: bool = False,
 ) -> Recorded:
     """Write the record of the operation ``signature`` starts (the instances it acts on)
     in the caller's transaction, so the write that asks for the operation and its record
     commit together; then ``send(signature, recorded=...)``. ``task_states``: what the
-    caller just set on each instance (``in_flight.record``)."""
-    return _write(session, _message(signature), task_states)
+    caller just set on each instance; ``created``: the caller created the instances in
+    this transaction (``in_flight.record``)."""
+    return _write(session, _message(signature), task_states, created)
 
 
 def _write(
     session: Session,
     message: in_flight.Message,
     task_states: Mapping[str, str | None] | None = None,
+    created: bool = False,
 ) -> Recorded:
     recorded = Recorded(tuple(in_flight.instances_of(message)), in_flight.task_id_of(message))
     if recorded.instance_uuids:
-        in_flight.record(session, message, task_states=task_states)
+        in_flight.record(session, message, task_states=task_states, created=created)
     return recorded
 
 

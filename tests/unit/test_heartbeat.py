@@ -68,10 +68,10 @@ def test_a_failed_report_is_logged_and_the_next_one_counts(
     real = servicegroup.heartbeat
     failures = iter([True])
 
-    def flaky(session: object, sid: int) -> None:
+    def flaky(url: str, sid: int) -> None:
         if next(failures, False):
             raise OSError("database went away")
-        real(session, sid)  # type: ignore[arg-type]
+        real(url, sid)
 
     monkeypatch.setattr(servicegroup, "heartbeat", flaky)
     beat = Heartbeat(timer, db_url, service_id, INTERVAL_S)
@@ -88,10 +88,10 @@ def test_a_database_outage_is_logged_once_and_so_is_its_end(
     real = servicegroup.heartbeat
     outage = iter([True, True, True])
 
-    def refused(session: object, sid: int) -> None:
+    def refused(url: str, sid: int) -> None:
         if next(outage, False):
             raise ServiceUnavailable(service="database", reason="Connection refused")
-        real(session, sid)  # type: ignore[arg-type]
+        real(url, sid)
 
     monkeypatch.setattr(servicegroup, "heartbeat", refused)
     beat = Heartbeat(timer, db_url, service_id, INTERVAL_S)

@@ -1,6 +1,7 @@
-"""What a heartbeat costs (issue 16): one short write, a single UPDATE (no SELECT first),
-which readers no longer hold up: a read-only transaction left open (the scheduler's
-candidate load, the API's lookups) takes no SQLite write lock."""
+"""What a heartbeat costs (issue 16): one short write, a single UPDATE (no SELECT first) in
+autocommit on an engine of its own (``models.db.liveness_write``), which readers no longer
+hold up: a read-only transaction left open (the scheduler's candidate load, the API's
+lookups) takes no SQLite write lock."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from compute.servicegroup import COMPUTE, register_service
 from models import Service
-from models.db import session_scope
+from models.db import liveness_engine, session_scope
 from tasks.bootsteps import Heartbeat
 from tests.costs import Sql, counting_sql
 from tests.factories import make_settings
@@ -39,11 +40,23 @@ def _reports(db_url: str, service_id: int) -> int:
 def test_a_heartbeat_is_one_update(db_url: str, sql: Sql) -> None:
     service_id = _service(db_url)
     beat = Heartbeat(None, db_url, service_id, 10.0)
+    beat.report()  # the liveness engine connects
+    liveness: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        liveness.append(" ".join(statement.split()[:2]).upper())
+
+    event.listen(liveness_engine(db_url), "before_cursor_execute", seen)
     sql.reset()
-    beat.report()
-    assert sql.statements == ["BEGIN IMMEDIATE", "UPDATE SERVICES"]
-    assert sql.commits == 1
-    assert _reports(db_url, service_id) == 2
+    try:
+        beat.report()
+    finally:
+        event.remove(liveness_engine(db_url), "before_cursor_execute", seen)
+    # In autocommit on its own engine (models.db.liveness_write): no BEGIN IMMEDIATE, and
+    # nothing on the writers' engine.
+    assert liveness == ["UPDATE SERVICES"]
+    assert (sql.statements, sql.commits) == ([], 0)
+    assert _reports(db_url, service_id) == 3
 
 
 def test_an_open_reader_does_not_hold_up_a_heartbeat(db_url: str) -> None:

@@ -138,7 +138,10 @@ def boot(
                 aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
             )
         recorded = dispatch.record(
-            session, workflow, {s.instance_uuid: TaskState.SCHEDULING for s in specs}
+            session,
+            workflow,
+            {s.instance_uuid: TaskState.SCHEDULING for s in specs},
+            created=True,
         )
     created = tuple(s.instance_uuid for s in specs)
     submit.publish(workflow, Written(request_id, created, created=True), recorded)

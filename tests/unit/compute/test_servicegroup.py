@@ -33,7 +33,7 @@ def test_heartbeat_counts_reports_and_stamps_last_seen_up(db_url: str) -> None:
         service_id = register_service(session, "h", COMPUTE, "compute.h", make_settings()).id
     with session_scope(db_url) as session:
         session.execute(Service.__table__.update().values(last_seen_up=dt.datetime(2020, 1, 1)))
-        heartbeat(session, service_id)
+    heartbeat(db_url, service_id)
     with session_scope(db_url) as session:
         service = session.get(Service, service_id)
         assert service is not None and service.report_count == 2

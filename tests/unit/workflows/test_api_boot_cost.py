@@ -42,6 +42,18 @@ def test_a_boot_is_one_commit_and_a_read_only_lookup(db_url: str, counts: Sql) -
     counts.reset()
     [uuid] = api.boot("vm", "m1", "cirros")
     assert (counts.commits, counts.rollbacks) == (1, 1)
+    # 8 statements: the lookup's flavor and image, then one INSERT a table (the record
+    # in flight is a plain INSERT: its instance is new, so no savepoint, no UPDATE).
+    assert counts.statements == [
+        "BEGIN",
+        "PRAGMA QUERY_ONLY=ON",
+        "SELECT FLAVORS.ID,",
+        "SELECT IMAGES.ID,",
+        "BEGIN IMMEDIATE",
+        "INSERT INTO",
+        "INSERT INTO",
+        "INSERT INTO",
+    ]
     # What that one commit wrote: the server, its action and its record in flight.
     with session_scope(db_url) as session:
         record = session.get(OperationInFlight, uuid)
@@ -57,6 +69,10 @@ def test_a_multi_create_is_still_one_commit(db_url: str, counts: Sql) -> None:
     counts.reset()
     uuids = api.boot("web", "m1", "cirros", count=3)
     assert counts.commits == 1
+    # The ORM's INSERT a server and an action each (3 + 3), and one INSERT (an
+    # executemany) for the three records in flight.
+    assert counts.statements.count("INSERT INTO") == 7
+    assert not [s for s in counts.statements if s.startswith(("SAVEPOINT", "UPDATE"))]
     with session_scope(db_url) as session:
         records = session.scalars(
             select(OperationInFlight.instance_uuid).where(
