@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 from tenacity import (
     Retrying,
     before_sleep_log,
@@ -155,13 +156,52 @@ def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
     """Rewrite the node's derived usage from its allocations and bump its generation,
     if nobody else did since ``generation`` was read. Returns the new generation."""
     usage, consumers = _usage_and_consumers(session, node.id)
+    values = _usage_values(node, usage, consumers)
+    _compare_and_swap(session, node, generation, values)
+    return generation + 1
+
+
+def store_usage(
+    session: Session,
+    node: ComputeNode,
+    generation: int,
+    usage: Mapping[str, int],
+    consumers: int,
+) -> bool:
+    """Write the node's derived usage, ``usage`` of its allocations by ``consumers``
+    consumers as the caller read them in this transaction, only when it differs from the
+    node's columns: then with the generation compare-and-swap of ``write_usage`` (which
+    raises ``GenerationConflict`` if a claim or release committed since ``generation``
+    was read), and the node's attributes set to what was written. Returns whether it
+    wrote. The resource audit's steady state writes nothing and bumps no generation."""
+    values = _usage_values(node, usage, consumers)
+    if all(getattr(node, name) == values[f"b_{name}"] for name in _USAGE_COLUMNS):
+        return False
+    _compare_and_swap(session, node, generation, values)
+    for name in _USAGE_COLUMNS:
+        set_committed_value(node, name, values[f"b_{name}"])
+    set_committed_value(node, "generation", generation + 1)
+    return True
+
+
+#: The node's columns derived from its allocations.
+_USAGE_COLUMNS = (
+    "vcpus_used",
+    "memory_mb_used",
+    "local_gb_used",
+    "free_ram_mb",
+    "free_disk_gb",
+    "running_vms",
+)
+
+
+def _usage_values(node: ComputeNode, usage: Mapping[str, int], consumers: int) -> dict[str, int]:
+    """The derived columns' values (as ``_write_usage_statement`` binds them, ``b_*``)."""
     reserved = node_reserved(node)
     vcpus_used = reserved[VCPU] + usage[VCPU]
     memory_used = reserved[MEMORY_MB] + usage[MEMORY_MB]
     disk_used = reserved[DISK_GB] + usage[DISK_GB]
-    values = {
-        "b_node": node.id,
-        "b_generation": generation,
+    return {
         "b_vcpus_used": vcpus_used,
         "b_memory_mb_used": memory_used,
         "b_local_gb_used": disk_used,
@@ -169,16 +209,20 @@ def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
         "b_free_disk_gb": node.local_gb - disk_used,
         "b_running_vms": consumers or 0,
     }
-    result = session.execute(_write_usage_statement(), values)
+
+
+def _compare_and_swap(
+    session: Session, node: ComputeNode, generation: int, values: dict[str, int]
+) -> None:
+    params = {"b_node": node.id, "b_generation": generation, **values}
+    result = session.execute(_write_usage_statement(), params)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
-    return generation + 1
 
 
 @functools.cache
 def _write_usage_statement() -> Update:
     """The generation compare-and-swap with the derived usage (``write_usage``)."""
-    columns = ("vcpus_used", "memory_mb_used", "local_gb_used", "free_ram_mb", "free_disk_gb")
     return (
         update(ComputeNode)
         .where(
@@ -186,7 +230,7 @@ def _write_usage_statement() -> Update:
             ComputeNode.generation == bindparam("b_generation"),
         )
         .values(
-            {name: bindparam(f"b_{name}") for name in (*columns, "running_vms")}
+            {name: bindparam(f"b_{name}") for name in _USAGE_COLUMNS}
             | {"generation": bindparam("b_generation") + 1}
         )
         .execution_options(synchronize_session=False)
