@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from sqlalchemy import (
-    CompoundSelect,
     Integer,
     Select,
     String,
@@ -29,6 +28,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    true,
     union_all,
     update,
 )
@@ -251,16 +251,17 @@ def claim(
     as it is (a redelivered message claims nothing twice). ``instance_uuid`` owns the
     devices (defaults to the consumer; differs when a migration is the consumer).
     """
-    node = session.get(ComputeNode, node_id, populate_existing=True)
+    view = _claim_view(session, consumer_uuid, node_id)
+    node = view.node
     if node is None or node.deleted:
         raise ResourcesUnavailable(node=str(node_id), reason="compute node is gone")
-    generation = node.generation
-    held, devices, usage = _claim_view(session, consumer_uuid, node_id)
+    generation, held, devices, usage = node.generation, view.held, view.devices, view.usage
     if held == {rc: n for rc, n in request.as_resources().items() if n} and (
         devices == request.pci_count
     ):
         return
-    if held or devices:
+    fresh = not held and not devices
+    if not fresh:
         _delete_allocations(session, consumer_uuid, node_id)
         release_devices(session, consumer_uuid, node_id)
         usage = allocation_usage(session, node_id)
@@ -275,50 +276,86 @@ def claim(
     session.flush()
     if request.pci:
         claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
-    write_usage(session, node, generation)
+    if fresh:  # the usage read with the generation, plus what was inserted: no read again
+        after = {rc: usage[rc] + n for rc, n in request.as_resources().items()}
+        values = _usage_values(node, after, view.consumers + bool(rows))
+        _compare_and_swap(session, node, generation, values)
+    else:
+        write_usage(session, node, generation)
 
 
 #: The resource class of the row that counts a consumer's PCI devices in ``_claim_view``.
 _DEVICES = "#pci-devices"
 
 
-def _claim_view(
-    session: Session, consumer_uuid: str, node_id: int
-) -> tuple[dict[str, int], int, dict[str, int]]:
-    """What a claim reads before it writes, in one statement: the consumer's allocations
-    on the node (``consumer_allocations``), how many PCI devices it holds there
-    (``held_devices``) and the node's usage (``allocation_usage``)."""
+@dataclass(frozen=True, slots=True)
+class _ClaimView:
+    """What a claim reads before it writes (``_claim_view``)."""
+
+    node: ComputeNode | None
+    held: dict[str, int]
+    devices: int
+    usage: dict[str, int]
+    consumers: int
+
+
+def _claim_view(session: Session, consumer_uuid: str, node_id: int) -> _ClaimView:
+    """What a claim reads before it writes, in one statement: the node (refreshed: its
+    generation is the compare-and-swap's), the consumer's allocations on it
+    (``consumer_allocations``), how many PCI devices it holds there (``held_devices``),
+    the node's usage (``allocation_usage``) and how many consumers hold allocations on it
+    (the node's ``running_vms``). No row: the node does not exist."""
     usage = dict.fromkeys(RESOURCE_CLASSES, 0)
-    held, device_count = {}, 0
+    held: dict[str, int] = {}
+    device_count = 0
     params = {"consumer": consumer_uuid, "node": node_id}
-    for rc, total, own, own_rows in session.execute(_claim_view_query(), params):
+    options = {"populate_existing": True}
+    rows = session.execute(_claim_view_query(), params, execution_options=options).all()
+    for _node, rc, total, own, own_rows, _consumers in rows:
         if rc == _DEVICES:
             device_count = int(own)
-            continue
-        usage[rc] = int(total or 0)
-        if own_rows:  # one row per (node, consumer, class): its sum is the row's value
-            held[rc] = int(own)
-    return held, device_count, usage
+        elif rc is not None:
+            usage[rc] = int(total or 0)
+            if own_rows:  # one row per (node, consumer, class): its sum is the row's value
+                held[rc] = int(own)
+    if not rows:
+        return _ClaimView(None, held, device_count, usage, 0)
+    node, consumers = rows[0][0], rows[0][5]
+    return _ClaimView(node, held, device_count, usage, int(consumers or 0))
 
 
 @functools.cache
-def _claim_view_query() -> CompoundSelect[tuple[str, int, int, int]]:
+def _claim_view_query() -> Select[tuple[ComputeNode, str, int, int, int, int]]:
     consumer = bindparam("consumer", type_=String)
     node = bindparam("node", type_=Integer)
     mine = Allocation.consumer_uuid == consumer
+    on_node = Allocation.compute_node_id == node
     allocations = (
         select(
-            Allocation.resource_class,
-            func.sum(Allocation.used),
-            func.sum(case((mine, Allocation.used), else_=0)),
-            func.count(case((mine, 1))),
+            Allocation.resource_class.label("rc"),
+            func.sum(Allocation.used).label("total"),
+            func.sum(case((mine, Allocation.used), else_=0)).label("own"),
+            func.count(case((mine, 1))).label("own_rows"),
         )
-        .where(Allocation.compute_node_id == node)
+        .where(on_node)
         .group_by(Allocation.resource_class)
     )
     count = func.count()
     devices = select(literal(_DEVICES), count, count, count).where(*held_by(consumer, node))
-    return union_all(allocations, devices)
+    view = union_all(allocations, devices).subquery()
+    consumers = select(func.count(func.distinct(Allocation.consumer_uuid))).where(on_node)
+    return (
+        select(
+            ComputeNode,
+            view.c.rc,
+            view.c.total,
+            view.c.own,
+            view.c.own_rows,
+            consumers.scalar_subquery(),
+        )
+        .outerjoin(view, true())
+        .where(ComputeNode.id == node)
+    )
 
 
 def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:

@@ -172,14 +172,34 @@ def test_a_consumer_claiming_anew_on_its_node_is_counted_without_its_old_claim(
         }
 
 
-def test_a_claim_takes_five_statements(db_url: str) -> None:
-    """The node, one read of what the consumer holds and the node uses, one INSERT of
-    the allocations, then write_usage's read and compare-and-swap."""
+def test_a_claim_takes_three_statements(db_url: str) -> None:
+    """One read of the node, what the consumer holds and what the node uses, one INSERT
+    of the allocations, then the compare-and-swap of the usage read plus the claim's."""
     node_id = make_compute_node(db_url)
     claim(db_url, node_id, _uuid(), ResourceRequest(1, 512, 1))  # another consumer there
     with statements_run(db_url) as statements:
         claim(db_url, node_id, _uuid(), ResourceRequest(2, 1024, 2))
-    assert [s.split()[0] for s in statements] == ["SELECT", "SELECT", "INSERT", "SELECT", "UPDATE"]
+    assert [s.split()[0] for s in statements] == ["SELECT", "INSERT", "UPDATE"]
+    node = node_row(db_url, node_id)
+    assert (node.vcpus_used, node.memory_mb_used, node.local_gb_used) == (3, 512 + 1536, 3)
+    assert (node.free_ram_mb, node.free_disk_gb, node.running_vms) == (
+        node.memory_mb - 512 - 1536,
+        node.local_gb - 3,
+        2,
+    )
+
+
+def test_a_claim_again_with_another_request_rewrites_the_usage_from_the_allocations(
+    db_url: str,
+) -> None:
+    node_id = make_compute_node(db_url)
+    consumer = _uuid()
+    claim(db_url, node_id, _uuid(), ResourceRequest(1, 512, 1))
+    claim(db_url, node_id, consumer, ResourceRequest(2, 1024, 2))
+    claim(db_url, node_id, consumer, ResourceRequest(4, 2048, 0))  # a redelivered resize
+    node = node_row(db_url, node_id)
+    assert (node.vcpus_used, node.memory_mb_used, node.local_gb_used) == (5, 512 + 2560, 1)
+    assert node.running_vms == 2
 
 
 def test_store_usage_writes_only_usage_that_differs_and_then_swaps_the_generation(
