@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from sqlalchemy import (
-    CompoundSelect,
     Integer,
     Select,
     String,
@@ -29,11 +28,13 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    true,
     union_all,
     update,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 from tenacity import (
     Retrying,
     before_sleep_log,
@@ -158,13 +159,52 @@ def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
     """Rewrite the node's derived usage from its allocations and bump its generation,
     if nobody else did since ``generation`` was read. Returns the new generation."""
     usage, consumers = _usage_and_consumers(session, node.id)
+    values = _usage_values(node, usage, consumers)
+    _compare_and_swap(session, node, generation, values)
+    return generation + 1
+
+
+def store_usage(
+    session: Session,
+    node: ComputeNode,
+    generation: int,
+    usage: Mapping[str, int],
+    consumers: int,
+) -> bool:
+    """Write the node's derived usage, ``usage`` of its allocations by ``consumers``
+    consumers as the caller read them in this transaction, only when it differs from the
+    node's columns: then with the generation compare-and-swap of ``write_usage`` (which
+    raises ``GenerationConflict`` if a claim or release committed since ``generation``
+    was read), and the node's attributes set to what was written. Returns whether it
+    wrote. The resource audit's steady state writes nothing and bumps no generation."""
+    values = _usage_values(node, usage, consumers)
+    if all(getattr(node, name) == values[f"b_{name}"] for name in _USAGE_COLUMNS):
+        return False
+    _compare_and_swap(session, node, generation, values)
+    for name in _USAGE_COLUMNS:
+        set_committed_value(node, name, values[f"b_{name}"])
+    set_committed_value(node, "generation", generation + 1)
+    return True
+
+
+#: The node's columns derived from its allocations.
+_USAGE_COLUMNS = (
+    "vcpus_used",
+    "memory_mb_used",
+    "local_gb_used",
+    "free_ram_mb",
+    "free_disk_gb",
+    "running_vms",
+)
+
+
+def _usage_values(node: ComputeNode, usage: Mapping[str, int], consumers: int) -> dict[str, int]:
+    """The derived columns' values (as ``_write_usage_statement`` binds them, ``b_*``)."""
     reserved = node_reserved(node)
     vcpus_used = reserved[VCPU] + usage[VCPU]
     memory_used = reserved[MEMORY_MB] + usage[MEMORY_MB]
     disk_used = reserved[DISK_GB] + usage[DISK_GB]
-    values = {
-        "b_node": node.id,
-        "b_generation": generation,
+    return {
         "b_vcpus_used": vcpus_used,
         "b_memory_mb_used": memory_used,
         "b_local_gb_used": disk_used,
@@ -172,16 +212,20 @@ def write_usage(session: Session, node: ComputeNode, generation: int) -> int:
         "b_free_disk_gb": node.local_gb - disk_used,
         "b_running_vms": consumers or 0,
     }
-    result = session.execute(_write_usage_statement(), values)
+
+
+def _compare_and_swap(
+    session: Session, node: ComputeNode, generation: int, values: dict[str, int]
+) -> None:
+    params = {"b_node": node.id, "b_generation": generation, **values}
+    result = session.execute(_write_usage_statement(), params)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
-    return generation + 1
 
 
 @functools.cache
 def _write_usage_statement() -> Update:
     """The generation compare-and-swap with the derived usage (``write_usage``)."""
-    columns = ("vcpus_used", "memory_mb_used", "local_gb_used", "free_ram_mb", "free_disk_gb")
     return (
         update(ComputeNode)
         .where(
@@ -189,7 +233,7 @@ def _write_usage_statement() -> Update:
             ComputeNode.generation == bindparam("b_generation"),
         )
         .values(
-            {name: bindparam(f"b_{name}") for name in (*columns, "running_vms")}
+            {name: bindparam(f"b_{name}") for name in _USAGE_COLUMNS}
             | {"generation": bindparam("b_generation") + 1}
         )
         .execution_options(synchronize_session=False)
@@ -210,16 +254,17 @@ def claim(
     as it is (a redelivered message claims nothing twice). ``instance_uuid`` owns the
     devices (defaults to the consumer; differs when a migration is the consumer).
     """
-    node = session.get(ComputeNode, node_id, populate_existing=True)
+    view = _claim_view(session, consumer_uuid, node_id)
+    node = view.node
     if node is None or node.deleted:
         raise ResourcesUnavailable(node=str(node_id), reason="compute node is gone")
-    generation = node.generation
-    held, devices, usage = _claim_view(session, consumer_uuid, node_id)
+    generation, held, devices, usage = node.generation, view.held, view.devices, view.usage
     if held == {rc: n for rc, n in request.as_resources().items() if n} and (
         devices == request.pci_count
     ):
         return
-    if held or devices:
+    fresh = not held and not devices
+    if not fresh:
         _delete_allocations(session, consumer_uuid, node_id)
         release_devices(session, consumer_uuid, node_id)
         usage = allocation_usage(session, node_id)
@@ -234,50 +279,86 @@ def claim(
     session.flush()
     if request.pci:
         claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
-    write_usage(session, node, generation)
+    if fresh:  # the usage read with the generation, plus what was inserted: no read again
+        after = {rc: usage[rc] + n for rc, n in request.as_resources().items()}
+        values = _usage_values(node, after, view.consumers + bool(rows))
+        _compare_and_swap(session, node, generation, values)
+    else:
+        write_usage(session, node, generation)
 
 
 #: The resource class of the row that counts a consumer's PCI devices in ``_claim_view``.
 _DEVICES = "#pci-devices"
 
 
-def _claim_view(
-    session: Session, consumer_uuid: str, node_id: int
-) -> tuple[dict[str, int], int, dict[str, int]]:
-    """What a claim reads before it writes, in one statement: the consumer's allocations
-    on the node (``consumer_allocations``), how many PCI devices it holds there
-    (``held_devices``) and the node's usage (``allocation_usage``)."""
+@dataclass(frozen=True, slots=True)
+class _ClaimView:
+    """What a claim reads before it writes (``_claim_view``)."""
+
+    node: ComputeNode | None
+    held: dict[str, int]
+    devices: int
+    usage: dict[str, int]
+    consumers: int
+
+
+def _claim_view(session: Session, consumer_uuid: str, node_id: int) -> _ClaimView:
+    """What a claim reads before it writes, in one statement: the node (refreshed: its
+    generation is the compare-and-swap's), the consumer's allocations on it
+    (``consumer_allocations``), how many PCI devices it holds there (``held_devices``),
+    the node's usage (``allocation_usage``) and how many consumers hold allocations on it
+    (the node's ``running_vms``). No row: the node does not exist."""
     usage = dict.fromkeys(RESOURCE_CLASSES, 0)
-    held, device_count = {}, 0
+    held: dict[str, int] = {}
+    device_count = 0
     params = {"consumer": consumer_uuid, "node": node_id}
-    for rc, total, own, own_rows in session.execute(_claim_view_query(), params):
+    options = {"populate_existing": True}
+    rows = session.execute(_claim_view_query(), params, execution_options=options).all()
+    for _node, rc, total, own, own_rows, _consumers in rows:
         if rc == _DEVICES:
             device_count = int(own)
-            continue
-        usage[rc] = int(total or 0)
-        if own_rows:  # one row per (node, consumer, class): its sum is the row's value
-            held[rc] = int(own)
-    return held, device_count, usage
+        elif rc is not None:
+            usage[rc] = int(total or 0)
+            if own_rows:  # one row per (node, consumer, class): its sum is the row's value
+                held[rc] = int(own)
+    if not rows:
+        return _ClaimView(None, held, device_count, usage, 0)
+    node, consumers = rows[0][0], rows[0][5]
+    return _ClaimView(node, held, device_count, usage, int(consumers or 0))
 
 
 @functools.cache
-def _claim_view_query() -> CompoundSelect[tuple[str, int, int, int]]:
+def _claim_view_query() -> Select[tuple[ComputeNode, str, int, int, int, int]]:
     consumer = bindparam("consumer", type_=String)
     node = bindparam("node", type_=Integer)
     mine = Allocation.consumer_uuid == consumer
+    on_node = Allocation.compute_node_id == node
     allocations = (
         select(
-            Allocation.resource_class,
-            func.sum(Allocation.used),
-            func.sum(case((mine, Allocation.used), else_=0)),
-            func.count(case((mine, 1))),
+            Allocation.resource_class.label("rc"),
+            func.sum(Allocation.used).label("total"),
+            func.sum(case((mine, Allocation.used), else_=0)).label("own"),
+            func.count(case((mine, 1))).label("own_rows"),
         )
-        .where(Allocation.compute_node_id == node)
+        .where(on_node)
         .group_by(Allocation.resource_class)
     )
     count = func.count()
     devices = select(literal(_DEVICES), count, count, count).where(*held_by(consumer, node))
-    return union_all(allocations, devices)
+    view = union_all(allocations, devices).subquery()
+    consumers = select(func.count(func.distinct(Allocation.consumer_uuid))).where(on_node)
+    return (
+        select(
+            ComputeNode,
+            view.c.rc,
+            view.c.total,
+            view.c.own,
+            view.c.own_rows,
+            consumers.scalar_subquery(),
+        )
+        .outerjoin(view, true())
+        .where(ComputeNode.id == node)
+    )
 
 
 def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:

@@ -12,10 +12,11 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from compute.claims import retry_on_conflict
+from compute.claims import retry_on_conflict, store_usage
 from compute.heal import Domain, heal_node
 from compute.pci import sync_devices
 from compute.sessions import Sessions
+from compute.steady_usage import steady_usage
 from models import Allocation, ComputeNode, ResourceHeal, utcnow
 from novaq.settings import Settings
 from virt.driver import ComputeDriver, HostResources
@@ -134,10 +135,17 @@ def update_available_resource(
         nodes = host_nodes(session, host)
         node = record_compute_node(session, host, resources, settings, nodes)
         sync_devices(session, node.id, resources.pci_devices, settings)
-        heals = [_heal_dict(h) for h in heal_node(session, node, domains, driver.owns_guest)]
+        generation = node.generation  # read first, as the heal does
+        steady = steady_usage(session, node, domains, driver.owns_guest)
+        if steady is None:
+            heals = [_heal_dict(h) for h in heal_node(session, node, domains, driver.owns_guest)]
+        else:  # nothing to heal: the derived usage is written only if it is stale
+            heals = []
+            store_usage(session, node, generation, *steady)
         reported = set(driver.get_available_nodes())
         heals += _delete_vanished_nodes(session, host, reported, nodes)
-        session.refresh(node)  # the usage the heal wrote, for the log below
+        if steady is None:
+            session.refresh(node)  # the usage the heal wrote, for the log below
         final[:] = [] if node.deleted else [_final_view(node)]
         return heals
 

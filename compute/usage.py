@@ -52,29 +52,55 @@ def flavor_request(
     return ResourceRequest.from_flavor(flavor, [PciRequest.from_dict(p) for p in pci or ()])
 
 
-def _on_source(node: ComputeNode) -> ColumnElement[bool]:
-    return (Migration.source_compute == node.host) & (
-        Migration.source_node == node.hypervisor_hostname
-    )
+#: A node's host or hypervisor hostname in a condition: its value, or a bound parameter
+#: (a statement built once for every node, ``compute.resource_tracker``).
+Name = str | ColumnElement[str]
 
 
-def _in_progress(node: ComputeNode) -> ColumnElement[bool]:
-    on_dest = (Migration.dest_compute == node.host) & (
-        Migration.dest_node == node.hypervisor_hostname
-    )
+def _on_source(host: Name, nodename: Name) -> ColumnElement[bool]:
+    return (Migration.source_compute == host) & (Migration.source_node == nodename)
+
+
+def _in_progress(host: Name, nodename: Name) -> ColumnElement[bool]:
+    on_dest = (Migration.dest_compute == host) & (Migration.dest_node == nodename)
     return (
-        or_(_on_source(node), on_dest)
+        or_(_on_source(host, nodename), on_dest)
         & Migration.status.not_in(TERMINAL_MIGRATION)
         # Not yet placed: the instance still holds its source as an instance.
         & Migration.dest_node.is_not(None)
     )
 
 
-def _evacuated_from(node: ComputeNode) -> ColumnElement[bool]:
+def _evacuated_from(host: Name, nodename: Name) -> ColumnElement[bool]:
     return (
         (Migration.migration_type == MigrationType.EVACUATION)
         & (Migration.status == MigrationStatus.DONE)
-        & _on_source(node)
+        & _on_source(host, nodename)
+    )
+
+
+def node_moves(host: Name, nodename: Name) -> ColumnElement[bool]:
+    """The migrations that make node ``host``/``nodename`` account something: the moves in
+    flight on it, and the evacuations done from it whose source has not cleaned up yet."""
+    return or_(_in_progress(host, nodename), _evacuated_from(host, nodename)) & (
+        Migration.deleted == 0
+    )
+
+
+def counted_instances(host: Name, nodename: Name) -> tuple[ColumnElement[bool], ...]:
+    """The instances of node ``host``/``nodename`` that hold their flavor on it, unless a
+    move in flight holds it for them (``node_moves``)."""
+    return (
+        Instance.host == host,
+        Instance.node == nodename,
+        Instance.deleted == 0,
+        or_(
+            Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
+            # Nova's allow_resource_removal: an offloaded instance being unshelved
+            # here holds its claim (novaq claims when scheduling, hence unshelving).
+            (Instance.vm_state == "shelved_offloaded")
+            & Instance.task_state.in_(UNSHELVE_TASK_STATES),
+        ),
     )
 
 
@@ -83,7 +109,7 @@ def node_migrations(session: Session, node: ComputeNode) -> tuple[list[Migration
     not cleaned up yet, in one statement (a done evacuation is terminal: none is both)."""
     query = (
         select(Migration)
-        .where(or_(_in_progress(node), _evacuated_from(node)), Migration.deleted == 0)
+        .where(node_moves(node.host, node.hypervisor_hostname))
         .order_by(Migration.id)
     )
     both = list(session.scalars(query))
@@ -131,30 +157,19 @@ def expected_consumers(session: Session, node: ComputeNode) -> dict[str, Expecte
                 Instance.uuid,
                 cast(Instance.flavor, Text),
                 cast(Instance.request_spec["pci_requests"], Text),
-            ).where(
-                Instance.host == node.host,
-                Instance.node == node.hypervisor_hostname,
-                Instance.deleted == 0,
-                or_(
-                    Instance.vm_state.not_in(NOT_COUNTED_VM_STATES),
-                    # Nova's allow_resource_removal: an offloaded instance being unshelved
-                    # here holds its claim (novaq claims when scheduling, hence unshelving).
-                    (Instance.vm_state == "shelved_offloaded")
-                    & Instance.task_state.in_(UNSHELVE_TASK_STATES),
-                ),
-            )
+            ).where(*counted_instances(node.host, node.hypervisor_hostname))
         )
         .all()
     )  # all at once: SQLAlchemy's row-at-a-time iteration costs twice as much
     for uuid, flavor_json, pci_json in instances:
         if uuid not in moving:
-            request = _stored_request(flavor_json, pci_json)
+            request = stored_request(flavor_json, pci_json)
             expected[uuid] = Expected(uuid, uuid, "instance", request)
     return expected
 
 
 @functools.lru_cache(maxsize=256)
-def _stored_request(flavor_json: str, pci_json: str | None) -> ResourceRequest:
+def stored_request(flavor_json: str, pci_json: str | None) -> ResourceRequest:
     """The request of a flavor snapshot and PCI requests as stored (JSON text)."""
     pci = json.loads(pci_json) if pci_json else None
     return flavor_request(FlavorSnapshot.load(json.loads(flavor_json)), pci)

@@ -103,6 +103,9 @@ def _columns() -> tuple[Any, ...]:
     pci_free = exists().where(
         _pci.compute_node_id == _node.id, _pci.status == AVAILABLE, _pci.deleted == 0
     )
+    # The same on every row (evaluated once): whether any aggregate has hosts, so that
+    # the aggregates are read only then (usually none has).
+    aggregated = exists().where(_aggregate_host.aggregate_id == _aggregate.id)
     return (
         _node.id,
         _node.host,
@@ -128,6 +131,7 @@ def _columns() -> tuple[Any, ...]:
         num_instances,
         num_io_ops,
         pci_free,
+        aggregated,
     )
 
 

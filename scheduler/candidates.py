@@ -93,8 +93,10 @@ def load_candidates(
             f"VCPU={request.vcpus}, MEMORY_MB={request.memory_mb}, DISK_GB={request.disk_gb}"
         )
     states = _host_states(rows, settings)
-    _add_aggregates(states, _aggregates_by_host(session), settings.default_availability_zone)
-    with_pci = [s for s, row in zip(states, rows, strict=True) if row[-1]]  # free PCI devices
+    if rows and rows[0][-1]:  # an aggregate has hosts
+        zone = settings.default_availability_zone
+        _add_aggregates(states, _aggregates_by_host(session), zone)
+    with_pci = [s for s, row in zip(states, rows, strict=True) if row[-2]]  # free PCI devices
     if with_pci:
         _add_pci_pools(session, with_pci)
     if with_instances and states:
@@ -133,6 +135,7 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
             num_instances,
             num_io_ops,
             _pci_free,
+            _aggregated,
         ) = row
         stats = stats_memo.get(stats_text)
         if stats is None:

@@ -5,10 +5,11 @@ import uuid
 
 import pytest
 
-from compute.claims import ResourceRequest, consumer_allocations, node_capacity
+from compute.claims import ResourceRequest, consumer_allocations, node_capacity, store_usage
+from models import ComputeNode
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
-from novaq.exceptions import ResourcesUnavailable
+from novaq.exceptions import GenerationConflict, ResourcesUnavailable
 from tests.factories import (
     claim,
     make_compute_node,
@@ -171,11 +172,70 @@ def test_a_consumer_claiming_anew_on_its_node_is_counted_without_its_old_claim(
         }
 
 
-def test_a_claim_takes_five_statements(db_url: str) -> None:
-    """The node, one read of what the consumer holds and the node uses, one INSERT of
-    the allocations, then write_usage's read and compare-and-swap."""
+def test_a_claim_takes_three_statements(db_url: str) -> None:
+    """One read of the node, what the consumer holds and what the node uses, one INSERT
+    of the allocations, then the compare-and-swap of the usage read plus the claim's."""
     node_id = make_compute_node(db_url)
     claim(db_url, node_id, _uuid(), ResourceRequest(1, 512, 1))  # another consumer there
     with statements_run(db_url) as statements:
         claim(db_url, node_id, _uuid(), ResourceRequest(2, 1024, 2))
-    assert [s.split()[0] for s in statements] == ["SELECT", "SELECT", "INSERT", "SELECT", "UPDATE"]
+    assert [s.split()[0] for s in statements] == ["SELECT", "INSERT", "UPDATE"]
+    node = node_row(db_url, node_id)
+    assert (node.vcpus_used, node.memory_mb_used, node.local_gb_used) == (3, 512 + 1536, 3)
+    assert (node.free_ram_mb, node.free_disk_gb, node.running_vms) == (
+        node.memory_mb - 512 - 1536,
+        node.local_gb - 3,
+        2,
+    )
+
+
+def test_a_claim_again_with_another_request_rewrites_the_usage_from_the_allocations(
+    db_url: str,
+) -> None:
+    node_id = make_compute_node(db_url)
+    consumer = _uuid()
+    claim(db_url, node_id, _uuid(), ResourceRequest(1, 512, 1))
+    claim(db_url, node_id, consumer, ResourceRequest(2, 1024, 2))
+    claim(db_url, node_id, consumer, ResourceRequest(4, 2048, 0))  # a redelivered resize
+    node = node_row(db_url, node_id)
+    assert (node.vcpus_used, node.memory_mb_used, node.local_gb_used) == (5, 512 + 2560, 1)
+    assert node.running_vms == 2
+
+
+def test_store_usage_writes_only_usage_that_differs_and_then_swaps_the_generation(
+    db_url: str,
+) -> None:
+    node_id = make_compute_node(db_url)  # 512 MB reserved, nothing allocated
+    usage = {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
+    with session_scope(db_url) as session, statements_run(db_url) as statements:
+        node = session.get(ComputeNode, node_id)
+        assert node is not None
+        assert store_usage(session, node, node.generation, usage, 0) is False
+    assert statements == [s for s in statements if s.startswith("SELECT")]
+    generation = node_row(db_url, node_id).generation
+    with session_scope(db_url) as session:
+        node = session.get(ComputeNode, node_id)
+        assert node is not None
+        used = {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 3}
+        assert store_usage(session, node, generation, used, 1) is True
+        assert (node.memory_mb_used, node.generation) == (512 + 1024, generation + 1)
+    node = node_row(db_url, node_id)
+    assert (node.vcpus_used, node.memory_mb_used, node.local_gb_used) == (2, 1536, 3)
+    assert (node.free_ram_mb, node.running_vms, node.generation) == (
+        node.memory_mb - 1536,
+        1,
+        generation + 1,
+    )
+
+
+def test_store_usage_after_a_claim_meanwhile_is_a_generation_conflict(db_url: str) -> None:
+    node_id = make_compute_node(db_url)
+    with session_scope(db_url) as session:
+        node = session.get(ComputeNode, node_id)
+        assert node is not None
+        generation = node.generation
+    claim(db_url, node_id, _uuid(), ResourceRequest(1, 512, 1))
+    with pytest.raises(GenerationConflict), session_scope(db_url) as session:
+        node = session.get(ComputeNode, node_id)
+        assert node is not None
+        store_usage(session, node, generation, {"VCPU": 1, "MEMORY_MB": 0, "DISK_GB": 0}, 1)

@@ -6,14 +6,27 @@ from __future__ import annotations
 import uuid as uuid_module
 from pathlib import Path
 
+from sqlalchemy import select, update
+
 from compute.resource_tracker import update_available_resource
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
-from tests.factories import make_instance, make_settings, statements_run
+from models import ComputeNode
+from models.db import session_scope
+from novaq.settings import Settings
+from tests.factories import host_resources, make_instance, make_settings, statements_run
 from virt.driver import GuestSpec
+from virt.fake import FakeDriver
 from virt.host_profile import HostProfile
 from virt.libvirt.driver import LibvirtDriver
 from virt.simulated import SimulatedHostDriver
+
+
+def node_of(db_url: str, host: str) -> ComputeNode:
+    with session_scope(db_url) as session:
+        node = session.scalars(select(ComputeNode).where(ComputeNode.host == host)).one()
+        session.expunge(node)
+        return node
 
 
 def _steady_audit_statements(db_url: str, tmp_path: Path, guests: int) -> int:
@@ -76,3 +89,75 @@ def test_an_orphan_guest_is_still_found_among_many_listed_without_their_xml(
         )
     finally:
         driver.close()
+
+
+def _steady_fake_host(db_url: str) -> tuple[FakeDriver, Settings]:
+    """host1 with two live instances running their guests and holding their claims."""
+    driver, settings = FakeDriver(host_resources("host1")), make_settings()
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
+    for index in range(2):
+        uuid = make_instance(
+            db_url, vm_state=VmState.ACTIVE, task_state=None, host="host1", node="host1"
+        )
+        driver.spawn(GuestSpec(uuid=uuid, name=f"g{index}", vcpus=1, memory_mb=512, root_gb=1))
+    assert len(update_available_resource(sessions_for(db_url), driver, "host1", settings)) == 2
+    return driver, settings
+
+
+def test_a_steady_pass_is_four_statements_and_writes_only_the_update_time(db_url: str) -> None:
+    """The host's nodes, their update time, the PCI sync's read, and the one grouped
+    read of the steady state (compute.steady_usage.steady_usage); the derived usage is
+    current, so neither written nor its generation bumped."""
+    driver, settings = _steady_fake_host(db_url)
+    before = node_of(db_url, "host1")
+    with statements_run(db_url) as seen:
+        assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
+    assert [" ".join(s.split()[:3]) for s in seen] == [
+        "SELECT compute_nodes.id, compute_nodes.uuid,",
+        "UPDATE compute_nodes SET",
+        "SELECT pci_devices.id, pci_devices.compute_node_id,",
+        "SELECT 'n', CAST(NULL",
+    ]
+    assert "updated_at" in seen[1] and "generation" not in seen[1]
+    after = node_of(db_url, "host1")
+    assert after.generation == before.generation
+    assert (after.vcpus_used, after.memory_mb_used, after.running_vms) == (2, 512 + 1024, 2)
+
+
+def test_a_guest_the_database_does_not_account_costs_one_statement_more(db_url: str) -> None:
+    """Asked as the heal asks it (is it a live instance elsewhere?), whatever the number
+    of such guests; another host's guest is not this host's orphan."""
+    driver, settings = _steady_fake_host(db_url)
+    elsewhere = [
+        make_instance(db_url, vm_state=VmState.ACTIVE, task_state=None, host="host2")
+        for _ in range(3)
+    ]
+    for uuid in elsewhere:
+        driver.spawn(GuestSpec(uuid=uuid, name=uuid[:8], vcpus=1, memory_mb=64, root_gb=0))
+    with statements_run(db_url) as seen:
+        assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
+    assert len(seen) == 5 and seen[-1].startswith("SELECT instances.uuid")
+
+
+def test_stale_usage_columns_are_rewritten_by_a_steady_pass(db_url: str) -> None:
+    driver, settings = _steady_fake_host(db_url)
+    with session_scope(db_url) as session:
+        session.execute(
+            update(ComputeNode).where(ComputeNode.host == "host1").values(vcpus_used=40)
+        )
+    before = node_of(db_url, "host1")
+    with statements_run(db_url) as seen:
+        assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
+    assert len(seen) == 5 and seen[-1].startswith("UPDATE compute_nodes SET vcpus_used")
+    after = node_of(db_url, "host1")
+    assert (after.vcpus_used, after.generation) == (2, before.generation + 1)
+
+
+def test_a_reserved_amount_changed_in_the_settings_is_applied_by_a_steady_pass(
+    db_url: str,
+) -> None:
+    driver, settings = _steady_fake_host(db_url)
+    more = make_settings(reserved_host_memory_mb=2048)
+    assert update_available_resource(sessions_for(db_url), driver, "host1", more) == []
+    node = node_of(db_url, "host1")
+    assert (node.memory_mb_used, node.free_ram_mb) == (2048 + 1024, 32768 - 2048 - 1024)

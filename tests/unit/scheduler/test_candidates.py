@@ -77,9 +77,30 @@ def test_a_decision_issues_as_many_statements_at_200_hosts_as_at_10(db_url: str)
     _add_hosts(db_url, 10, 190)
     at_200 = _decision_statements(db_url, scheduler)
     assert len(at_200) == len(at_10)
-    # One read of the candidates, one of the aggregates, one of the instance rows, then
-    # the claim; nothing per host (no PCI pools or instance uuids: none are needed).
-    assert len(at_10) <= 10, at_10
+    # SQLite's read-only pragma, one read of the candidates, one of the instance's
+    # placement, then the claim (its read, INSERT and compare-and-swap) and the
+    # instance's host; nothing per host (no aggregates, PCI pools or instance uuids: none
+    # has hosts, or free devices, and none are needed). PostgreSQL has no pragma: 6.
+    kinds = ["PRAGMA", "SELECT", "SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"]
+    assert [s.split()[0] for s in at_10] == kinds
+
+
+def test_aggregates_are_read_only_when_one_has_hosts(db_url: str) -> None:
+    from workflows import api
+
+    settings = gpu_settings()
+    _add_hosts(db_url, 0, 3)
+    request = ResourceRequest(1, 512, 1)
+    aggregate = api.create_aggregate("zone-z", availability_zone="z")
+    with session_scope(db_url) as session, statements_run(db_url) as without:
+        hosts = load_candidates(session, settings, request).hosts
+    assert [(h.aggregates, h.availability_zone) for h in hosts] == [((), "nova")] * 3
+    api.add_host_to_aggregate(aggregate["id"], hosts[0].host)
+    with session_scope(db_url) as session, statements_run(db_url) as with_one:
+        hosts = load_candidates(session, settings, request).hosts
+    assert [h.availability_zone for h in hosts] == ["z", "nova", "nova"]
+    assert [a.name for a in hosts[0].aggregates] == ["zone-z"]
+    assert len(with_one) == len(without) + 1 and "aggregate_hosts" in with_one[-2]
 
 
 def test_pci_pools_are_read_only_when_a_candidate_has_free_devices(db_url: str) -> None:
