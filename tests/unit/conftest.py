@@ -6,6 +6,7 @@ the Celery app and the domain code all agree on one throwaway state directory.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -57,3 +58,20 @@ def db_url(migrated_url: str) -> Iterator[str]:
     register_cirros(migrated_url, _STATE / "images")
     yield migrated_url
     reset_database(migrated_url)
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_level() -> Iterator[None]:
+    """Each test starts with the root logger at Python's default level (WARNING).
+
+    Celery configures logging once per process, when the first in-thread worker starts
+    (``celery.contrib.testing.worker.start_worker``: ``app.log.setup``), and leaves the
+    root logger at that worker's level (ERROR). Every later test in the process then lost
+    its WARNING records to ``caplog`` (the heartbeat's and beat's outage lines), so those
+    tests failed only when an in-thread worker test ran before them in the same process.
+    """
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.WARNING)
+    yield
+    root.setLevel(level)
