@@ -11,6 +11,10 @@ from novaq.settings import Settings
 from scheduler.filters.aggregate_instance_extra_specs_filter import (
     AggregateInstanceExtraSpecsFilter,
 )
+from scheduler.filters.aggregate_io_ops_filter import AggregateIoOpsFilter
+from scheduler.filters.aggregate_num_instances_filter import AggregateNumInstancesFilter
+from scheduler.filters.aggregate_type_affinity_filter import AggregateTypeAffinityFilter
+from scheduler.filters.all_hosts_filter import AllHostsFilter
 from scheduler.filters.availability_zone_filter import AvailabilityZoneFilter
 from scheduler.filters.base import BaseFilter
 from scheduler.filters.compute_capabilities_filter import ComputeCapabilitiesFilter
@@ -56,6 +60,10 @@ def _registry() -> dict[str, type[BaseFilter]]:
         RamFilter,
         DiskFilter,
         PciPassthroughFilter,
+        AggregateIoOpsFilter,
+        AggregateNumInstancesFilter,
+        AggregateTypeAffinityFilter,
+        AllHostsFilter,
     )
     return {cls.__name__: cls for cls in classes}
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
 
 
 def aggregate_values(host: HostState) -> dict[str, set[str]]:
@@ -15,6 +18,26 @@ def aggregate_values(host: HostState) -> dict[str, set[str]]:
         key: {part.strip() for value in values for part in value.split(",")}
         for key, values in host.aggregate_metadata().items()
     }
+
+
+def aggregate_values_from_key(host: HostState, key: str) -> set[str]:
+    """The values of metadata ``key`` in ``host``'s aggregates, whole (Nova's function of
+    the same name: no splitting on commas)."""
+    return {a.metadata[key] for a in host.aggregates if key in a.metadata}
+
+
+def aggregate_min_int(host: HostState, key: str, default: int) -> int:
+    """The smallest of ``host``'s aggregates' integer values of ``key``, or ``default``
+    when no aggregate sets it or any value is not an integer (Nova's
+    ``validate_num_values``, and its fallback with a warning)."""
+    values = aggregate_values_from_key(host, key)
+    if not values:
+        return default
+    try:
+        return min(int(value) for value in values)
+    except ValueError:
+        LOG.warning("Could not decode %s: %s; using %d", key, sorted(values), default)
+        return default
 
 
 def hint_values(spec: RequestSpec, name: str) -> set[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from novaq.settings import Settings
-from scheduler.host_state import HostState
+from scheduler.host_state import AggregateInfo, HostState
 from scheduler.request_spec import RequestSpec
 from tests.factories import flavor_dict
 
@@ -113,7 +113,22 @@ def hosts(draw: st.DrawFn) -> dict[str, Any]:
         "supported_instances": [list(t) for t in triples],
         "disabled": draw(st.booleans()),
         "instances": draw(st.lists(st.sampled_from(UUIDS), unique=True, max_size=2)),
+        "aggregates": draw(st.lists(aggregate_metadata(), max_size=2)),
     }
+
+
+AGGREGATE_METADATA = {
+    "max_io_ops_per_host": ["0", "4", "8", "12", "eight"],
+    "max_instances_per_host": ["1", "10", "50", "60", "ten"],
+    "instance_type": ["small", "m1, small", "large,m1", "other"],
+}
+
+
+def aggregate_metadata() -> st.SearchStrategy[dict[str, str]]:
+    return st.fixed_dictionaries(
+        {},
+        optional={key: st.sampled_from(values) for key, values in AGGREGATE_METADATA.items()},
+    )
 
 
 def _version_requirement() -> st.SearchStrategy[str]:
@@ -156,6 +171,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
         st.dictionaries(st.sampled_from(["same_host", "different_host"]), hint_values, max_size=2)
     )
     return {
+        "flavor_name": draw(st.sampled_from(["small", "m1", "large"])),
         "extra_specs": extra_specs,
         "image_properties": draw(image_properties()),
         "hints": hints,
@@ -187,13 +203,17 @@ def novaq_host(data: dict[str, Any]) -> HostState:
         hypervisor_version=data["hypervisor_version"],
         cpu_info=data["cpu_info"],
         supported_instances=tuple(tuple(t) for t in data["supported_instances"]),
+        aggregates=tuple(
+            AggregateInfo(i, f"agg{i}", frozenset({data["host"]}), dict(metadata))
+            for i, metadata in enumerate(data["aggregates"], start=1)
+        ),
     )
 
 
 def novaq_spec(data: dict[str, Any]) -> RequestSpec:
     return RequestSpec(
         instance_uuid="00000000-0000-4000-8000-000000000001",
-        flavor=flavor_dict(extra_specs=data["extra_specs"]),
+        flavor={**flavor_dict(extra_specs=data["extra_specs"]), "name": data["flavor_name"]},
         hints=data["hints"],
         image_properties=data["image_properties"],
     )

@@ -80,6 +80,10 @@ def _host_state(data: dict[str, Any]) -> Any:
     state = host_manager.HostState(data["host"], data["host"], "cell1")
     instances = {uuid: objects.Instance(uuid=uuid) for uuid in data["instances"]}
     state.update(compute=compute, service=service, inst_dict=instances)
+    state.aggregates = [
+        objects.Aggregate(id=i, name=f"agg{i}", hosts=[data["host"]], metadata=metadata)
+        for i, metadata in enumerate(data["aggregates"], start=1)
+    ]
     return state
 
 
@@ -89,7 +93,7 @@ def _request_spec(data: dict[str, Any]) -> Any:
     flavor = objects.Flavor(
         id=1,
         flavorid="f",
-        name="f",
+        name=data["flavor_name"],
         vcpus=1,
         memory_mb=512,
         root_gb=1,

@@ -37,9 +37,13 @@ FILTERS = [
     "DifferentHostFilter",
     "NumInstancesFilter",
     "IoOpsFilter",
+    "AggregateIoOpsFilter",
+    "AggregateNumInstancesFilter",
+    "AggregateTypeAffinityFilter",
+    "AllHostsFilter",
 ]
 BATCH = 40
-EXAMPLES = int(os.environ.get("NOVAQ_DIFFERENTIAL_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("NOVAQ_DIFFERENTIAL_EXAMPLES", "15"))
 
 
 class Nova:

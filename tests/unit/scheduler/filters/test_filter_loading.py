@@ -35,6 +35,10 @@ ONCE_PER_REQUEST = {
     "RamFilter": False,
     "DiskFilter": False,
     "PciPassthroughFilter": False,
+    "AggregateIoOpsFilter": False,
+    "AggregateNumInstancesFilter": False,
+    "AggregateTypeAffinityFilter": True,
+    "AllHostsFilter": True,
 }
 
 
