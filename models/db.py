@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -124,23 +124,33 @@ def _configure_mysql(engine: Engine) -> None:
 
 def get_engine(url: str) -> Engine:
     """The process-wide engine for ``url`` (created on first use)."""
+    return _cached_engine(_ENGINES, url, _make_engine)
+
+
+def _cached_engine(cache: dict[str, Engine], url: str, make: Callable[[str], Engine]) -> Engine:
+    """``cache``'s engine for ``url``, made by ``make`` once per process (double-checked
+    under ``_LOCK``: the fast path takes no lock)."""
     url = _normalise_url(url)
-    engine = _ENGINES.get(url)
+    engine = cache.get(url)
     if engine is not None:
         return engine
     with _LOCK:
-        engine = _ENGINES.get(url)
+        engine = cache.get(url)
         if engine is None:
-            if url.startswith("sqlite"):
-                engine = create_engine(url, connect_args={"timeout": 30})
-                _configure_sqlite(engine)
-            else:
-                engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
-                if engine.dialect.name in ("mysql", "mariadb"):
-                    _configure_mysql(engine)
-            event.listen(engine, "handle_error", _refuse_read_only_write)
-            _ENGINES[url] = engine
+            engine = cache[url] = make(url)
         return engine
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+        _configure_sqlite(engine)
+    else:
+        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        if engine.dialect.name in ("mysql", "mariadb"):
+            _configure_mysql(engine)
+    event.listen(engine, "handle_error", _refuse_read_only_write)
+    return engine
 
 
 def get_sessionmaker(url: str, read_only: bool = False) -> sessionmaker[Session]:
@@ -436,15 +446,7 @@ def _sqlite_busy(exc: SQLAlchemyError) -> bool:
 
 def liveness_engine(url: str) -> Engine:
     """The engine of ``liveness_write`` for ``url`` (created on first use)."""
-    url = _normalise_url(url)
-    engine = _LIVENESS_ENGINES.get(url)
-    if engine is not None:
-        return engine
-    with _LOCK:
-        engine = _LIVENESS_ENGINES.get(url)
-        if engine is None:
-            engine = _LIVENESS_ENGINES[url] = _make_liveness_engine(url)
-        return engine
+    return _cached_engine(_LIVENESS_ENGINES, url, _make_liveness_engine)
 
 
 def _make_liveness_engine(url: str) -> Engine:

@@ -35,6 +35,7 @@ os.environ.update(
 )
 
 from tests.factories import register_cirros, reset_database  # noqa: E402
+from tests.unit.task_costs import TaskCosts, counting_task_costs  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +76,10 @@ def _root_logger_level() -> Iterator[None]:
     root.setLevel(logging.WARNING)
     yield
     root.setLevel(level)
+
+
+@pytest.fixture
+def task_costs() -> Iterator[TaskCosts]:
+    """COMMITs and statements per task while the test runs (``tests.unit.task_costs``)."""
+    with counting_task_costs() as found:
+        yield found

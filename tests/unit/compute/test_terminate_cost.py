@@ -9,14 +9,7 @@ allocations are gone and the step record says ``success`` after one delivery.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-from celery.signals import task_postrun, task_prerun
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import func, select
 
 from compute import notifications
 from models import (
@@ -24,68 +17,13 @@ from models import (
     InstanceAction,
     InstanceActionEvent,
     StepRecord,
-    TaskDelivery,
 )
 from models.db import session_scope
+from tests.unit.task_costs import TaskCosts, settled
 from tests.unit.workflows.servers import boot_active, delete_and_wait, in_thread_worker
 from workflows import api
 
 TERMINATE = "compute.terminate_instance"
-
-
-class Seen:
-    """The statements (BEGIN aside) and COMMITs of the terminate task's thread, while on."""
-
-    def __init__(self) -> None:
-        self.on = False
-        self.statements: list[str] = []
-        self.commits = 0
-        self._task = threading.local()
-
-    def _counted(self) -> bool:
-        return self.on and getattr(self._task, "name", None) == TERMINATE
-
-    def started(self, sender: Any = None, **_: Any) -> None:
-        self._task.name = getattr(sender, "name", None)
-
-    def ended(self, sender: Any = None, **_: Any) -> None:
-        self._task.name = None
-
-    def statement(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if self._counted() and not statement.lstrip().upper().startswith("BEGIN"):
-            self.statements.append(statement)
-
-    def commit(self, conn: Any) -> None:
-        if self._counted():
-            self.commits += 1
-
-
-@pytest.fixture
-def seen() -> Iterator[Seen]:
-    found = Seen()
-    hooks = [(Engine, "commit", found.commit), (Engine, "before_cursor_execute", found.statement)]
-    for target, name, fn in hooks:
-        event.listen(target, name, fn)
-    task_prerun.connect(found.started, weak=False)
-    task_postrun.connect(found.ended, weak=False)
-    try:
-        yield found
-    finally:
-        task_prerun.disconnect(found.started)
-        task_postrun.disconnect(found.ended)
-        for target, name, fn in hooks:
-            event.remove(target, name, fn)
-
-
-def _settled(db_url: str) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        with session_scope(db_url) as session:
-            left = session.scalar(select(func.count()).select_from(TaskDelivery))
-        if left == 0:
-            return
-        assert time.monotonic() < deadline, f"{left} delivery rows left"
-        time.sleep(0.05)
 
 
 def _terminated(db_url: str, uuid: str) -> None:
@@ -115,19 +53,23 @@ def _terminated(db_url: str, uuid: str) -> None:
         assert (record.outcome, record.deliveries) == ("success", 1)
 
 
-def test_a_terminate_is_two_commits_of_at_most_17_statements(db_url: str, seen: Seen) -> None:
+def test_a_terminate_is_two_commits_of_at_most_17_statements(
+    db_url: str, task_costs: TaskCosts
+) -> None:
     with in_thread_worker():
         warm = boot_active("warm")  # the flavor, the first connections, the caches
         uuid = boot_active("counted")
         notifications.install(None)  # what they cost is counted in compute.notifications
-        _settled(db_url)
-        seen.on = True
+        settled(db_url)
+        task_costs.on = True
         api.delete(uuid)
         api.wait(uuid, "DELETED", timeout=30)
-        _settled(db_url)
-        seen.on = False
+        settled(db_url)
+        task_costs.on = False
         delete_and_wait(warm)
-    print("\n" + "\n".join(s.split("\n")[0][:120] for s in seen.statements))
-    assert seen.commits == 2  # begin (event open, delivery start), finish
-    assert len(seen.statements) <= 17  # 25 before its event and release were trimmed
+    print("\n" + "\n".join(s.split("\n")[0][:120] for s in task_costs.statements[TERMINATE]))
+    assert task_costs.commits[TERMINATE] == 2  # begin (event open, delivery start), finish
+    assert (
+        len(task_costs.statements[TERMINATE]) <= 17
+    )  # 25 before its event and release were trimmed
     _terminated(db_url, uuid)

@@ -5,20 +5,15 @@ connection has ``synchronous_commit=off``. Both databases, for real."""
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from sqlalchemy import Update, column, create_engine, select, table, text, update
+from sqlalchemy import Update, column, select, table, text, update
 
 from models import db
 from models.db import dispose_all, get_engine, liveness_engine, liveness_write, session_scope
 from novaq.exceptions import DatabaseUnavailable
-from tests.tcp_proxy import reachable
 
-ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TABLE = "novaq_liveness_probe"
 probe = table(TABLE, column("n"), column("beats"))
 
@@ -40,37 +35,15 @@ def _beats(url: str) -> int:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path}/liveness.sqlite"
-    _create(url)
-    yield url
-    dispose_all()
+def sqlite_url(empty_sqlite_url: str) -> str:
+    _create(empty_sqlite_url)
+    return empty_sqlite_url
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A database of its own (dropped after), on the local PostgreSQL."""
-    if not reachable(5432):
-        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
-    name = f"liveness_unit_{os.getpid()}"
-    admin = create_engine(ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    url = ADMIN.rsplit("/", 1)[0] + f"/{name}"
-    _create(url)
-    try:
-        yield url
-    finally:
-        dispose_all()
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-        admin.dispose()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(f"{'sqlite' if request.param == 'sqlite' else 'pg'}_url"))
+def pg_url(empty_pg_url: str) -> str:
+    _create(empty_pg_url)
+    return empty_pg_url
 
 
 def test_a_liveness_write_is_committed_at_once_on_its_own_engine(url: str) -> None:

@@ -5,10 +5,7 @@ with ``ReadOnlyTransactionError`` and changes nothing; it ends without a commit.
 
 from __future__ import annotations
 
-import os
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, event, text
@@ -16,11 +13,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.orm import declarative_base as _declarative_base
 
 from compute.sessions import savepoints, sessions_for
-from models.db import dispose_all, get_engine, session_scope
+from models.db import get_engine, session_scope
 from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
-from tests.tcp_proxy import reachable
 
-ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TABLE = "novaq_read_only_probe"
 
 
@@ -37,37 +32,15 @@ def _create(url: str) -> None:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path}/read_only.sqlite"
-    _create(url)
-    yield url
-    dispose_all()
+def sqlite_url(empty_sqlite_url: str) -> str:
+    _create(empty_sqlite_url)
+    return empty_sqlite_url
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A database of its own (dropped after), on the local PostgreSQL."""
-    if not reachable(5432):
-        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
-    name = f"readonly_unit_{os.getpid()}"
-    admin = create_engine(ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    url = ADMIN.rsplit("/", 1)[0] + f"/{name}"
-    _create(url)
-    try:
-        yield url
-    finally:
-        dispose_all()
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-        admin.dispose()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(f"{'sqlite' if request.param == 'sqlite' else 'pg'}_url"))
+def pg_url(empty_pg_url: str) -> str:
+    _create(empty_pg_url)
+    return empty_pg_url
 
 
 def _rows(url: str) -> list[int]:

@@ -15,19 +15,12 @@ outcome), and no delivery row nor operation record is left once the server settl
 
 from __future__ import annotations
 
-import collections
-import threading
-import time
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-from celery.signals import task_postrun, task_prerun
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import func, select
 
 from compute import notifications
-from models import OperationInFlight, StepRecord, TaskDelivery
+from models import OperationInFlight, StepRecord
 from models.db import session_scope
+from tests.unit.task_costs import TaskCosts, settled
 from tests.unit.workflows.servers import boot_active, delete_and_wait, in_thread_worker
 from workflows import api
 
@@ -36,68 +29,6 @@ SCHEDULER, BUILD, TERMINATE = (
     "compute.build_and_run_instance",
     "compute.terminate_instance",
 )
-
-
-class Counts:
-    """COMMITs and statements (BEGIN aside) per task, while ``on``."""
-
-    def __init__(self) -> None:
-        self.on = False
-        self.commits: collections.Counter[str] = collections.Counter()
-        self.statements: collections.Counter[str] = collections.Counter()
-        self._task = threading.local()
-
-    def task(self) -> str | None:
-        return getattr(self._task, "name", None)
-
-    def started(self, sender: Any = None, **_: Any) -> None:
-        self._task.name = getattr(sender, "name", None)
-
-    def ended(self, sender: Any = None, **_: Any) -> None:
-        self._task.name = None
-
-    def commit(self, conn: Any) -> None:
-        if self.on and self.task():
-            self.commits[str(self.task())] += 1
-
-    def statement(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if self.on and self.task() and not statement.lstrip().upper().startswith("BEGIN"):
-            self.statements[str(self.task())] += 1
-
-    def take(self) -> tuple[dict[str, int], dict[str, int]]:
-        taken = dict(self.commits), dict(self.statements)
-        self.commits.clear()
-        self.statements.clear()
-        return taken
-
-
-@pytest.fixture
-def counts(db_url: str) -> Iterator[Counts]:
-    found = Counts()
-    hooks = [(Engine, "commit", found.commit), (Engine, "before_cursor_execute", found.statement)]
-    for target, name, fn in hooks:
-        event.listen(target, name, fn)
-    task_prerun.connect(found.started, weak=False)
-    task_postrun.connect(found.ended, weak=False)
-    try:
-        yield found
-    finally:
-        task_prerun.disconnect(found.started)
-        task_postrun.disconnect(found.ended)
-        for target, name, fn in hooks:
-            event.remove(target, name, fn)
-
-
-def _settled(db_url: str) -> None:
-    """Every step has returned (its after_return done): no delivery row left."""
-    deadline = time.monotonic() + 10
-    while True:
-        with session_scope(db_url) as session:
-            left = session.scalar(select(func.count()).select_from(TaskDelivery))
-        if left == 0:
-            return
-        assert time.monotonic() < deadline, f"{left} delivery rows left"
-        time.sleep(0.05)
 
 
 def _records(db_url: str, uuid: str) -> list[tuple[str, str | None, int]]:
@@ -110,20 +41,20 @@ def _records(db_url: str, uuid: str) -> list[tuple[str, str | None, int]]:
 
 
 def test_a_boot_costs_one_commit_to_schedule_and_two_per_host_step(
-    db_url: str, counts: Counts
+    db_url: str, task_costs: TaskCosts
 ) -> None:
     with in_thread_worker():
         warm = boot_active("warm")  # the flavor, the first connections, the caches
         notifications.install(None)
-        counts.on = True
+        task_costs.on = True
         uuid = boot_active("counted")
-        _settled(db_url)
-        boot_commits, boot_statements = counts.take()
+        settled(db_url)
+        boot_commits, boot_statements = task_costs.take()
         api.delete(uuid)
         api.wait(uuid, "DELETED", timeout=30)
-        _settled(db_url)
-        delete_commits, delete_statements = counts.take()
-        counts.on = False
+        settled(db_url)
+        delete_commits, delete_statements = task_costs.take()
+        task_costs.on = False
         delete_and_wait(warm)  # no guest left behind for the next test
     print(f"\nboot: commits {boot_commits} statements {boot_statements}")
     print(f"delete: commits {delete_commits} statements {delete_statements}")
