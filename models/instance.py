@@ -22,6 +22,11 @@ from models.states import PowerState, TaskState, VmState
 #: ``old_vm_state``: a resize's confirm/revert, a suspend's resume).
 OLD_VM_STATE = "old_vm_state"
 
+#: The project and user a server belongs to when the boot names none (and what the
+#: servers created before they were recorded got): Nova's devstack ``demo`` project.
+DEFAULT_PROJECT_ID = "demo"
+DEFAULT_USER_ID = "demo"
+
 
 class Instance(Base):
     __tablename__ = "instances"
@@ -39,6 +44,15 @@ class Instance(Base):
     # A snapshot of the flavor at boot (with extra_specs), as Nova's instance_extra.flavor.
     flavor: Mapped[FlavorSnapshot] = mapped_column(FlavorSnapshotType)
     image_ref: Mapped[str] = mapped_column(String(255), default="")
+    # Who owns the server (Nova's project_id/user_id: the API's tenant_id/user_id).
+    project_id: Mapped[str] = mapped_column(
+        String(255), default=DEFAULT_PROJECT_ID, server_default=DEFAULT_PROJECT_ID
+    )
+    user_id: Mapped[str] = mapped_column(
+        String(255), default=DEFAULT_USER_ID, server_default=DEFAULT_USER_ID
+    )
+    # The image's ``os_type`` property at boot or rebuild, as given (Nova's os_type).
+    os_type: Mapped[str | None] = mapped_column(String(255))
     vcpus: Mapped[int] = mapped_column(default=0)
     memory_mb: Mapped[int] = mapped_column(default=0)
     root_gb: Mapped[int] = mapped_column(default=0)

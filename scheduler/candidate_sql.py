@@ -37,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from compute.servicegroup import COMPUTE
+from compute.stats import IO_TASK_STATES
 from models import (
     Aggregate,
     AggregateHost,
@@ -47,18 +48,6 @@ from models import (
     Service,
 )
 from models.pci_device import AVAILABLE
-
-#: Task states that count as an I/O operation in flight (Nova's io_workload), besides
-#: building.
-IO_TASK_STATES = (
-    "resize_migrating",
-    "rebuilding",
-    "resize_prep",
-    "image_snapshot",
-    "image_backup",
-    "rescuing",
-    "unshelving",
-)
 
 _node = ComputeNode.__table__.c
 _service = Service.__table__.c
@@ -231,6 +220,23 @@ def instances_query(session: Session, hosts: Sequence[str]) -> Select[Any]:
     """(host, uuid, vm_state, task_state) of the live instances on ``hosts``."""
     return select(_instance.host, _instance.uuid, _instance.vm_state, _instance.task_state).where(
         _instance.deleted == 0, one_of(session, _instance.host, hosts, String)
+    )
+
+
+def instance_stats_query(session: Session, hosts: Sequence[str]) -> Select[Any]:
+    """(host, vm_state, task_state, os_type, project_id, count) of the live instances on
+    ``hosts``, grouped: what ``compute.stats.instance_stats`` counts."""
+    groups = (
+        _instance.host,
+        _instance.vm_state,
+        _instance.task_state,
+        _instance.os_type,
+        _instance.project_id,
+    )
+    return (
+        select(*groups, func.count())
+        .where(_instance.deleted == 0, one_of(session, _instance.host, hosts, String))
+        .group_by(*groups)
     )
 
 

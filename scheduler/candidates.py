@@ -20,12 +20,13 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest
+from compute.stats import IO_TASK_STATES, instance_stats
 from models import utcnow
 from novaq.settings import Settings
 from scheduler.candidate_sql import (
-    IO_TASK_STATES,
     aggregates_query,
     candidates_query,
+    instance_stats_query,
     instances_query,
     pci_pools_query,
 )
@@ -57,6 +58,7 @@ def load_candidates(
     request: ResourceRequest | None = None,
     hosts: Sequence[str] = (),
     with_instances: bool = True,
+    with_stats: bool = False,
 ) -> Candidates:
     """The compute nodes a request may land on, with their services, PCI pools,
     aggregates and instances, in a constant number of queries whatever the number of hosts.
@@ -68,7 +70,11 @@ def load_candidates(
 
     ``with_instances=False`` leaves each host's ``instances`` (the uuids) empty, for a
     request no filter or weigher asks them of (``Scheduler.needs_instances``);
-    the counts (``num_instances``, ``num_io_ops``) are always there."""
+    the counts (``num_instances``, ``num_io_ops``) are always there.
+
+    ``with_stats=True`` adds to each host's ``stats`` the resource tracker's counts of its
+    instances (``compute.stats``: ``num_vm_active``, ``num_proj_<project>``...), in one
+    more query, for a request some filter reads them for (``Scheduler.needs_stats``)."""
     now = utcnow()
     down = dt.timedelta(seconds=settings.effective_service_down_time)
     params: dict[str, Any] = {"up_from": now - down, "up_to": now + down}
@@ -101,6 +107,8 @@ def load_candidates(
         _add_pci_pools(session, with_pci)
     if with_instances and states:
         _add_instances(session, states)
+    if with_stats and states:
+        _add_instance_stats(session, states)
     return Candidates(states, prefilter)
 
 
@@ -139,7 +147,8 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
         ) = row
         stats = stats_memo.get(stats_text)
         if stats is None:
-            stats = stats_memo[stats_text] = _parse_json(stats_text or "{}")
+            # Nova's resource tracker always reports failed_builds (0 until one fails).
+            stats = stats_memo[stats_text] = {"failed_builds": 0, **_parse_json(stats_text or "{}")}
         cpu_info = _parse_cpu_info(cpu_text or "{}")
         hv_type = hv_type or ""
         # NOTE: positional, in HostState's field order: keywords cost twice as much, and
@@ -237,6 +246,17 @@ def _add_instances(session: Session, states: list[HostState]) -> None:
     for state in states:
         uuids, io_ops = found.get(state.host, (set(), 0))
         state.instances, state.num_instances, state.num_io_ops = set(uuids), len(uuids), io_ops
+
+
+def _add_instance_stats(session: Session, states: list[HostState]) -> None:
+    """The resource tracker's instance counts into each host's ``stats``, from one
+    grouped query over the hosts' live instances."""
+    hosts = sorted({s.host for s in states})
+    groups: dict[str, list[Any]] = {}
+    for host, *group in session.connection().execute(instance_stats_query(session, hosts)):
+        groups.setdefault(host, []).append(group)
+    for state in states:
+        state.stats.update(instance_stats(groups.get(state.host, ())))
 
 
 def _add_pci_pools(session: Session, states: list[HostState]) -> None:

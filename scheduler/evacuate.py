@@ -60,7 +60,13 @@ class EvacuationScheduler:
             spec = evacuation_spec(session, migration_uuid)
             source_id = node_id(session, migration.source_compute, migration.source_node)
             targets = (spec.requested_host,) if spec.requested_host else ()
-            candidates = load_candidates(session, self.scheduler.settings, spec.resources, targets)
+            candidates = load_candidates(
+                session,
+                self.scheduler.settings,
+                spec.resources,
+                targets,
+                with_stats=self.scheduler.needs_stats([spec]),
+            )
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(
             sessions,

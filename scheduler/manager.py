@@ -70,6 +70,11 @@ class Scheduler:
             not w.ignores(spec) for w in weighers for spec in specs
         )
 
+    def needs_stats(self, specs: Sequence[RequestSpec]) -> bool:
+        """Whether any filter reads the instance-derived ``stats`` for these requests
+        (``BaseFilter.reads_stats``): only then are they counted."""
+        return any(f.reads_stats(spec) for f in self.filters for spec in specs)
+
     # -- pure decisions -------------------------------------------------------------------
     def candidates(
         self, hosts: list[HostState], spec: RequestSpec
@@ -155,6 +160,7 @@ class Scheduler:
                 first.resources,
                 targets,
                 with_instances=self.needs_instances(specs),
+                with_stats=self.needs_stats(specs),
             )
             hosts = candidates.hosts
             rows = _placement_rows(session, [s.instance_uuid for s in specs])
@@ -323,6 +329,7 @@ class MoveScheduler:
                 spec.resources,
                 targets,
                 with_instances=self.scheduler.needs_instances([spec]),
+                with_stats=self.scheduler.needs_stats([spec]),
             )
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(

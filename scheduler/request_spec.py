@@ -11,6 +11,7 @@ from compute.claims import ResourceRequest
 from compute.pci import PciRequest
 from models.alternate import Alternate, dump_alternates, load_alternates
 from models.flavor import FlavorSnapshot
+from models.instance import DEFAULT_PROJECT_ID, DEFAULT_USER_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,11 @@ class RequestSpec:
     requested_host: str | None = None
     # Filled by the scheduler from the database at decision time (Nova's instance_group).
     instance_group: InstanceGroup | None = None
+    # The server's owner (Nova's spec.project_id/user_id): AggregateMultiTenancyIsolation
+    # reads the project. A spec stored before servers had owners reads as the demo ones,
+    # which is what the migration gave those servers.
+    project_id: str = DEFAULT_PROJECT_ID
+    user_id: str = DEFAULT_USER_ID
     # Computed once: filters ask for it for every host.
     _resources: ResourceRequest | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -61,7 +61,9 @@ def select_for_unshelve(
             if node is not None:
                 return Selection(instance.host, instance.node, node.id, (), instance_uuid)
         spec = unshelve_spec(instance)
-        candidates = load_candidates(session, scheduler.settings, spec.resources)
+        candidates = load_candidates(
+            session, scheduler.settings, spec.resources, with_stats=scheduler.needs_stats([spec])
+        )
         group = load_instance_group(session, spec.group) if spec.group else None
     spec = dataclasses.replace(spec, instance_group=group)
     ranked = scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)

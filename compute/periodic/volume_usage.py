@@ -16,8 +16,7 @@ Deliberate differences from Nova:
   hypervisor has.
 - A guest that is not running has no counters (libvirt keeps them only for a live domain):
   its rows stay as they are; its next, lower, reading folds them into the totals.
-- No legacy unversioned ``volume.usage`` (novaq sends versioned notifications only), and
-  no project or user in the payload (novaq's instances carry neither).
+- No legacy unversioned ``volume.usage`` (novaq sends versioned notifications only).
 """
 
 from __future__ import annotations
@@ -127,13 +126,19 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def usage_payload(row: VolumeUsage, availability_zone: str | None) -> dict[str, Any]:
-    """Nova's ``VolumeUsagePayload``: usage so far (totals plus current counters)."""
+def usage_payload(
+    row: VolumeUsage,
+    availability_zone: str | None,
+    project_id: str | None = None,
+    user_id: str | None = None,
+) -> dict[str, Any]:
+    """Nova's ``VolumeUsagePayload``: usage so far (totals plus current counters), with
+    the server's zone and owner."""
     refreshed = [t for t in (row.tot_last_refreshed, row.curr_last_refreshed) if t is not None]
     data: dict[str, Any] = {
         "volume_id": row.volume_id,
-        "project_id": None,
-        "user_id": None,
+        "project_id": project_id,
+        "user_id": user_id,
         "availability_zone": availability_zone,
         "instance_uuid": row.instance_uuid,
         "last_refreshed": _iso(max(refreshed)) if refreshed else None,
@@ -152,11 +157,13 @@ def _update_cache(
     session: Session, uuid: str, host: str, usages: list[DiskUsage]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Record one guest's disks in one transaction: (payloads to send, volumes folded)."""
-    zone = session.scalar(select(Instance.availability_zone).where(Instance.uuid == uuid))
+    server = select(Instance.availability_zone, Instance.project_id, Instance.user_id)
+    found = session.execute(server.where(Instance.uuid == uuid)).first()
+    zone, project_id, user_id = found if found is not None else (None, None, None)
     payloads, folded = [], []
     for usage in usages:
         row, was_folded = record_usage(session, usage, host)
-        payloads.append(usage_payload(row, zone))
+        payloads.append(usage_payload(row, zone, project_id, user_id))
         if was_folded:
             folded.append(row.volume_id)
     return payloads, folded

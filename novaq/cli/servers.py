@@ -91,11 +91,15 @@ LIST_COLUMNS = (
     "host",
     "image_name",
     "flavor_name",
+    "tenant_id",
+    "user_id",
 )
 SHOW_COLUMNS = (
     "uuid",
     "name",
     "description",
+    "tenant_id",
+    "user_id",
     "status",
     "vm_state",
     "task_state",
@@ -158,8 +162,12 @@ def hints_of(items: tuple[str, ...]) -> dict[str, Any]:
 )
 @click.option("--description", default=None, help="The servers' description.")
 @click.option(
-    "--project", default=None, help="The project booting (private flavors need its access)."
+    "--project",
+    default=None,
+    help="The project booting and owning the servers (default: demo; private flavors need"
+    " its access).",
 )
+@click.option("--user", default=None, help="The user owning the servers (default: demo).")
 @click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N s for ACTIVE.")
 @json_option
 @handle_errors
@@ -175,6 +183,7 @@ def boot(
     properties: tuple[str, ...],
     description: str | None,
     project: str | None,
+    user: str | None,
     wait_s: float | None,
     as_json: bool,
 ) -> None:
@@ -192,6 +201,7 @@ def boot(
         metadata=parse_pairs(properties, "--property") or None,
         description=description,
         project=project,
+        user=user,
     )
     rows, failed = [], 0
     for uuid in uuids:

@@ -12,6 +12,7 @@ from scheduler.filters.aggregate_instance_extra_specs_filter import (
     AggregateInstanceExtraSpecsFilter,
 )
 from scheduler.filters.aggregate_io_ops_filter import AggregateIoOpsFilter
+from scheduler.filters.aggregate_multitenancy_isolation import AggregateMultiTenancyIsolation
 from scheduler.filters.aggregate_num_instances_filter import AggregateNumInstancesFilter
 from scheduler.filters.aggregate_type_affinity_filter import AggregateTypeAffinityFilter
 from scheduler.filters.all_hosts_filter import AllHostsFilter
@@ -64,6 +65,7 @@ def _registry() -> dict[str, type[BaseFilter]]:
         AggregateNumInstancesFilter,
         AggregateTypeAffinityFilter,
         AllHostsFilter,
+        AggregateMultiTenancyIsolation,
     )
     return {cls.__name__: cls for cls in classes}
 

@@ -28,6 +28,12 @@ class BaseFilter:
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         raise NotImplementedError
 
+    def reads_stats(self, spec: RequestSpec) -> bool:
+        """Whether ``host_passes`` reads, for this request, the ``stats`` counted from
+        the hosts' instances (``compute.stats``: ``num_vm_active``, ``num_proj_<id>``...):
+        only then are they loaded (one more query). ``failed_builds`` is always there."""
+        return False
+
     def ignores(self, spec: RequestSpec) -> bool:
         """Whether ``host_passes`` is True for every host, whatever its state, for this
         request (it asks nothing the request needs): then no host is asked. A filter

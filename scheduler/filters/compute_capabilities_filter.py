@@ -9,8 +9,11 @@ The attributes are Nova's ``HostState``'s, by Nova's names and with Nova's value
 (``NOVA_ATTRIBUTES``), not novaq's own fields: ``total_usable_ram_mb`` is there,
 ``memory_mb`` and ``availability_zone`` are not (Nova ignores such an unscoped key, so
 novaq does), ``cpu_info`` is the JSON text Nova keeps, ``supported_instances`` a list of
-lists. Not there yet: ``host_ip``, ``metrics`` and the resource tracker's ``stats`` keys
-(``num_vm_*``, ``num_task_*``, ``num_proj_*``...); a spec naming them finds no capability.
+lists. ``stats`` holds the resource tracker's keys (``compute.stats``: ``num_instances``,
+``io_workload``, ``num_vm_<state>``, ``num_task_<state>``, ``num_os_type_<type>``,
+``num_proj_<project>``, ``failed_builds``), counted from the hosts' instances only for a
+request whose specs name such a key (``reads_stats``). Not there yet: ``host_ip`` and
+``metrics``; a spec naming them finds no capability.
 
 Where Nova's filter raises (a numeric operator such as ``>= 4`` against a text capability
 such as ``x86_64``: ``ValueError``, which fails the whole request in Nova), novaq's
@@ -24,6 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from compute.stats import is_instance_stat
 from scheduler.filters import extra_specs_ops
 from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
@@ -68,6 +72,9 @@ class ComputeCapabilitiesFilter(BaseFilter):
     def ignores(self, spec: RequestSpec) -> bool:
         return not _extra_specs(spec)
 
+    def reads_stats(self, spec: RequestSpec) -> bool:
+        return any(_names_instance_stat(key) for key in _extra_specs(spec))
+
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
         for key, req in _extra_specs(spec).items():
             path = _capability_path(host, key)
@@ -98,6 +105,20 @@ def _capability_path(host: HostState, key: str) -> list[str] | None:
     if len(scope) == 1:
         return scope if key in NOVA_ATTRIBUTES or key in host.stats else None
     return scope[1:] if scope[0] == SCOPE else None
+
+
+def _names_instance_stat(key: str) -> bool:
+    """Whether a spec key may reach a stats key counted from the instances: unscoped or
+    ``capabilities:``-scoped, a name that is no attribute (looked up in ``stats``), or a
+    name under ``capabilities:stats:``."""
+    scope = key.split(":")
+    if len(scope) > 1:
+        if scope[0] != SCOPE:
+            return False
+        scope = scope[1:]
+    if scope[0] == "stats" and len(scope) > 1:
+        return is_instance_stat(scope[1])
+    return scope[0] == "stats" or (scope[0] not in NOVA_ATTRIBUTES and is_instance_stat(scope[0]))
 
 
 def _lookup(host: HostState, path: list[str]) -> Any:

@@ -61,7 +61,7 @@ def _host_state(data: dict[str, Any]) -> Any:
         supported_hv_specs=[
             objects.HVSpec(arch=a, hv_type=h, vm_mode=m) for a, h, m in data["supported_instances"]
         ],
-        stats={"num_instances": data["num_instances"], "io_workload": data["num_io_ops"]},
+        stats=_stats(data),
         metrics="[]",
         cpu_allocation_ratio=4.0,
         ram_allocation_ratio=1.0,
@@ -87,6 +87,22 @@ def _host_state(data: dict[str, Any]) -> Any:
     return state
 
 
+def _stats(data: dict[str, Any]) -> dict[str, Any]:
+    """The compute node's stats: given the host's ``instance_states`` (vm_state,
+    task_state, os_type, project_id of each instance), as Nova's resource tracker counts
+    them in ``update_available_resource`` (cleared, ``failed_builds`` kept, each instance
+    added); else the two counts the host gives."""
+    if "instance_states" not in data:
+        return {"num_instances": data["num_instances"], "io_workload": data["num_io_ops"]}
+    from nova.compute import stats as compute_stats
+
+    stats = compute_stats.Stats()
+    stats["failed_builds"] = 0
+    for index, instance in enumerate(data["instance_states"]):
+        stats.update_stats_for_instance({"uuid": f"instance-{index}", **instance})
+    return dict(stats)
+
+
 def _request_spec(data: dict[str, Any]) -> Any:
     from nova import objects
 
@@ -103,8 +119,8 @@ def _request_spec(data: dict[str, Any]) -> Any:
     )
     return objects.RequestSpec(
         instance_uuid="00000000-0000-4000-8000-000000000001",
-        project_id="p",
-        user_id="u",
+        project_id=data.get("project_id", "p"),
+        user_id=data.get("user_id", "u"),
         flavor=flavor,
         image=objects.ImageMeta.from_dict({"properties": data["image_properties"]}),
         num_instances=1,

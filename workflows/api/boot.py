@@ -23,6 +23,7 @@ from compute.states import TaskState, VmState
 from models import Instance, ServerGroup
 from models.db import session_scope
 from models.flavor import FlavorSnapshot
+from models.instance import DEFAULT_PROJECT_ID, DEFAULT_USER_ID
 from novaq.exceptions import InvalidInput
 from scheduler.request_spec import RequestSpec
 from workflows import dispatch
@@ -69,6 +70,7 @@ def boot(
     metadata: dict[str, str] | None = None,
     description: str | None = None,
     project: Name | None = None,
+    user: Name | None = None,
 ) -> list[str]:
     """Create servers; returns their uuids at once (BUILD, then ACTIVE or ERROR).
 
@@ -76,11 +78,14 @@ def boot(
     ``min_count``). With more than one, the names get ``-1``, ``-2``, ... The scheduler
     places every one or none (Nova's ``_ensure_sufficient_hosts``: all ERROR with
     NoValidHost). ``group``: a server group's uuid or name (also the ``group`` hint);
-    ``metadata``: the servers' user metadata (``--property``). ``project``: who boots; a
-    private flavor it has no access to is not found (none: the operator, who may use every
-    flavor)."""
+    ``metadata``: the servers' user metadata (``--property``). ``project`` and ``user``:
+    who boots, the servers' owners (Nova's ``project_id``/``user_id``, what
+    AggregateMultiTenancyIsolation reads); a private flavor ``project`` has no access to is
+    not found. Without them the servers belong to the ``demo`` project and user, and the
+    flavor is looked up as the operator, who may use every flavor."""
     flavors.check_name(name, "server name")
     flavors.check_name(image, "image")
+    owner = _owner(project, user)
     number = _number_of_servers(count, min_count, max_count)
     extras = _checked_extras(group, hints, metadata, description)
     settings = common.settings()
@@ -119,6 +124,8 @@ def boot(
             pci_requests=pci_requests,
             image_properties=dict(boot_image.properties),
             force_hosts=force_hosts,
+            project_id=owner[0],
+            user_id=owner[1],
         )
         for _ in range(number)
     ]
@@ -128,7 +135,7 @@ def boot(
     with session_scope(common.db_url()) as session:
         for index, spec in enumerate(specs):
             display = name if number == 1 else f"{name}-{index + 1}"
-            instance = _new_instance(spec, display, flavor_id, boot_image.system_metadata)
+            instance = _new_instance(spec, display, flavor_id, boot_image)
             instance.description = extras.description
             server_metadata.replace(instance, extras.metadata)
             session.add(instance)
@@ -146,6 +153,14 @@ def boot(
     created = tuple(s.instance_uuid for s in specs)
     submit.publish(workflow, Written(request_id, created, created=True), recorded)
     return list(created)
+
+
+def _owner(project: str | None, user: str | None) -> tuple[str, str]:
+    """The servers' (project_id, user_id): those given, checked, else the demo ones."""
+    return (
+        DEFAULT_PROJECT_ID if project is None else flavors.check_name(project, "project"),
+        DEFAULT_USER_ID if user is None else flavors.check_name(user, "user"),
+    )
 
 
 def _number_of_servers(count: int, min_count: int | None, max_count: int | None) -> int:
@@ -260,7 +275,7 @@ def _boot_image(session: Any, ref: str, flavor: FlavorSnapshot) -> _BootImage:
 
 
 def _new_instance(
-    spec: RequestSpec, display_name: str, flavor_id: int, system_metadata: dict[str, str]
+    spec: RequestSpec, display_name: str, flavor_id: int, image: _BootImage
 ) -> Instance:
     flavor = spec.flavor
     return Instance(
@@ -269,6 +284,10 @@ def _new_instance(
         flavor_id=flavor_id,
         flavor=flavor,
         image_ref=spec.image,
+        project_id=spec.project_id,
+        user_id=spec.user_id,
+        # Nova's _inherit_properties_from_image: the property as the image gives it.
+        os_type=image.properties.get("os_type"),
         vcpus=flavor.vcpus,
         memory_mb=flavor.memory_mb,
         root_gb=flavor.root_gb,
@@ -278,7 +297,7 @@ def _new_instance(
         power_state=0,
         availability_zone=spec.availability_zone,
         request_spec=spec.to_dict(),
-        system_metadata=dict(system_metadata),
+        system_metadata=dict(image.system_metadata),
     )
 
 

@@ -83,13 +83,17 @@ def rebuild(server: Name, image: Name) -> str:
             request_id,
             (uuid,),
             TaskState.REBUILDING,
-            submit.columns(instance, "task_state", "image_ref", "system_metadata", "request_spec"),
+            submit.columns(
+                instance, "task_state", "image_ref", "os_type", "system_metadata", "request_spec"
+            ),
         )
         cas_rebuilding(
             session,
             uuid,
             expected_vm_state=list(ALLOW_REBUILD),
             image_ref=new_image.id,
+            # Nova's rebuild takes os_type from the new image too.
+            os_type=_os_type(new_image.properties or {}),
             system_metadata=with_image_metadata(instance, new_image),
             request_spec=with_image_request(instance, new_image),
         )
@@ -104,6 +108,11 @@ def rebuild(server: Name, image: Name) -> str:
     )
     submit.publish(workflow, written)
     return request_id
+
+
+def _os_type(properties: dict[str, Any]) -> str | None:
+    value = properties.get("os_type")
+    return None if value is None else str(value)
 
 
 def _up_host(session: Session, instance: Instance) -> str:

@@ -38,6 +38,9 @@ def instance_dict(
         "uuid": instance.uuid,
         "name": instance.display_name,
         "description": instance.description,
+        # The owner, under the names Nova's API shows it by.
+        "tenant_id": instance.project_id,
+        "user_id": instance.user_id,
         "metadata": instance.metadata_dict,
         "status": api_status(instance.vm_state, instance.task_state),
         "vm_state": instance.vm_state,

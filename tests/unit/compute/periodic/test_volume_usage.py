@@ -174,6 +174,7 @@ def test_a_guest_restart_keeps_the_usage_so_far(db_url: str, sent: Sent) -> None
     )
     data = _usage_payloads(sent)[f"{uuid}/vda"]
     assert (data["reads"], data["read_bytes"], data["writes"]) == (140, 5120, 0)
+    assert (data["project_id"], data["user_id"]) == ("demo", "demo")  # the server's owner
 
 
 def test_stopped_missing_deleted_and_foreign_guests_are_not_polled(
