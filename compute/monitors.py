@@ -22,6 +22,9 @@ Where novaq differs from Nova, on purpose:
   previous percentages: Nova divides by zero there and stores no metrics at all.
 * A driver that cannot read the figures (``HypervisorError``) leaves that monitor's
   metrics out, as Nova (a warning, the audit goes on); nothing else fails.
+
+Each audit that stores metrics sends Nova's versioned ``metrics.update`` notification
+(``metrics_payload``), after its transaction commits.
 """
 
 from __future__ import annotations
@@ -121,6 +124,48 @@ def cpu_metrics(
         {"name": name, "value": values[name], "timestamp": timestamp, "source": SOURCE}
         for name in CPU_METRICS
     ]
+
+
+def metrics_payload(host: str, nodename: str, text: str) -> dict[str, Any] | None:
+    """Nova's versioned ``metrics.update`` payload (``MetricsPayload`` 1.0) for a node's
+    stored metrics, or None when it has none (Nova sends nothing then). Values are Nova's
+    ``MonitorMetric`` integers: whole percents, nanoseconds, MHz.
+
+    NOTE: ``host_ip`` is Nova's ``my_ip``, an option novaq does not have: sent empty."""
+    try:
+        items = json.loads(text or "[]")
+    except ValueError:
+        return None
+    if not isinstance(items, list) or not items:
+        return None
+    values = scheduler_values(text)
+    metrics = [
+        {
+            "nova_object.name": "MetricPayload",
+            "nova_object.namespace": "nova",
+            "nova_object.version": "1.0",
+            "nova_object.data": {
+                "name": item["name"],
+                "value": int(values[item["name"]]),
+                "numa_membw_values": None,
+                "timestamp": item.get("timestamp"),
+                "source": item.get("source"),
+            },
+        }
+        for item in items
+        if isinstance(item, dict) and item.get("name") in values
+    ]
+    return {
+        "nova_object.name": "MetricsPayload",
+        "nova_object.namespace": "nova",
+        "nova_object.version": "1.0",
+        "nova_object.data": {
+            "host": host,
+            "host_ip": "",
+            "nodename": nodename,
+            "metrics": metrics,
+        },
+    }
 
 
 def scheduler_values(text: str | None) -> dict[str, float]:

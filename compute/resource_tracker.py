@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from compute import monitors
+from compute import monitors, notifications
 from compute.claims import retry_on_conflict, store_usage
 from compute.heal import Domain, heal_node
 from compute.pci import sync_devices
@@ -151,10 +151,16 @@ def update_available_resource(
         if steady is None:
             session.refresh(node)  # the usage the heal wrote, for the log below
         final[:] = [] if node.deleted else [_final_view(node)]
+        stored[:] = [] if node.deleted else [(node.hypervisor_hostname, node.metrics)]
         return heals
 
     final: list[tuple[Any, ...]] = []
+    stored: list[tuple[str, str]] = []
     heals = retry_on_conflict(sessions, audit)
+    for nodename, metrics in stored:  # after the commit, as Nova's metrics.update
+        payload = monitors.metrics_payload(host, nodename, metrics)
+        if payload is not None:
+            notifications.publish("metrics.update", payload, host)
     for view in final:
         LOG.info(
             "Final resource view: name=%s phys_ram=%dMB used_ram=%dMB phys_disk=%dGB "

@@ -7,10 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid as uuid_module
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
+from compute import notifications
 from compute.monitors import CPU_METRICS, cpu_metrics, metrics_json, scheduler_values
 from compute.resource_tracker import update_available_resource
 from compute.servicegroup import COMPUTE, register_service
@@ -168,3 +170,37 @@ def test_the_scheduler_prefers_the_idle_host_by_its_metrics(db_url: str) -> None
     uuid = make_instance(db_url)
     selection = Scheduler(settings).select_and_claim(sessions_for(db_url), spec_for(uuid))
     assert selection is not None and selection.host == "idle"
+
+
+def test_an_audit_with_metrics_sends_nova_s_metrics_update_after_storing_them(
+    db_url: str,
+) -> None:
+    sent: list[tuple[dict[str, Any], str]] = []
+    notifications.install(lambda message, priority: sent.append((message, priority)))
+    try:
+        driver = _driver("h1", vcpus=4)
+        update_available_resource(sessions_for(db_url), driver, "h1", make_settings())
+        assert sent == []  # no monitor, no metrics, no notification (as Nova)
+        settings = make_settings(compute_monitors=["cpu.virt_driver"])
+        _run_guest(driver, 1)
+        update_available_resource(sessions_for(db_url), driver, "h1", settings)
+    finally:
+        notifications.install(None)
+    ((message, priority),) = sent
+    assert (message["event_type"], priority) == ("metrics.update", "INFO")
+    payload = message["payload"]
+    assert (payload["nova_object.name"], payload["nova_object.version"]) == (
+        "MetricsPayload",
+        "1.0",
+    )
+    data = payload["nova_object.data"]
+    assert (data["host"], data["nodename"]) == ("h1", "h1")
+    values = {
+        m["nova_object.data"]["name"]: m["nova_object.data"]["value"] for m in data["metrics"]
+    }
+    assert values == {k: int(v) for k, v in scheduler_values(_metrics_text(db_url)).items()}
+    assert values["cpu.percent"] == 25 and values["cpu.frequency"] == 2400
+
+
+def _metrics_text(db_url: str) -> str:
+    return json.dumps(_stored(db_url, "h1"))
