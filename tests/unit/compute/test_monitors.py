@@ -17,9 +17,9 @@ from compute.monitors import CPU_METRICS, cpu_metrics, metrics_json, scheduler_v
 from compute.resource_tracker import update_available_resource
 from compute.servicegroup import COMPUTE, register_service
 from compute.sessions import sessions_for
-from models import ComputeNode
+from models import Allocation, ComputeNode
 from models.db import session_scope
-from novaq.exceptions import HypervisorError
+from novaq.exceptions import ComputeHostMetricNotFound, HypervisorError
 from scheduler.candidates import load_candidates
 from scheduler.manager import Scheduler
 from tests.factories import host_resources, make_instance, make_settings, spec_for
@@ -204,3 +204,26 @@ def test_an_audit_with_metrics_sends_nova_s_metrics_update_after_storing_them(
 
 def _metrics_text(db_url: str) -> str:
     return json.dumps(_stored(db_url, "h1"))
+
+
+def test_a_required_metric_a_candidate_lacks_fails_the_request_and_claims_nothing(
+    db_url: str,
+) -> None:
+    monitors = make_settings(compute_monitors=["cpu.virt_driver"])
+    with session_scope(db_url) as session:
+        for name in ("seen", "blind"):
+            register_service(session, name, COMPUTE, f"compute.{name}", monitors)
+    update_available_resource(sessions_for(db_url), _driver("seen"), "seen", monitors)
+    update_available_resource(sessions_for(db_url), _driver("blind"), "blind", make_settings())
+    settings = make_settings(
+        metrics={"weight_setting": ["cpu.percent=-1.0"]},  # required, no MetricsFilter
+        filter_scheduler={
+            "enabled_filters": ["ComputeFilter"],
+            "weight_classes": ["MetricsWeigher"],
+        },
+    )
+    uuid = make_instance(db_url)
+    with pytest.raises(ComputeHostMetricNotFound, match=r"cpu\.percent .* node blind\.blind"):
+        Scheduler(settings).select_and_claim(sessions_for(db_url), spec_for(uuid))
+    with session_scope(db_url) as session:
+        assert session.scalars(select(Allocation)).all() == []
