@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from compute import monitors, notifications
 from compute.claims import retry_on_conflict, store_usage
 from compute.heal import Domain, heal_node
 from compute.pci import sync_devices
@@ -114,12 +115,14 @@ def update_available_resource(
     sessions: Sessions, driver: ComputeDriver, host: str, settings: Settings
 ) -> list[dict[str, Any]]:
     """Nova's resource audit for every node of this host: read the hypervisor, record the
-    node and its PCI devices, heal its allocations from the instances, moves and orphan
-    domains on it, remove nodes the driver no longer reports. Returns the heals made."""
+    node, its monitors' metrics (``compute.monitors``) and its PCI devices, heal its
+    allocations from the instances, moves and orphan domains on it, remove nodes the
+    driver no longer reports. Returns the heals made."""
     resources = driver.get_available_resource()
     # Sizes of every guest without reading its XML; the few the heal would count as
     # orphans are asked about again (exist, and are this host's) once the database is read.
     domains = {guest.uuid: guest for guest in driver.list_guest_usage()}
+    samples = monitors.read_samples(settings.compute_monitors, driver)
     LOG.info(
         "Hypervisor/Node resource view: name=%s free_ram=%dMB free_disk=%dGB free_vcpus=%d "
         "pci_devices=%s domains listed=%d",
@@ -134,6 +137,7 @@ def update_available_resource(
     def audit(session: Session) -> list[dict[str, Any]]:
         nodes = host_nodes(session, host)
         node = record_compute_node(session, host, resources, settings, nodes)
+        node.metrics = monitors.metrics_json(samples, node.metrics, utcnow())
         sync_devices(session, node.id, resources.pci_devices, settings)
         generation = node.generation  # read first, as the heal does
         steady = steady_usage(session, node, domains, driver.owns_guest)
@@ -147,10 +151,16 @@ def update_available_resource(
         if steady is None:
             session.refresh(node)  # the usage the heal wrote, for the log below
         final[:] = [] if node.deleted else [_final_view(node)]
+        stored[:] = [] if node.deleted else [(node.hypervisor_hostname, node.metrics)]
         return heals
 
     final: list[tuple[Any, ...]] = []
+    stored: list[tuple[str, str]] = []
     heals = retry_on_conflict(sessions, audit)
+    for nodename, metrics in stored:  # after the commit, as Nova's metrics.update
+        payload = monitors.metrics_payload(host, nodename, metrics)
+        if payload is not None:
+            notifications.publish("metrics.update", payload, host)
     for view in final:
         LOG.info(
             "Final resource view: name=%s phys_ram=%dMB used_ram=%dMB phys_disk=%dGB "

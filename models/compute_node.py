@@ -45,6 +45,9 @@ class ComputeNode(Base):
     reserved_memory_mb: Mapped[int] = mapped_column(default=512)
     reserved_disk_gb: Mapped[int] = mapped_column(default=0)
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # The resource monitors' last readings, JSON text as Nova's (``compute.monitors``):
+    # a list of {name, value, timestamp, source}; "[]" when no monitor is enabled.
+    metrics: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
     # Placement's resource-provider generation: every claim bumps it with compare-and-swap.
     generation: Mapped[int] = mapped_column(default=0)
     # Set once discover_hosts has mapped this node's host to a cell.

@@ -25,6 +25,7 @@
     │   ├── ResourcesUnavailable     the node has not enough free capacity
     │   └── GenerationConflict       another claim moved the node's generation first
     ├── NoValidHost                  the scheduler found no host
+    │   └── ComputeHostMetricNotFound  [metrics] required and a host lacks a weighed metric
     ├── BuildError
     │   ├── RescheduleError          transient: try an alternate host
     │   └── BuildAbortError          final: ERROR the instance
@@ -189,6 +190,14 @@ class GenerationConflict(ClaimError):
 
 class NoValidHost(NovaqError):
     msg_fmt = "No valid host was found. %(reason)s"
+
+
+class ComputeHostMetricNotFound(NoValidHost):
+    """The MetricsWeigher met a host without a metric of ``[metrics] weight_setting``
+    while ``[metrics] required`` is true: the request fails, as in Nova (enable the
+    MetricsFilter to drop such hosts first)."""
+
+    msg_fmt = "Metric %(name)s could not be found on the compute host node %(host)s.%(node)s."
 
 
 class BuildError(NovaqError):

@@ -4,8 +4,10 @@ each."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -16,6 +18,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_settings import NoDecode
 
 _HEX4 = r"^[0-9a-fA-F]{4}$"
 
@@ -128,6 +131,7 @@ ALL_WEIGHERS = (
     "PCIWeigher",
     "ServerGroupSoftAffinityWeigher",
     "ServerGroupSoftAntiAffinityWeigher",
+    "MetricsWeigher",
 )
 
 
@@ -153,6 +157,67 @@ class FilterSchedulerGroup(_Group):
     pci_weight_multiplier: float = Field(default=1.0, ge=0.0)
     soft_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
     soft_anti_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
+
+
+def split_list_option(value: object) -> object:
+    """A list option given as one string (an environment variable, or Nova's spelling in
+    a config file): a JSON list, or items separated by commas."""
+    if not isinstance(value, str):
+        return value
+    if value.lstrip().startswith("["):
+        return json.loads(value)
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def parse_weight_setting(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """``[metrics] weight_setting`` as (metric name, ratio) pairs, in order (a name given
+    twice counts twice, as in Nova). Raises ``ValueError`` naming the first element that
+    is not ``name=ratio`` with a non-empty name and a finite number.
+
+    NOTE: Nova's ``parse_options`` drops a malformed element with a warning (and keeps a
+    name's surrounding spaces, so ``cpu.percent =1`` names no metric); novaq refuses it
+    at start, and strips the name."""
+    pairs = []
+    for item in items:
+        name, sep, ratio_text = item.partition("=")
+        name = name.strip()
+        try:
+            ratio = float(ratio_text)
+        except ValueError:
+            ratio = math.nan
+        if not (name and sep and math.isfinite(ratio)):
+            raise ValueError(
+                f"{item!r} is not a metric=ratio pair (e.g. cpu.percent=-1.0) with a finite ratio"
+            )
+        pairs.append((name, ratio))
+    return tuple(pairs)
+
+
+class MetricsGroup(_Group):
+    """``[metrics]``: the MetricsWeigher and MetricsFilter (Nova's names and defaults).
+    ``weight_setting`` is a list of ``name=ratio`` strings, or one string of them separated
+    by commas (as Nova's option is written)."""
+
+    weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
+    weight_setting: Annotated[tuple[str, ...], NoDecode] = ()
+    required: bool = True
+    weight_of_unavailable: float = Field(default=-10000.0, allow_inf_nan=False)
+
+    @field_validator("weight_setting", mode="before")
+    @classmethod
+    def _split_a_string(cls, value: object) -> object:
+        return split_list_option(value)
+
+    @field_validator("weight_setting")
+    @classmethod
+    def _name_ratio_pairs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_weight_setting(value)
+        return tuple(item.strip() for item in value)
+
+    @property
+    def weights(self) -> tuple[tuple[str, float], ...]:
+        """(metric name, ratio) pairs of ``weight_setting``."""
+        return parse_weight_setting(self.weight_setting)
 
 
 class ComputeGroup(_Group):

@@ -103,6 +103,7 @@ def _columns() -> tuple[Any, ...]:
         _node.hypervisor_version,
         _node.cpu_info,
         cast(_node.stats, Text),  # parsed once per distinct text, not once per row
+        _node.metrics,  # parsed only when a filter or weigher reads it (HostState.metrics)
         _node.vcpus,
         _node.vcpus_used,
         _node.memory_mb,

@@ -126,6 +126,7 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
             hv_version,
             cpu_text,
             stats_text,
+            metrics_text,
             vcpus,
             vcpus_used,
             memory_mb,
@@ -184,6 +185,7 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
                 cpu_info,
                 dict(stats),  # each host its own copy of the shared parse
                 _supported_instances(cpu_info.get("arch") or "x86_64", hv_type.lower()),
+                metrics_text or "[]",
             )
         )
     return states

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compute.claims import ResourceRequest
+from compute.monitors import scheduler_values
 from compute.pci import PciRequest, type_matches, typed_first
 from models.alternate import Alternate
 
@@ -55,6 +56,10 @@ class HostState:
     stats: dict[str, Any] = field(default_factory=dict)
     # (architecture, hypervisor type, vm mode) triples, as Nova's supported_instances.
     supported_instances: tuple[tuple[str, str, str], ...] = ()
+    # The node's monitor metrics as stored (Nova's JSON text); parsed on first use of
+    # ``metrics``, so only a request that a metrics filter or weigher reads pays for it.
+    metrics_json: str = "[]"
+    _metrics: dict[str, float] | None = field(default=None, repr=False, compare=False)
 
     def aggregate_metadata(self) -> dict[str, set[str]]:
         """Every aggregate metadata key of this host with the set of its values (Nova's
@@ -64,6 +69,15 @@ class HostState:
             for key, value in aggregate.metadata.items():
                 merged.setdefault(key, set()).add(value)
         return merged
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Metric values by name as Nova's scheduler reads them (``cpu.percent`` 0..100;
+        ``compute.monitors.scheduler_values``); empty when the node stores none."""
+        if self._metrics is None:
+            text = self.metrics_json
+            self._metrics = {} if text in ("[]", "") else scheduler_values(text)
+        return self._metrics
 
     def as_alternate(self) -> Alternate:
         """This node as a place a build or move may go next."""

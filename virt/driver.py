@@ -191,6 +191,22 @@ class HostResources:
 
 
 @dataclass(frozen=True, slots=True)
+class HostCpuStats:
+    """The host's CPU time since it started, in nanoseconds summed over its CPUs, by mode
+    (``virNodeGetCPUStats`` of all CPUs), and its CPU frequency in MHz: what Nova's
+    ``get_host_cpu_stats`` returns, for the ``cpu.virt_driver`` monitor."""
+
+    user_ns: int
+    kernel_ns: int
+    idle_ns: int
+    iowait_ns: int
+    frequency_mhz: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class GuestInfo:
     """The hypervisor's live view of one guest (``power_state`` from ``virt.power_state``)."""
 
@@ -245,6 +261,11 @@ class ComputeDriver(Protocol):
     def get_available_resource(self) -> HostResources: ...
 
     def get_available_nodes(self) -> list[str]: ...
+
+    def get_host_cpu_stats(self) -> HostCpuStats:
+        """The host's cumulative CPU times and frequency (simulated hosts: see
+        ``virt.cpu_clock``)."""
+        ...
 
     def list_instance_uuids(self) -> list[str]: ...
 

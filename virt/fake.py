@@ -23,10 +23,12 @@ from lxml import etree
 from novaq.exceptions import DomainNotFound, HypervisorError, InstanceNotRunning
 from virt import power_state
 from virt.console_log import check_length, tail_lines
+from virt.cpu_clock import SimulatedCpuClock
 from virt.driver import (
     GuestInfo,
     GuestSpec,
     GuestUsage,
+    HostCpuStats,
     HostResources,
     ImageCacheReport,
     ImageSpec,
@@ -95,6 +97,11 @@ class FakeDriver:
         #: Guests sent an NMI (``trigger_crash_dump``), in order.
         self.nmis: list[str] = []
         self.event_listener: Callable[[LifecycleEvent], None] | None = None
+        #: CPU counters as a simulated libvirt host's (``virt.cpu_clock``); a test may
+        #: replace the clock, or set ``cpu_stats`` to answer fixed figures.
+        self.cpu_clock = SimulatedCpuClock()
+        self.cpu_mhz = 2400
+        self.cpu_stats: HostCpuStats | None = None
 
     def init_host(self, host: str) -> None:
         self.host = host
@@ -104,6 +111,16 @@ class FakeDriver:
 
     def get_available_nodes(self) -> list[str]:
         return [self.resources.hypervisor_hostname]
+
+    def get_host_cpu_stats(self) -> HostCpuStats:
+        if self.cpu_stats is not None:
+            return self.cpu_stats
+        with self._lock:
+            busy = sum(
+                g.spec.vcpus for g in self._guests.values() if g.power_state == power_state.RUNNING
+            )
+        user, idle = self.cpu_clock.read(self.resources.vcpus, busy)
+        return HostCpuStats(user, 0, idle, 0, self.cpu_mhz)
 
     def list_instance_uuids(self) -> list[str]:
         with self._lock:

@@ -35,6 +35,7 @@ from virt.driver import (
     GuestInfo,
     GuestSpec,
     GuestUsage,
+    HostCpuStats,
     HostResources,
     ImageCacheReport,
     ImageSpec,
@@ -171,6 +172,9 @@ class SimulatedHostDriver:
 
     def get_available_nodes(self) -> list[str]:
         return self._driver.get_available_nodes()
+
+    def get_host_cpu_stats(self) -> HostCpuStats:
+        return self._driver.get_host_cpu_stats()
 
     def list_instance_uuids(self) -> list[str]:
         return self._driver.list_instance_uuids()

@@ -26,6 +26,7 @@ from scheduler.filters.disk_filter import DiskFilter
 from scheduler.filters.image_properties_filter import ImagePropertiesFilter
 from scheduler.filters.io_ops_filter import IoOpsFilter
 from scheduler.filters.isolated_hosts_filter import IsolatedHostsFilter
+from scheduler.filters.metrics_filter import MetricsFilter
 from scheduler.filters.num_instances_filter import NumInstancesFilter
 from scheduler.filters.pci_passthrough_filter import PciPassthroughFilter
 from scheduler.filters.ram_filter import RamFilter
@@ -66,6 +67,7 @@ def _registry() -> dict[str, type[BaseFilter]]:
         AggregateTypeAffinityFilter,
         AllHostsFilter,
         AggregateMultiTenancyIsolation,
+        MetricsFilter,
     )
     return {cls.__name__: cls for cls in classes}
 

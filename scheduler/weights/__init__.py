@@ -26,6 +26,7 @@ from scheduler.weights.build_failure import BuildFailureWeigher
 from scheduler.weights.cpu import CPUWeigher
 from scheduler.weights.disk import DiskWeigher
 from scheduler.weights.io_ops import IoOpsWeigher
+from scheduler.weights.metrics import MetricsWeigher
 from scheduler.weights.pci import PCIWeigher
 from scheduler.weights.ram import RAMWeigher
 
@@ -79,6 +80,8 @@ def weigh_hosts(
     debug = LOG.isEnabledFor(logging.DEBUG)  # the per-host detail costs at 1,000 hosts
     in_aggregates = [i for i, h in enumerate(hosts) if h.aggregates]
     for weigher in weighers:
+        if weigher.ignores(spec):
+            continue  # every host weighs the same: normalised to 0, whatever the multiplier
         raw = weigher.weigh_all(hosts, spec)
         normalized = normalize(raw, weigher.minval, weigher.maxval)
         multipliers = _multipliers(weigher, hosts, in_aggregates)
@@ -117,6 +120,7 @@ def _registry() -> dict[str, type[BaseWeigher]]:
         PCIWeigher,
         ServerGroupSoftAffinityWeigher,
         ServerGroupSoftAntiAffinityWeigher,
+        MetricsWeigher,
     )
     return {cls.__name__: cls for cls in classes}
 

@@ -62,7 +62,7 @@ def _host_state(data: dict[str, Any]) -> Any:
             objects.HVSpec(arch=a, hv_type=h, vm_mode=m) for a, h, m in data["supported_instances"]
         ],
         stats=_stats(data),
-        metrics="[]",
+        metrics=data.get("metrics", "[]"),  # the compute monitors' JSON text
         cpu_allocation_ratio=4.0,
         ram_allocation_ratio=1.0,
         disk_allocation_ratio=1.0,

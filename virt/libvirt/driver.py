@@ -43,10 +43,12 @@ from typing import Any
 from novaq.exceptions import DomainNotFound, HypervisorError
 from virt import power_state
 from virt.console_log import check_length, read_tail, tail_lines
+from virt.cpu_clock import SimulatedCpuClock
 from virt.driver import (
     GuestInfo,
     GuestSpec,
     GuestUsage,
+    HostCpuStats,
     HostResources,
     ImageCacheReport,
     PciDevice,
@@ -117,6 +119,8 @@ class LibvirtDriver(DiskOperations, PowerOperations):
         self._platform: GuestPlatform | None = None
         self._platform_lock = threading.Lock()
         self._events: DomainEventSource | None = None
+        #: A ``test:`` URI's CPU counters (the test driver's are constants).
+        self._cpu_clock = SimulatedCpuClock() if uri.startswith("test:") else None
 
     @property
     def host(self) -> Host:
@@ -154,6 +158,25 @@ class LibvirtDriver(DiskOperations, PowerOperations):
             hypervisor_version=self._host.get_version(),
             cpu_info=cpu_info(caps, node),
             pci_devices=self._pci_devices(),
+        )
+
+    def get_host_cpu_stats(self) -> HostCpuStats:
+        """``virNodeGetCPUStats`` of all CPUs and ``virNodeGetInfo``'s frequency (Nova's
+        ``get_host_cpu_stats``). On a ``test:`` URI the counters come from the simulated
+        host's running guests (``virt.cpu_clock``: the test driver's are constants); the
+        frequency is the node XML's. ``HypervisorError`` when a mode is not reported."""
+        stats = self._host.get_cpu_stats()
+        node = self._host.get_node_info()
+        if self._cpu_clock is not None:
+            user, idle = self._cpu_clock.read(node.cpus, self._host.running_vcpus())
+            stats = {"user": user, "kernel": 0, "idle": idle, "iowait": 0}
+        missing = [mode for mode in ("user", "kernel", "idle", "iowait") if mode not in stats]
+        if missing:
+            raise HypervisorError(
+                reason=f"the host's CPU statistics lack {', '.join(missing)} time"
+            )
+        return HostCpuStats(
+            stats["user"], stats["kernel"], stats["idle"], stats["iowait"], node.mhz
         )
 
     def _capabilities(self) -> LibvirtConfigCaps:

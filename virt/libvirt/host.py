@@ -222,6 +222,28 @@ class Host:
             model, memory_mb, cpus, mhz, nodes, sockets, cores, threads = conn.getInfo()
         return NodeInfo(model, memory_mb, cpus, mhz, nodes, sockets, cores, threads)
 
+    def get_cpu_stats(self) -> dict[str, int]:
+        """``virNodeGetCPUStats`` summed over all CPUs: nanoseconds by mode (``user``,
+        ``kernel``, ``idle``, ``iowait``; what the platform reports)."""
+        conn = self.get_connection()
+        with translate_errors("reading the host's CPU statistics"):
+            stats = conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS, 0)
+        return {str(key): int(value) for key, value in stats.items()}
+
+    def running_vcpus(self) -> int:
+        """vCPUs of the domains that are running now (not paused or shut off)."""
+        total = 0
+        for domain in self.list_domains():
+            try:
+                state, _max_mem_kib, _mem_kib, vcpus, _cpu_time = domain.info()
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    continue  # undefined since the listing
+                raise HypervisorError(reason=f"reading domain info failed: {exc}") from exc
+            if state == libvirt.VIR_DOMAIN_RUNNING:
+                total += vcpus
+        return total
+
     def get_hostname(self) -> str:
         conn = self.get_connection()
         with translate_errors("reading the hostname"):

@@ -40,6 +40,7 @@ ONCE_PER_REQUEST = {
     "AggregateTypeAffinityFilter": True,
     "AllHostsFilter": True,
     "AggregateMultiTenancyIsolation": True,
+    "MetricsFilter": False,
 }
 
 
