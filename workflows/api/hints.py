@@ -78,7 +78,8 @@ def _cidr(value: Any) -> str:
     raise _refuse("a prefix length or a mask of IPv4 or IPv6, such as /24 or /64")
 
 
-Query = Annotated[str, BeforeValidator(_query)]
+#: A JSON text; JSON data (a list or a mapping) is taken as its text.
+Query = Annotated[str | list[Any] | dict[str, Any], BeforeValidator(_query)]
 Address = Annotated[str, BeforeValidator(_address)]
 Cidr = Annotated[str, BeforeValidator(_cidr)]
 

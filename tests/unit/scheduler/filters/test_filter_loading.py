@@ -39,6 +39,8 @@ ONCE_PER_REQUEST = {
     "AggregateNumInstancesFilter": False,
     "AggregateTypeAffinityFilter": True,
     "AllHostsFilter": True,
+    "SimpleCIDRAffinityFilter": True,
+    "JsonFilter": False,
 }
 
 
