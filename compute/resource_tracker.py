@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from compute import monitors, notifications
 from compute.claims import retry_on_conflict, store_usage
 from compute.heal import Domain, heal_node
+from compute.host_ip import host_ip, ip_text
 from compute.pci import sync_devices
 from compute.sessions import Sessions
 from compute.steady_usage import steady_usage
@@ -101,6 +102,7 @@ def record_compute_node(
     node.hypervisor_type = resources.hypervisor_type
     node.hypervisor_version = resources.hypervisor_version
     node.cpu_info = json.dumps(resources.cpu_info, sort_keys=True)
+    node.host_ip = ip_text(host_ip(settings, host))
     for name, value in ratios.items():
         setattr(node, name, value)
     node.reserved_vcpus = settings.reserved_host_cpus

@@ -26,6 +26,10 @@ class ComputeNode(Base):
     hypervisor_type: Mapped[str] = mapped_column(String(255), default="")
     hypervisor_version: Mapped[int] = mapped_column(default=0)
     cpu_info: Mapped[str] = mapped_column(Text, default="{}")
+    # Nova's ``host_ip``: the address the host reports (its ``[DEFAULT] my_ip``), as text
+    # (39 characters: the longest IPv6 address written compressed). None until the host's
+    # first resource audit records it.
+    host_ip: Mapped[str | None] = mapped_column(String(39), nullable=True)
     # Physical totals, as the driver reports them.
     vcpus: Mapped[int] = mapped_column(default=0)
     memory_mb: Mapped[int] = mapped_column(default=0)

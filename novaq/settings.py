@@ -24,6 +24,7 @@ from celery.app.backends import BACKEND_ALIASES
 from kombu.transport import resolve_transport
 from pydantic import (
     Field,
+    IPvAnyAddress,
     ValidationError,
     field_validator,
 )
@@ -92,6 +93,10 @@ class Settings(BaseSettings):
 
     # -- [DEFAULT] (Nova names and defaults) ---------------------------------------------
     host: str = Field(default_factory=socket.gethostname, min_length=1)
+    #: The address this host reports as its compute node's ``host_ip``. None: as Nova's
+    #: default, the host's primary IPv4 address; a simulated ``[[hosts]]`` host gets its
+    #: own (``compute.host_ip``).
+    my_ip: IPvAnyAddress | None = None
     report_interval: int = Field(default=10, gt=0)
     service_down_time: int = Field(default=60, gt=0)
     enable_new_services: bool = True

@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    IPvAnyAddress,
     SecretStr,
     ValidationInfo,
     field_validator,
@@ -74,6 +75,9 @@ class SimulatedHost(_Group):
     # A host with a connection URI (e.g. ``qemu:///system``) is a real libvirt host: its
     # worker drives that hypervisor, and the sizes and failure knobs above do not apply.
     connection_uri: str | None = Field(default=None, min_length=1)
+    #: The address this host reports (its compute node's ``host_ip``); None: the
+    #: ``my_ip`` option if set, else a loopback address of its own (``compute.host_ip``).
+    host_ip: IPvAnyAddress | None = None
 
 
 class LibvirtGroup(_Group):

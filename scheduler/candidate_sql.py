@@ -116,6 +116,8 @@ def _columns() -> tuple[Any, ...]:
         _node.cpu_allocation_ratio,
         _node.ram_allocation_ratio,
         _node.disk_allocation_ratio,
+        _node.uuid,
+        _node.host_ip,
         service_up,
         service_disabled,
         num_instances,

@@ -139,6 +139,8 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
             cpu_ratio,
             ram_ratio,
             disk_ratio,
+            node_uuid,
+            host_ip,
             up,
             disabled,
             num_instances,
@@ -185,6 +187,8 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
                 cpu_info,
                 dict(stats),  # each host its own copy of the shared parse
                 _supported_instances(cpu_info.get("arch") or "x86_64", hv_type.lower()),
+                node_uuid,
+                host_ip,  # host_ip_text: parsed when a filter reads host_ip
                 metrics_text or "[]",
             )
         )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +58,10 @@ class HostState:
     stats: dict[str, Any] = field(default_factory=dict)
     # (architecture, hypervisor type, vm mode) triples, as Nova's supported_instances.
     supported_instances: tuple[tuple[str, str, str], ...] = ()
+    # The compute node's uuid and its ``host_ip`` as stored (text, parsed on access:
+    # ``host_ip``), read by JsonFilter, SimpleCIDRAffinityFilter, ComputeCapabilitiesFilter.
+    uuid: str = ""
+    host_ip_text: str | None = None
     # The node's monitor metrics as stored (Nova's JSON text); parsed on first use of
     # ``metrics``, so only a request that a metrics filter or weigher reads pays for it.
     metrics_json: str = "[]"
@@ -82,6 +88,12 @@ class HostState:
     def as_alternate(self) -> Alternate:
         """This node as a place a build or move may go next."""
         return Alternate(self.host, self.nodename, self.compute_node_id)
+
+    @property
+    def host_ip(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+        """The address the host reports (Nova's ``HostState.host_ip``, an address object),
+        or None when its node has not recorded one."""
+        return _parse_ip(self.host_ip_text) if self.host_ip_text else None
 
     @property
     def free_pci_devices(self) -> int:
@@ -127,6 +139,15 @@ class HostState:
         if instance_uuid:
             self.instances.add(instance_uuid)
         take_pci_devices(self.pci_pools, request.pci)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    # Parsed only when a filter asks, once per distinct address.
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
 
 
 PciPools = dict[tuple[str, str, str], int]

@@ -66,7 +66,7 @@ class Scheduler:
         requests (hints naming instances, server groups): only then are they loaded."""
         filters = [f for f in self.filters if f.reads_instances]
         weighers = [w for w in self.weighers if w.reads_instances]
-        return any(not f.ignores(spec) for f in filters for spec in specs) or any(
+        return any(f.needs_instances(spec) for f in filters for spec in specs) or any(
             not w.ignores(spec) for w in weighers for spec in specs
         )
 

@@ -18,6 +18,7 @@ SHOW_COLUMNS = (
     "uuid",
     "hypervisor_type",
     "hypervisor_version",
+    "host_ip",
     "state",
     "status",
     "disabled_reason",

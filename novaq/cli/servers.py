@@ -150,7 +150,8 @@ def hints_of(items: tuple[str, ...]) -> dict[str, Any]:
     "hints",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Scheduler hint: same_host, different_host (a server, repeatable) or group.",
+    help="Scheduler hint: same_host, different_host (a server, repeatable), group, "
+    "query (JsonFilter's JSON text), build_near_host_ip or cidr (SimpleCIDRAffinityFilter).",
 )
 @click.option(
     "--property",

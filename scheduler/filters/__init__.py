@@ -26,6 +26,7 @@ from scheduler.filters.disk_filter import DiskFilter
 from scheduler.filters.image_properties_filter import ImagePropertiesFilter
 from scheduler.filters.io_ops_filter import IoOpsFilter
 from scheduler.filters.isolated_hosts_filter import IsolatedHostsFilter
+from scheduler.filters.json_filter import JsonFilter
 from scheduler.filters.metrics_filter import MetricsFilter
 from scheduler.filters.num_instances_filter import NumInstancesFilter
 from scheduler.filters.pci_passthrough_filter import PciPassthroughFilter
@@ -35,6 +36,7 @@ from scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFi
 from scheduler.filters.server_group_anti_affinity_filter import (
     ServerGroupAntiAffinityFilter,
 )
+from scheduler.filters.simple_cidr_affinity_filter import SimpleCIDRAffinityFilter
 from scheduler.host_state import HostState
 from scheduler.report import FilterStep
 from scheduler.request_spec import RequestSpec
@@ -68,6 +70,8 @@ def _registry() -> dict[str, type[BaseFilter]]:
         AllHostsFilter,
         AggregateMultiTenancyIsolation,
         MetricsFilter,
+        SimpleCIDRAffinityFilter,
+        JsonFilter,
     )
     return {cls.__name__: cls for cls in classes}
 

@@ -40,6 +40,12 @@ class BaseFilter:
         overrides this only with a condition under which that holds."""
         return False
 
+    def needs_instances(self, spec: RequestSpec) -> bool:
+        """Whether ``host_passes`` reads ``host.instances`` for this request (then the
+        scheduler loads them). A filter whose need depends on more than ``ignores``
+        overrides this."""
+        return self.reads_instances and not self.ignores(spec)
+
     def filter_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[HostState]:
         """The hosts that pass, in their order (Nova's ``filter_all``)."""
         if self.ignores(spec):

@@ -9,11 +9,13 @@ The attributes are Nova's ``HostState``'s, by Nova's names and with Nova's value
 (``NOVA_ATTRIBUTES``), not novaq's own fields: ``total_usable_ram_mb`` is there,
 ``memory_mb`` and ``availability_zone`` are not (Nova ignores such an unscoped key, so
 novaq does), ``cpu_info`` is the JSON text Nova keeps, ``supported_instances`` a list of
-lists. ``stats`` holds the resource tracker's keys (``compute.stats``: ``num_instances``,
+lists, ``host_ip`` the address the host reports, compared as Nova's text of it
+(``capabilities:host_ip=s== 10.0.0.5``; None, so no capability, before the node records
+one). ``stats`` holds the resource tracker's keys (``compute.stats``: ``num_instances``,
 ``io_workload``, ``num_vm_<state>``, ``num_task_<state>``, ``num_os_type_<type>``,
 ``num_proj_<project>``, ``failed_builds``), counted from the hosts' instances only for a
-request whose specs name such a key (``reads_stats``). Not there yet: ``host_ip`` and
-``metrics``; a spec naming them finds no capability.
+request whose specs name such a key (``reads_stats``). Not there: ``metrics`` (read by
+MetricsFilter and MetricsWeigher); a spec naming them finds no capability.
 
 Where Nova's filter raises (a numeric operator such as ``>= 4`` against a text capability
 such as ``x86_64``: ``ValueError``, which fails the whole request in Nova), novaq's
@@ -27,6 +29,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from compute.host_ip import ip_text
 from compute.stats import is_instance_stat
 from scheduler.filters import extra_specs_ops
 from scheduler.filters.base import BaseFilter
@@ -43,6 +46,7 @@ NOVA_ATTRIBUTES: dict[str, Callable[[HostState], Any]] = {
     "host": lambda h: h.host,
     "nodename": lambda h: h.nodename,
     "hypervisor_hostname": lambda h: h.nodename,
+    "host_ip": lambda h: ip_text(h.host_ip),
     "hypervisor_type": lambda h: h.hypervisor_type,
     "hypervisor_version": lambda h: h.hypervisor_version,
     "cpu_info": lambda h: json.dumps(h.cpu_info),

@@ -40,6 +40,16 @@ def aggregate_min_int(host: HostState, key: str, default: int) -> int:
         return default
 
 
+def hint_value(spec: RequestSpec, name: str, default: Any = None) -> Any:
+    """A scheduler hint as Nova's ``RequestSpec.get_scheduler_hint`` gives it: ``default``
+    when the request has no such hint, a list of one value as that value (hints are
+    stored as lists of strings, as Nova stores them), any other value as it is."""
+    hint: Any = spec.hints.get(name, default)
+    if isinstance(hint, list) and len(hint) == 1:
+        return hint[0]
+    return hint
+
+
 def hint_values(spec: RequestSpec, name: str) -> set[str]:
     """A scheduler hint given either as one string or as a list of strings.
 

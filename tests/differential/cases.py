@@ -19,6 +19,8 @@ from scheduler.host_state import AggregateInfo, HostState
 from scheduler.request_spec import RequestSpec
 from tests.factories import flavor_dict
 
+#: The compute node's uuid on both sides.
+NODE_UUID = "00000000-0000-4000-8000-00000000000a"
 UUIDS = [f"00000000-0000-4000-8000-00000000010{i}" for i in range(4)]
 ARCHES = ["x86_64", "aarch64", "i686", "ppc64le"]
 HV_TYPES = ["qemu", "kvm", "xen", "lxc"]
@@ -207,6 +209,8 @@ def novaq_host(data: dict[str, Any]) -> HostState:
             AggregateInfo(i, f"agg{i}", frozenset({data["host"]}), dict(metadata))
             for i, metadata in enumerate(data["aggregates"], start=1)
         ),
+        uuid=NODE_UUID,
+        host_ip_text=data.get("host_ip", "127.0.0.1"),
     )
 
 

@@ -55,7 +55,7 @@ def _host_state(data: dict[str, Any]) -> Any:
         free_disk_gb=data["local_gb"] - data["local_gb_used"],
         disk_available_least=None,
         running_vms=data["num_instances"],
-        host_ip="127.0.0.1",
+        host_ip=data.get("host_ip", "127.0.0.1"),
         numa_topology=None,
         pci_device_pools=objects.PciDevicePoolList(objects=[]),
         supported_hv_specs=[

@@ -28,6 +28,7 @@ from novaq.exceptions import InvalidInput
 from scheduler.request_spec import RequestSpec
 from workflows import dispatch
 from workflows.api import aggregates, common, flavors, server_metadata, submit
+from workflows.api import hints as host_hints
 from workflows.api.submit import Written
 from workflows.api.validation import Int, Name, expect, validated
 from workflows.build import build_workflow
@@ -45,12 +46,20 @@ Uuids = Annotated[
 
 class Hints(TypedDict, total=False):
     """The scheduler hints novaq knows (Nova's ``os:scheduler_hints``): servers to share
-    a host with or to keep away from (uuids or names), and ``group``, the server group
-    (as ``boot(group=...)``)."""
+    a host with or to keep away from (uuids or names), ``group``, the server group
+    (as ``boot(group=...)``), JsonFilter's ``query`` and SimpleCIDRAffinityFilter's
+    ``build_near_host_ip`` and ``cidr`` (``workflows.api.hints``)."""
 
     same_host: Uuids
     different_host: Uuids
     group: Name
+    query: host_hints.Query
+    build_near_host_ip: host_hints.Address
+    cidr: host_hints.Cidr
+
+
+#: The hints that name servers.
+SERVER_HINTS = ("same_host", "different_host")
 
 
 @validated(
@@ -214,13 +223,18 @@ def _checked_extras(
 ) -> _Extras:
     hint_values: dict[str, Any] = dict(hints or {})
     hinted = hint_values.pop("group", None)
-    servers = cast(dict[str, list[str]], hint_values)  # Uuids made each value a list
+    # Uuids made each value a list.
+    servers = cast(
+        dict[str, list[str]], {k: hint_values[k] for k in SERVER_HINTS if k in hint_values}
+    )
+    checked = host_hints.host_hints(hint_values)
     metadata = dict(metadata or {})
     server_metadata.check_metadata(metadata)
     server_metadata.check_count(metadata)
+    # A server named in a hint is found by name too (one live server, or refused).
+    checked.update({key: [common.check_uuid(v) for v in values] for key, values in servers.items()})
     return _Extras(
-        # A server named in a hint is found by name too (one live server, or refused).
-        hints={key: [common.check_uuid(v) for v in values] for key, values in servers.items()},
+        hints=checked,
         groups=tuple(ref for ref in (group, hinted) if ref is not None),
         metadata=metadata,
         description=None if description is None else server_metadata.check_description(description),

@@ -82,6 +82,7 @@ def host_dict(node: ComputeNode, service: dict[str, Any] | None) -> dict[str, An
         "node": node.hypervisor_hostname,
         "uuid": node.uuid,
         "hypervisor_type": node.hypervisor_type,
+        "host_ip": node.host_ip,
         "vcpus": node.vcpus,
         "vcpus_used": node.vcpus_used,
         "memory_mb": node.memory_mb,

@@ -1,7 +1,7 @@
 """compute nodes: the resource monitors' metrics (Nova's compute_nodes.metrics)
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-24
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

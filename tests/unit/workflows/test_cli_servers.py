@@ -141,7 +141,7 @@ def test_boot_with_counts_group_hint_and_properties(db_url: str) -> None:
     [
         (["--min-count", "3", "--max-count", "2"], "min_count must be <= max_count"),
         (["--group", "nosuch"], "Server group nosuch could not be found"),
-        (["--hint", "query=[]"], "unknown scheduler hint 'query'"),
+        (["--hint", "near=[]"], "unknown scheduler hint 'near'"),
         (["--hint", "same_host"], "is not KEY=VALUE"),
         (["--property", "a/b=1"], "metadata key"),
     ],

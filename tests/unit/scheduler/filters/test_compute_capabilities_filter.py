@@ -159,3 +159,30 @@ def test_capabilities_filter_sees_cpu_info_as_the_json_text_nova_keeps(
 
 def test_capabilities_filter_runs_once_per_request(caps: BaseFilter) -> None:
     assert caps.run_filter_once_per_request is True
+
+
+@pytest.mark.parametrize(
+    ("key", "req", "address", "passes"),
+    [
+        ("capabilities:host_ip", "s== 10.0.0.5", "10.0.0.5", True),
+        ("capabilities:host_ip", "s== 10.0.0.5", "10.0.0.6", False),
+        ("host_ip", "<in> 10.0.", "10.0.0.5", True),
+        ("host_ip", "10.0.0.5", "10.0.0.5", True),
+        ("capabilities:host_ip", "<or> 2001:db8::5 <or> 10.9.9.9", "2001:db8::5", True),
+        # Nova's text of an IPv4-mapped address (netaddr), not Python's ::ffff:a00:5.
+        ("capabilities:host_ip", "s== ::ffff:10.0.0.5", "::ffff:10.0.0.5", True),
+        ("capabilities:host_ip", ">= 4", "10.0.0.5", False),  # not a number: Nova raises
+        ("capabilities:host_ip:x", "1", "10.0.0.5", False),
+        ("capabilities:host_ip", "s== 10.0.0.5", None, False),  # none recorded yet
+    ],
+)
+def test_capabilities_filter_reads_the_host_ip_as_nova_s_text(
+    caps: BaseFilter,
+    host: HostFactory,
+    spec: SpecFactory,
+    key: str,
+    req: str,
+    address: str | None,
+    passes: bool,
+) -> None:
+    assert caps.host_passes(host(host_ip_text=address), spec(extra_specs={key: req})) is passes

@@ -41,6 +41,8 @@ ONCE_PER_REQUEST = {
     "AllHostsFilter": True,
     "AggregateMultiTenancyIsolation": True,
     "MetricsFilter": False,
+    "SimpleCIDRAffinityFilter": True,
+    "JsonFilter": False,
 }
 
 
