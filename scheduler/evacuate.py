@@ -61,6 +61,7 @@ class EvacuationScheduler:
             source_id = node_id(session, migration.source_compute, migration.source_node)
             targets = (spec.requested_host,) if spec.requested_host else ()
             candidates = load_candidates(session, self.scheduler.settings, spec.resources, targets)
+            self.scheduler.add_weigher_facts(session, candidates.hosts, [spec])
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(
             sessions,

@@ -10,6 +10,7 @@ from typing import Any
 from compute.claims import ResourceRequest
 from compute.pci import PciRequest, type_matches, typed_first
 from models.alternate import Alternate
+from models.host_mapping import DEFAULT_CELL
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,11 @@ class HostState:
     stats: dict[str, Any] = field(default_factory=dict)
     # (architecture, hypervisor type, vm mode) triples, as Nova's supported_instances.
     supported_instances: tuple[tuple[str, str, str], ...] = ()
+    # The host's cell (novaq has one: every host is in it).
+    cell: str = DEFAULT_CELL
+    # How many of the host's instances run an image with each (property, value as Nova
+    # spells it): read only for ImagePropertiesWeigher (``scheduler.instance_images``).
+    instance_image_props: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def aggregate_metadata(self) -> dict[str, set[str]]:
         """Every aggregate metadata key of this host with the set of its values (Nova's

@@ -39,6 +39,7 @@ from scheduler.candidates import load_candidates
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState
+from scheduler.instance_images import add_instance_image_props
 from scheduler.report import FilterStep, no_valid_host
 from scheduler.request_spec import InstanceGroup, RequestSpec, Selection
 from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
@@ -69,6 +70,18 @@ class Scheduler:
         return any(not f.ignores(spec) for f in filters for spec in specs) or any(
             not w.ignores(spec) for w in weighers for spec in specs
         )
+
+    def add_weigher_facts(
+        self, session: Session, hosts: Sequence[HostState], specs: Sequence[RequestSpec]
+    ) -> None:
+        """Read what only some weighers need of the candidates, when one of them counts for
+        these requests on some host: the image properties of the hosts' instances
+        (ImagePropertiesWeigher, off by default)."""
+        weighers = [w for w in self.weighers if w.reads_instance_images]
+        if any(not w.ignores(s) for w in weighers for s in specs) and any(
+            w.multiplier(h) != 0 for w in weighers for h in hosts
+        ):
+            add_instance_image_props(session, hosts)
 
     # -- pure decisions -------------------------------------------------------------------
     def candidates(
@@ -157,6 +170,7 @@ class Scheduler:
                 with_instances=self.needs_instances(specs),
             )
             hosts = candidates.hosts
+            self.add_weigher_facts(session, hosts, specs)
             rows = _placement_rows(session, [s.instance_uuid for s in specs])
             gone = {s.instance_uuid for s in specs if s.instance_uuid not in rows}
             placed = {u: _existing_selection(session, *row) for u, row in rows.items()}
@@ -324,6 +338,7 @@ class MoveScheduler:
                 targets,
                 with_instances=self.scheduler.needs_instances([spec]),
             )
+            self.scheduler.add_weigher_facts(session, candidates.hosts, [spec])
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(
             sessions,

@@ -74,6 +74,10 @@ class RequestSpec:
     requested_host: str | None = None
     # Filled by the scheduler from the database at decision time (Nova's instance_group).
     instance_group: InstanceGroup | None = None
+    # A move's preferred cell, and whether it may leave it (Nova's requested_destination
+    # cell and allow_cross_cell_move): only CrossCellWeigher reads them.
+    requested_cell: str | None = None
+    allow_cross_cell_move: bool = False
     # Computed once: filters ask for it for every host.
     _resources: ResourceRequest | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -24,8 +24,12 @@ from scheduler.weights.affinity import (
 from scheduler.weights.base import BaseWeigher
 from scheduler.weights.build_failure import BuildFailureWeigher
 from scheduler.weights.cpu import CPUWeigher
+from scheduler.weights.cross_cell import CrossCellWeigher
 from scheduler.weights.disk import DiskWeigher
+from scheduler.weights.hypervisor_version import HypervisorVersionWeigher
+from scheduler.weights.image_props import ImagePropertiesWeigher
 from scheduler.weights.io_ops import IoOpsWeigher
+from scheduler.weights.num_instances import NumInstancesWeigher
 from scheduler.weights.pci import PCIWeigher
 from scheduler.weights.ram import RAMWeigher
 
@@ -117,6 +121,10 @@ def _registry() -> dict[str, type[BaseWeigher]]:
         PCIWeigher,
         ServerGroupSoftAffinityWeigher,
         ServerGroupSoftAntiAffinityWeigher,
+        CrossCellWeigher,
+        HypervisorVersionWeigher,
+        ImagePropertiesWeigher,
+        NumInstancesWeigher,
     )
     return {cls.__name__: cls for cls in classes}
 

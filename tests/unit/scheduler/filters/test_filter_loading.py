@@ -39,6 +39,7 @@ ONCE_PER_REQUEST = {
     "AggregateNumInstancesFilter": False,
     "AggregateTypeAffinityFilter": True,
     "AllHostsFilter": True,
+    "AggregateImagePropertiesIsolation": True,
 }
 
 
