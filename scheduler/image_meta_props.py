@@ -255,6 +255,16 @@ LEGACY_NAMES: Final = {
 JSON_LEGACY_NAMES: Final = frozenset({"mappings", "block_device_mapping"})
 
 
+def with_current_names(properties: Mapping[str, str]) -> dict[str, str]:
+    """``properties`` with each legacy name's value also under its current name (unless the
+    image sets that too), values as given: what a reader of single properties needs."""
+    renamed = dict(properties)
+    for legacy, name in LEGACY_NAMES.items():
+        if legacy in properties and name not in properties:
+            renamed[name] = properties[legacy]
+    return renamed
+
+
 def is_read(name: str) -> bool:
     """Whether ``read`` looks at a property of this name at all."""
     return (
