@@ -79,7 +79,7 @@ class Scheduler:
         (ImagePropertiesWeigher, off by default)."""
         weighers = [w for w in self.weighers if w.reads_instance_images]
         if any(not w.ignores(s) for w in weighers for s in specs) and any(
-            w.multiplier(h) != 0 for w in weighers for h in hosts
+            _weighs_somewhere(w, hosts) for w in weighers
         ):
             add_instance_image_props(session, hosts)
 
@@ -313,6 +313,15 @@ def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[
         host=host.host,
         node=host.nodename,
     )
+
+
+def _weighs_somewhere(weigher: BaseWeigher, hosts: Sequence[HostState]) -> bool:
+    """Whether ``weigher``'s multiplier is not 0 on some host (the option's value on every
+    host outside aggregates, an aggregate's override on the others)."""
+    plain = next((h for h in hosts if not h.aggregates), None)
+    if plain is not None and weigher.multiplier(plain) != 0:
+        return True
+    return any(weigher.multiplier(h) != 0 for h in hosts if h.aggregates)
 
 
 class MoveScheduler:

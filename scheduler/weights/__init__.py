@@ -83,9 +83,13 @@ def weigh_hosts(
     debug = LOG.isEnabledFor(logging.DEBUG)  # the per-host detail costs at 1,000 hosts
     in_aggregates = [i for i, h in enumerate(hosts) if h.aggregates]
     for weigher in weighers:
+        multipliers = _multipliers(weigher, hosts, in_aggregates)
+        if not any(multipliers):
+            # Adds 0 to every host (raw values are finite): the weighers Nova ships off
+            # (NumInstancesWeigher, ImagePropertiesWeigher) cost nothing.
+            continue
         raw = weigher.weigh_all(hosts, spec)
         normalized = normalize(raw, weigher.minval, weigher.maxval)
-        multipliers = _multipliers(weigher, hosts, in_aggregates)
         totals = [t + m * v for t, m, v in zip(totals, multipliers, normalized, strict=True)]
         if debug:
             scores = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scheduler.host_state import HostState
+from scheduler.weights import weigh_hosts
 from scheduler.weights.cross_cell import CrossCellWeigher
 from scheduler.weights.hypervisor_version import HypervisorVersionWeigher
 from scheduler.weights.num_instances import NumInstancesWeigher
@@ -85,3 +86,25 @@ def test_a_request_spec_carries_the_cell_fields_through_its_dict(make_spec) -> N
     cross = make_spec(requested_cell="cell1", allow_cross_cell_move=True)
     back = type(cross).from_dict(cross.to_dict())
     assert (back.requested_cell, back.allow_cross_cell_move) == ("cell1", True)
+
+
+def test_a_weigher_whose_multiplier_is_0_everywhere_is_not_asked(
+    make_host: Host, make_spec, make_settings, make_aggregate
+) -> None:
+    class Counting(NumInstancesWeigher):
+        asked = 0
+
+        def weigh_all(self, hosts, spec):  # type: ignore[no-untyped-def]
+            Counting.asked += 1
+            return super().weigh_all(hosts, spec)
+
+    hosts = [make_host("a", num_instances=2), make_host("b")]
+    assert [h.host for _, h in weigh_hosts([Counting(make_settings())], hosts, make_spec())] == [
+        "a",
+        "b",
+    ]
+    assert Counting.asked == 0
+    on_here = make_aggregate({"num_instances_weight_multiplier": "-1"}, hosts=["a"])
+    hosts[0].aggregates = (on_here,)
+    ranked = [h.host for _, h in weigh_hosts([Counting(make_settings())], hosts, make_spec())]
+    assert Counting.asked == 1 and ranked == ["b", "a"]
