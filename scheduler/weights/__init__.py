@@ -83,6 +83,8 @@ def weigh_hosts(
     debug = LOG.isEnabledFor(logging.DEBUG)  # the per-host detail costs at 1,000 hosts
     in_aggregates = [i for i, h in enumerate(hosts) if h.aggregates]
     for weigher in weighers:
+        if weigher.ignores(spec):
+            continue  # every host weighs the same, so 0 once normalised
         multipliers = _multipliers(weigher, hosts, in_aggregates)
         if not any(multipliers):
             # Adds 0 to every host (raw values are finite): the weighers Nova ships off

@@ -22,11 +22,13 @@ from scheduler.weights.base import BaseWeigher
 class CrossCellWeigher(BaseWeigher):
     option: ClassVar[str] = "cross_cell_move_weight_multiplier"
 
+    def ignores(self, spec: RequestSpec) -> bool:
+        return not (spec.requested_cell and spec.allow_cross_cell_move)
+
     def weigh(self, host: HostState, spec: RequestSpec) -> float:
         return self.weigh_all((host,), spec)[0]
 
     def weigh_all(self, hosts: Sequence[HostState], spec: RequestSpec) -> list[float]:
-        preferred = spec.requested_cell
-        if not (preferred and spec.allow_cross_cell_move):
+        if self.ignores(spec):
             return [0.0] * len(hosts)
-        return [1.0 if h.cell == preferred else -1.0 for h in hosts]
+        return [1.0 if h.cell == spec.requested_cell else -1.0 for h in hosts]
