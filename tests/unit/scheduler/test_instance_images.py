@@ -4,7 +4,7 @@ in one query, only when ImagePropertiesWeigher counts, and they steer a real dec
 from __future__ import annotations
 
 from compute.sessions import sessions_for
-from compute.states import VmState
+from compute.states import TaskState, VmState
 from scheduler.manager import Scheduler
 from tests.factories import (
     make_compute_node,
@@ -59,3 +59,35 @@ def test_off_by_default_the_instances_images_are_not_read(db_url: str) -> None:
     assert len(with_images) == len(statements) + 1
     _, no_props = _place(db_url, on)
     assert len(no_props) == len(statements)
+
+
+def test_a_move_reads_them_too(db_url: str) -> None:
+    from compute.instance_actions import start_action
+    from models.db import session_scope
+    from scheduler.manager import MoveScheduler
+    from tests.factories import add_migration, flavor_dict
+
+    make_compute_node(db_url, "host0")
+    _two_hosts_debian_on_the_second(db_url)
+    moving = make_instance(
+        db_url,
+        host="host0",
+        node="host0",
+        vm_state=VmState.ACTIVE,
+        task_state=TaskState.RESIZE_PREP,
+    )
+    flavor = flavor_dict()
+    with session_scope(db_url) as session:
+        migration = add_migration(
+            session,
+            moving,
+            source_compute="host0",
+            old_flavor=flavor,
+            new_flavor=flavor,
+            context={"request_spec": {"flavor": flavor}},
+        )
+        start_action(session, moving, "migrate", "req-move")
+    spec = spec_for(moving, image_properties={"os_distro": "debian"}, ignore_hosts=("host0",))
+    on = Scheduler(make_settings(filter_scheduler={"image_props_weight_multiplier": 1.0}))
+    chosen = MoveScheduler(on).select(sessions_for(db_url), spec, migration)
+    assert chosen.host == "host2"
