@@ -136,6 +136,10 @@ ALL_WEIGHERS = (
     "ServerGroupSoftAffinityWeigher",
     "ServerGroupSoftAntiAffinityWeigher",
     "MetricsWeigher",
+    "CrossCellWeigher",
+    "HypervisorVersionWeigher",
+    "ImagePropertiesWeigher",
+    "NumInstancesWeigher",
 )
 
 
@@ -161,6 +165,30 @@ class FilterSchedulerGroup(_Group):
     pci_weight_multiplier: float = Field(default=1.0, ge=0.0)
     soft_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
     soft_anti_affinity_weight_multiplier: float = Field(default=1.0, ge=0.0)
+    cross_cell_move_weight_multiplier: float = 1000000.0
+    hypervisor_version_weight_multiplier: float = 1.0
+    num_instances_weight_multiplier: float = 0.0
+    image_props_weight_multiplier: float = 0.0
+    #: ``name=ratio`` pairs (Nova's ListOpt); an element that is not one is refused here
+    #: (Nova ignores it with a warning).
+    image_props_weight_setting: tuple[str, ...] = ()
+    #: Deprecated in Nova 33 (its filter then checks only keys under the namespace that
+    #: are also image property names), kept with Nova's defaults.
+    aggregate_image_properties_isolation_namespace: str | None = None
+    aggregate_image_properties_isolation_separator: str = "."
+
+    @field_validator("image_props_weight_setting")
+    @classmethod
+    def _name_ratio_pairs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pair in value:
+            name, sep, ratio = pair.partition("=")
+            try:
+                float(ratio)
+            except ValueError:
+                sep = ""
+            if not (name.strip() and sep):
+                raise ValueError(f"{pair!r} is not name=ratio (e.g. os_distro=1.0)")
+        return value
 
 
 def split_list_option(value: object) -> object:

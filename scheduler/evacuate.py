@@ -67,6 +67,7 @@ class EvacuationScheduler:
                 targets,
                 with_stats=self.scheduler.needs_stats([spec]),
             )
+            self.scheduler.add_weigher_facts(session, candidates.hosts, [spec])
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(
             sessions,

@@ -13,6 +13,7 @@ from compute.claims import ResourceRequest
 from compute.monitors import scheduler_values
 from compute.pci import PciRequest, type_matches, typed_first
 from models.alternate import Alternate
+from models.host_mapping import DEFAULT_CELL
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,11 @@ class HostState:
     # ``metrics``, so only a request that a metrics filter or weigher reads pays for it.
     metrics_json: str = "[]"
     _metrics: dict[str, float] | None = field(default=None, repr=False, compare=False)
+    # The host's cell (novaq has one: every host is in it).
+    cell: str = DEFAULT_CELL
+    # How many of the host's instances run an image with each (property, value as Nova
+    # spells it): read only for ImagePropertiesWeigher (``scheduler.instance_images``).
+    instance_image_props: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def aggregate_metadata(self) -> dict[str, set[str]]:
         """Every aggregate metadata key of this host with the set of its values (Nova's

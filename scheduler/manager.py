@@ -39,6 +39,7 @@ from scheduler.candidates import load_candidates
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState
+from scheduler.instance_images import add_instance_image_props
 from scheduler.report import FilterStep, no_valid_host
 from scheduler.request_spec import InstanceGroup, RequestSpec, Selection
 from scheduler.weights import BaseWeigher, load_weighers, weigh_hosts
@@ -74,6 +75,18 @@ class Scheduler:
         """Whether any filter reads the instance-derived ``stats`` for these requests
         (``BaseFilter.reads_stats``): only then are they counted."""
         return any(f.reads_stats(spec) for f in self.filters for spec in specs)
+
+    def add_weigher_facts(
+        self, session: Session, hosts: Sequence[HostState], specs: Sequence[RequestSpec]
+    ) -> None:
+        """Read what only some weighers need of the candidates, when one of them counts for
+        these requests on some host: the image properties of the hosts' instances
+        (ImagePropertiesWeigher, off by default)."""
+        weighers = [w for w in self.weighers if w.reads_instance_images]
+        if any(not w.ignores(s) for w in weighers for s in specs) and any(
+            _weighs_somewhere(w, hosts) for w in weighers
+        ):
+            add_instance_image_props(session, hosts)
 
     # -- pure decisions -------------------------------------------------------------------
     def candidates(
@@ -163,6 +176,7 @@ class Scheduler:
                 with_stats=self.needs_stats(specs),
             )
             hosts = candidates.hosts
+            self.add_weigher_facts(session, hosts, specs)
             rows = _placement_rows(session, [s.instance_uuid for s in specs])
             gone = {s.instance_uuid for s in specs if s.instance_uuid not in rows}
             placed = {u: _existing_selection(session, *row) for u, row in rows.items()}
@@ -307,6 +321,15 @@ def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[
     )
 
 
+def _weighs_somewhere(weigher: BaseWeigher, hosts: Sequence[HostState]) -> bool:
+    """Whether ``weigher``'s multiplier is not 0 on some host (the option's value on every
+    host outside aggregates, an aggregate's override on the others)."""
+    plain = next((h for h in hosts if not h.aggregates), None)
+    if plain is not None and weigher.multiplier(plain) != 0:
+        return True
+    return any(weigher.multiplier(h) != 0 for h in hosts if h.aggregates)
+
+
 class MoveScheduler:
     """Destination selection for a resize or cold migration: the same filters and weighers,
     and a move claim (the migration takes the source, the instance claims the destination)
@@ -331,6 +354,7 @@ class MoveScheduler:
                 with_instances=self.scheduler.needs_instances([spec]),
                 with_stats=self.scheduler.needs_stats([spec]),
             )
+            self.scheduler.add_weigher_facts(session, candidates.hosts, [spec])
         ranked = self.scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
         fit = claim_first(
             sessions,

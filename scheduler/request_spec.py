@@ -80,6 +80,10 @@ class RequestSpec:
     # which is what the migration gave those servers.
     project_id: str = DEFAULT_PROJECT_ID
     user_id: str = DEFAULT_USER_ID
+    # A move's preferred cell, and whether it may leave it (Nova's requested_destination
+    # cell and allow_cross_cell_move): only CrossCellWeigher reads them.
+    requested_cell: str | None = None
+    allow_cross_cell_move: bool = False
     # Computed once: filters ask for it for every host.
     _resources: ResourceRequest | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -65,6 +65,7 @@ def select_for_unshelve(
             session, scheduler.settings, spec.resources, with_stats=scheduler.needs_stats([spec])
         )
         group = load_instance_group(session, spec.group) if spec.group else None
+        scheduler.add_weigher_facts(session, candidates.hosts, [spec])
     spec = dataclasses.replace(spec, instance_group=group)
     ranked = scheduler.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
     host = scheduler.claim_first(sessions, ranked, spec, placing=UNSHELVE_PLACING)

@@ -8,6 +8,9 @@ from collections.abc import Sequence
 
 from novaq.exceptions import ConfigError
 from novaq.settings import Settings
+from scheduler.filters.aggregate_image_properties_isolation import (
+    AggregateImagePropertiesIsolation,
+)
 from scheduler.filters.aggregate_instance_extra_specs_filter import (
     AggregateInstanceExtraSpecsFilter,
 )
@@ -72,6 +75,7 @@ def _registry() -> dict[str, type[BaseFilter]]:
         MetricsFilter,
         SimpleCIDRAffinityFilter,
         JsonFilter,
+        AggregateImagePropertiesIsolation,
     )
     return {cls.__name__: cls for cls in classes}
 

@@ -6,13 +6,15 @@ bits. An image that asks for none of architecture, type or mode passes everywher
 raises there (``AttributeError``: it reads ``cpu_info`` as a dict, but its host state
 holds the compute node's JSON text), which fails the whole request; novaq compares the
 bits as Nova means to. The triple is matched position by position (``_triple_matches``).
+Legacy property names count as Nova's image metadata reads them (``architecture`` for
+``hw_architecture``, ``hypervisor_type``, ``vm_mode``, ``hypervisor_version_requires``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from scheduler import hypervisor_version
+from scheduler import hypervisor_version, image_meta_props
 from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
@@ -53,7 +55,7 @@ class ImagePropertiesFilter(BaseFilter):
     run_filter_once_per_request = True
 
     def _wanted(self, spec: RequestSpec) -> Triple:
-        props = spec.image_properties
+        props = image_meta_props.with_current_names(spec.image_properties)
         default_arch = self.settings.filter_scheduler.image_properties_default_architecture
         return canonical_triple(
             props.get("hw_architecture", default_arch),
@@ -65,7 +67,7 @@ class ImagePropertiesFilter(BaseFilter):
         return not any(self._wanted(spec))
 
     def host_passes(self, host: HostState, spec: RequestSpec) -> bool:
-        props = spec.image_properties
+        props = image_meta_props.with_current_names(spec.image_properties)
         wanted = self._wanted(spec)
         if not any(wanted):
             return True

@@ -24,9 +24,13 @@ from scheduler.weights.affinity import (
 from scheduler.weights.base import BaseWeigher
 from scheduler.weights.build_failure import BuildFailureWeigher
 from scheduler.weights.cpu import CPUWeigher
+from scheduler.weights.cross_cell import CrossCellWeigher
 from scheduler.weights.disk import DiskWeigher
+from scheduler.weights.hypervisor_version import HypervisorVersionWeigher
+from scheduler.weights.image_props import ImagePropertiesWeigher
 from scheduler.weights.io_ops import IoOpsWeigher
 from scheduler.weights.metrics import MetricsWeigher
+from scheduler.weights.num_instances import NumInstancesWeigher
 from scheduler.weights.pci import PCIWeigher
 from scheduler.weights.ram import RAMWeigher
 
@@ -81,10 +85,14 @@ def weigh_hosts(
     in_aggregates = [i for i, h in enumerate(hosts) if h.aggregates]
     for weigher in weighers:
         if weigher.ignores(spec):
-            continue  # every host weighs the same: normalised to 0, whatever the multiplier
+            continue  # every host weighs the same, so 0 once normalised
+        multipliers = _multipliers(weigher, hosts, in_aggregates)
+        if not any(multipliers) and not weigher.may_fail_request:
+            # Adds 0 to every host (raw values are finite): the weighers Nova ships off
+            # (NumInstancesWeigher, ImagePropertiesWeigher) cost nothing.
+            continue
         raw = weigher.weigh_all(hosts, spec)
         normalized = normalize(raw, weigher.minval, weigher.maxval)
-        multipliers = _multipliers(weigher, hosts, in_aggregates)
         totals = [t + m * v for t, m, v in zip(totals, multipliers, normalized, strict=True)]
         if debug:
             scores = {
@@ -121,6 +129,10 @@ def _registry() -> dict[str, type[BaseWeigher]]:
         ServerGroupSoftAffinityWeigher,
         ServerGroupSoftAntiAffinityWeigher,
         MetricsWeigher,
+        CrossCellWeigher,
+        HypervisorVersionWeigher,
+        ImagePropertiesWeigher,
+        NumInstancesWeigher,
     )
     return {cls.__name__: cls for cls in classes}
 

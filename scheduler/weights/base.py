@@ -25,6 +25,12 @@ class BaseWeigher:
     option: ClassVar[str] = ""
     #: Whether ``weigh`` reads ``host.instances`` (see ``BaseFilter.reads_instances``).
     reads_instances: ClassVar[bool] = False
+    #: Whether ``weigh`` reads ``host.instance_image_props`` (``scheduler.instance_images``
+    #: fills them only when such a weigher counts for some candidate).
+    reads_instance_images: ClassVar[bool] = False
+    # Whether weighing may fail the request (a required metric missing), which Nova does
+    # whatever the multiplier: such a weigher is weighed even when every multiplier is 0.
+    may_fail_request: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

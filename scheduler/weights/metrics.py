@@ -25,6 +25,7 @@ AGGREGATE_KEY = "metrics_weight_multiplier"
 
 class MetricsWeigher(BaseWeigher):
     option: ClassVar[str] = AGGREGATE_KEY
+    may_fail_request: ClassVar[bool] = True  # a required metric missing
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)

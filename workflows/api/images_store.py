@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from models import ContainerFormat, DiskFormat
 from novaq.exceptions import ImageStoreError, InvalidImage
 from novaq.settings import Settings
-from scheduler import hypervisor_version
+from scheduler import image_meta_props
 
 LOG = logging.getLogger(__name__)
 
@@ -39,34 +39,9 @@ DOWNLOAD_TIMEOUT_S = 60
 MAX_NAME = 255
 MAX_VALUE = 255
 
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-# Values Nova accepts for the image properties it reads (nova/objects/fields.py), with
-# the aliases Nova canonicalizes.
-ARCHITECTURES = _words(
-    "alpha armv6 armv7l armv7b aarch64 cris i686 ia64 lm32 m68k microblaze microblazeel "
-    "mips mipsel mips64 mips64el openrisc parisc parisc64 ppc ppcle ppc64 ppc64le ppcemb "
-    "s390 s390x sh4 sh4eb sparc sparc64 unicore32 x86_64 xtensa xtensaeb "
-    "i386 i486 i586 x86_32 amd64"
-)
-HV_TYPES = _words(
-    "baremetal bhyve docker fake hyperv ironic kqemu kvm lxc lxd openvz parallels "
-    "virtuozzo phyp qemu test uml vbox vmware xen zvm prsm xapi"
-)
-VM_MODES = _words("hvm xen uml exe hv pv baremetal")
-DEVICE_TYPES = _words("cdrom disk floppy fs lun")
-DISK_BUSES = _words("fdc ide sata scsi usb virtio xen lxc uml")
-CHOICES = {
-    "hw_architecture": ARCHITECTURES,
-    "img_hv_type": HV_TYPES,
-    "hw_vm_mode": VM_MODES,
-    "hw_rescue_device": DEVICE_TYPES,
-    "hw_rescue_bus": DISK_BUSES,
-    "hw_disk_bus": DISK_BUSES,
-}
+# Whole numbers: the shutdown timeout (``compute.power``) and the physical address bits
+# ImagePropertiesFilter compares; refused when negative (Nova's metadata takes any integer
+# for the bits).
 NON_NEGATIVE_INTS = ("os_shutdown_timeout", "hw_maxphysaddr_bits")
 
 
@@ -155,9 +130,10 @@ def _check_size(field: str, value: int) -> int:
 
 
 def check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
-    """Names and values must be strings; the properties Nova reads must hold values Nova
-    knows (an architecture, a hypervisor type, a VM mode, a device type, a disk bus, a
-    non-negative integer, a hypervisor version requirement)."""
+    """Names and values must be strings; the properties Nova reads must hold values Nova's
+    image metadata takes (``scheduler.image_meta_props``: an architecture, a hypervisor
+    type, a boolean, an integer, a version requirement, ...), as Nova's API checks them
+    at boot. They are stored as given (``amd64`` stays ``amd64``)."""
     if properties is None:
         return {}
     checked: dict[str, str] = {}
@@ -168,25 +144,14 @@ def check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
             raise InvalidImage(
                 reason=f"property {key} must be a string of at most {MAX_VALUE}, got {value!r}"
             )
-        _check_known_property(key, value)
+        if key in NON_NEGATIVE_INTS and not value.isdigit():
+            raise InvalidImage(reason=f"property {key}={value!r} must be an integer >= 0")
         checked[key] = value
+    try:
+        image_meta_props.read(checked)
+    except ValueError as exc:
+        raise InvalidImage(reason=f"property {exc}") from None
     return checked
-
-
-def _check_known_property(key: str, value: str) -> None:
-    choices = CHOICES.get(key)
-    if choices is not None and value.lower() not in choices:
-        raise InvalidImage(
-            reason=f"property {key}={value!r} is not one of {', '.join(sorted(choices))}"
-        )
-    if key in NON_NEGATIVE_INTS and not value.isdigit():
-        raise InvalidImage(reason=f"property {key}={value!r} must be an integer >= 0")
-    if key == "img_hv_requested_version":
-        # Nova refuses such an image at boot (ImageMetaProps' VersionPredicateField).
-        try:
-            hypervisor_version.parse(value)
-        except ValueError as exc:
-            raise InvalidImage(reason=f"property {key}={value!r}: {exc}") from None
 
 
 # -- taking the data in ------------------------------------------------------------------------

@@ -43,6 +43,7 @@ ONCE_PER_REQUEST = {
     "MetricsFilter": False,
     "SimpleCIDRAffinityFilter": True,
     "JsonFilter": False,
+    "AggregateImagePropertiesIsolation": True,
 }
 
 

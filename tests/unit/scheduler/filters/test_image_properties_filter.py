@@ -210,3 +210,20 @@ def test_image_filter_applies_a_dotless_requirement_as_a_version(
 
 def test_image_filter_runs_once_per_request(images: BaseFilter) -> None:
     assert images.run_filter_once_per_request is True
+
+
+def test_image_filter_reads_legacy_property_names_as_nova_s_image_metadata(
+    images: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    arm = spec(image_properties={"architecture": "aarch64"})
+    assert images.host_passes(_kvm_host(host), arm) is False
+    assert images.host_passes(_kvm_host(host), spec(image_properties={"vm_mode": "exe"})) is False
+    assert (
+        images.host_passes(_kvm_host(host), spec(image_properties={"hypervisor_type": "xen"}))
+        is False
+    )
+    old = spec(image_properties={"architecture": "x86_64", "hypervisor_version_requires": ">= 9"})
+    assert images.host_passes(_kvm_host(host), old) is False
+    # The current name wins over the legacy one.
+    both = spec(image_properties={"architecture": "aarch64", "hw_architecture": "x86_64"})
+    assert images.host_passes(_kvm_host(host), both) is True

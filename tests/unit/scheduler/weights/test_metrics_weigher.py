@@ -60,6 +60,17 @@ def test_required_metric_missing_fails_the_request_naming_it(make_host: Host, ma
     assert isinstance(info.value, NoValidHost)  # the scheduler's failure path
 
 
+def test_a_required_metric_missing_fails_even_with_a_zero_multiplier(
+    make_host: Host, make_spec
+) -> None:
+    # As Nova: the weigher runs whatever its multiplier (weigh_hosts skips the other
+    # weighers whose every multiplier is 0).
+    config = metrics_settings("cpu.percent=-1.0", weight_multiplier=0.0)
+    hosts = [make_host("a", metrics_json=stored({"cpu.percent": 0.5})), make_host("b")]
+    with pytest.raises(ComputeHostMetricNotFound):
+        weigh_hosts(load_weighers(config, ["MetricsWeigher"]), hosts, make_spec())
+
+
 def test_a_single_candidate_is_not_weighed_so_never_fails(make_host: Host, make_spec) -> None:
     weighers = load_weighers(metrics_settings("cpu.percent=-1.0"), ["MetricsWeigher"])
     assert weigh_hosts(weighers, [make_host("b")], make_spec())[0][0] == 0.0
