@@ -126,12 +126,13 @@ def cpu_metrics(
     ]
 
 
-def metrics_payload(host: str, nodename: str, text: str) -> dict[str, Any] | None:
+def metrics_payload(
+    host: str, nodename: str, text: str, host_ip: str = ""
+) -> dict[str, Any] | None:
     """Nova's versioned ``metrics.update`` payload (``MetricsPayload`` 1.0) for a node's
     stored metrics, or None when it has none (Nova sends nothing then). Values are Nova's
-    ``MonitorMetric`` integers: whole percents, nanoseconds, MHz.
-
-    NOTE: ``host_ip`` is Nova's ``my_ip``, an option novaq does not have: sent empty."""
+    ``MonitorMetric`` integers: whole percents, nanoseconds, MHz. ``host_ip``: the node's
+    (Nova's ``my_ip``)."""
     try:
         items = json.loads(text or "[]")
     except ValueError:
@@ -161,7 +162,7 @@ def metrics_payload(host: str, nodename: str, text: str) -> dict[str, Any] | Non
         "nova_object.version": "1.0",
         "nova_object.data": {
             "host": host,
-            "host_ip": "",
+            "host_ip": host_ip,
             "nodename": nodename,
             "metrics": metrics,
         },

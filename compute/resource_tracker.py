@@ -153,14 +153,14 @@ def update_available_resource(
         if steady is None:
             session.refresh(node)  # the usage the heal wrote, for the log below
         final[:] = [] if node.deleted else [_final_view(node)]
-        stored[:] = [] if node.deleted else [(node.hypervisor_hostname, node.metrics)]
+        stored[:] = [] if node.deleted else [(node.hypervisor_hostname, node.metrics, node.host_ip)]
         return heals
 
     final: list[tuple[Any, ...]] = []
-    stored: list[tuple[str, str]] = []
+    stored: list[tuple[str, str, str | None]] = []
     heals = retry_on_conflict(sessions, audit)
-    for nodename, metrics in stored:  # after the commit, as Nova's metrics.update
-        payload = monitors.metrics_payload(host, nodename, metrics)
+    for nodename, metrics, node_ip in stored:  # after the commit, as Nova's metrics.update
+        payload = monitors.metrics_payload(host, nodename, metrics, node_ip or "")
         if payload is not None:
             notifications.publish("metrics.update", payload, host)
     for view in final:

@@ -195,6 +195,9 @@ def test_an_audit_with_metrics_sends_nova_s_metrics_update_after_storing_them(
     )
     data = payload["nova_object.data"]
     assert (data["host"], data["nodename"]) == ("h1", "h1")
+    with session_scope(db_url) as session:
+        node_ip = session.scalars(select(ComputeNode.host_ip).where(ComputeNode.host == "h1")).one()
+    assert data["host_ip"] == node_ip and node_ip  # the address the audit recorded
     values = {
         m["nova_object.data"]["name"]: m["nova_object.data"]["value"] for m in data["metrics"]
     }
