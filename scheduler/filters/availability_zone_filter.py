@@ -3,7 +3,13 @@ in it. A host's zone is the ``availability_zone`` metadata of its aggregates (a 
 several zone aggregates is in each of them), else ``default_availability_zone``.
 
 Nova 34 does this in a placement pre-filter; novaq has no placement, so it is a filter
-again, as it was in Nova before 2024.1.
+again, as it was in Nova before 2024.1. It gives the pre-filter's verdicts
+(``tests/differential``) but for one case, Nova's bug: the default zone requested. Nova
+34 maps a zone to the aggregates whose metadata names it, and none names the default
+zone (a host is in it by being in no zone aggregate), so Nova then places no limit at all
+(a host of az1 is chosen for a server that shows zone "nova"), or, when some aggregate
+does name it, refuses the hosts that are in it by default. novaq keeps the zone each host
+shows in the API, as the old AvailabilityZoneFilter did.
 """
 
 from __future__ import annotations

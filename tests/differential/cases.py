@@ -17,6 +17,17 @@ from hypothesis import strategies as st
 from novaq.settings import Settings
 from scheduler.host_state import AggregateInfo, HostState
 from scheduler.request_spec import RequestSpec
+from tests.differential.zones_pci_groups import (
+    REQUEST_UUID,
+    novaq_group,
+    novaq_options_settings,
+    novaq_pci_pools,
+    novaq_pci_requests,
+    novaq_zone,
+    pci_alias_spec,
+    placement_host_extras,
+    placement_request_extras,
+)
 from tests.factories import flavor_dict
 
 UUIDS = [f"00000000-0000-4000-8000-00000000010{i}" for i in range(4)]
@@ -55,6 +66,8 @@ CAPABILITY_KEYS = [
     "ssd",
     "hw:cpu_policy",
     "aggregate_instance_extra_specs:ssd",
+    "gpus",
+    "aggregate_instance_extra_specs:gpus",
 ]
 CAPABILITY_VALUES = [
     "QEMU",
@@ -71,6 +84,9 @@ CAPABILITY_VALUES = [
     "2",
     "dedicated",
     "true",
+    "s== true",
+    ">= 2",
+    "<or> true <or> fast",
 ]
 
 
@@ -96,7 +112,7 @@ def hosts(draw: st.DrawFn) -> dict[str, Any]:
         )
     )
     return {
-        "host": "host1",
+        **draw(placement_host_extras()),
         "hypervisor_type": draw(st.sampled_from(["QEMU", "Xen"])),
         "hypervisor_version": draw(
             st.sampled_from([0, 6_000_000, 6_002_000, 7_002_022, 9_000_000])
@@ -121,6 +137,10 @@ AGGREGATE_METADATA = {
     "max_io_ops_per_host": ["0", "4", "8", "12", "eight"],
     "max_instances_per_host": ["1", "10", "50", "60", "ten"],
     "instance_type": ["small", "m1, small", "large,m1", "other"],
+    # AvailabilityZoneFilter and AggregateInstanceExtraSpecsFilter.
+    "availability_zone": ["az1", "az2", "nova"],
+    "ssd": ["true", "false", "true, fast"],
+    "gpus": ["1", "2", "4", "many"],
 }
 
 
@@ -170,7 +190,9 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     hints = draw(
         st.dictionaries(st.sampled_from(["same_host", "different_host"]), hint_values, max_size=2)
     )
+    extra_specs.update(draw(pci_alias_spec()))
     return {
+        **draw(placement_request_extras()),
         "flavor_name": draw(st.sampled_from(["small", "m1", "large"])),
         "extra_specs": extra_specs,
         "image_properties": draw(image_properties()),
@@ -179,6 +201,10 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def novaq_host(data: dict[str, Any]) -> HostState:
+    aggregates = tuple(
+        AggregateInfo(i, f"agg{i}", frozenset({data["host"]}), dict(metadata))
+        for i, metadata in enumerate(data["aggregates"], start=1)
+    )
     return HostState(
         host=data["host"],
         nodename=data["host"],
@@ -203,21 +229,26 @@ def novaq_host(data: dict[str, Any]) -> HostState:
         hypervisor_version=data["hypervisor_version"],
         cpu_info=data["cpu_info"],
         supported_instances=tuple(tuple(t) for t in data["supported_instances"]),
-        aggregates=tuple(
-            AggregateInfo(i, f"agg{i}", frozenset({data["host"]}), dict(metadata))
-            for i, metadata in enumerate(data["aggregates"], start=1)
-        ),
+        aggregates=aggregates,
+        availability_zone=novaq_zone(aggregates),
+        pci_pools=novaq_pci_pools(data),
     )
 
 
 def novaq_spec(data: dict[str, Any]) -> RequestSpec:
     return RequestSpec(
-        instance_uuid="00000000-0000-4000-8000-000000000001",
+        instance_uuid=data.get("instance_uuid", REQUEST_UUID),
         flavor={**flavor_dict(extra_specs=data["extra_specs"]), "name": data["flavor_name"]},
         hints=data["hints"],
         image_properties=data["image_properties"],
+        image=data.get("image_id", ""),
+        image_name=data.get("image_name", ""),
+        availability_zone=data.get("availability_zone"),
+        instance_group=novaq_group(data),
+        pci_requests=novaq_pci_requests(data),
     )
 
 
-def novaq_settings() -> Settings:
-    return Settings()
+def novaq_settings(request: dict[str, Any] | None = None) -> Settings:
+    """The settings of a case: its request's ``options`` (isolated hosts, PCI aliases)."""
+    return novaq_options_settings((request or {}).get("options"))
