@@ -138,7 +138,7 @@ AGGREGATE_METADATA = {
     "max_instances_per_host": ["1", "10", "50", "60", "ten"],
     "instance_type": ["small", "m1, small", "large,m1", "other"],
     # AvailabilityZoneFilter and AggregateInstanceExtraSpecsFilter.
-    "availability_zone": ["az1", "az2", "nova"],
+    "availability_zone": ["az1", "az2", "nova", "az1,az2"],
     "ssd": ["true", "false", "true, fast"],
     "gpus": ["1", "2", "4", "many"],
 }

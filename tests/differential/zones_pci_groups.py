@@ -31,7 +31,8 @@ from scheduler.request_spec import InstanceGroup
 from workflows.api.flavors import validate_extra_specs
 
 HOSTNAMES = ["host1", "host2", "host3"]
-ZONES = ["az1", "az2", "nova"]
+# "az1,az2" is one zone (Nova refuses only ":" in a zone name), not two.
+ZONES = ["az1", "az2", "nova", "az1,az2"]
 DEFAULT_ZONE = "nova"
 REQUEST_UUID = "00000000-0000-4000-8000-000000000001"
 MEMBER_UUIDS = [f"00000000-0000-4000-8000-00000000010{i}" for i in range(4)]
