@@ -63,6 +63,9 @@ PCI_POOL_KEYS = [
 # strips them), zero counts, unknown aliases and the malformed ones Nova refuses.
 PCI_ALIAS_NAMES = [a["name"] for a in PCI_ALIASES]
 PCI_BAD_SPECS = ["gpu", "gpu:x", "gpu:-1", ":1", "gpu:1,", "gpu:1:2", "nope:1", "gpu,vf:1"]
+# Spellings Nova's extra spec pattern ([^:]+:\d+(?:\s*,\s*[^:]+:\d+)*) decides: spaces
+# around a count, leading zeros, digits of other scripts (\d matches "\u0661", not "\u00b2").
+PCI_ODD_SPECS = ["gpu: 1", "gpu:1 ", "gpu:01", "gpu:1 , vf:1", "gpu:\u0661", "gpu:\u00b2"]
 
 
 @st.composite
@@ -95,7 +98,7 @@ def pci_alias_spec() -> st.SearchStrategy[dict[str, str]]:
     good = st.lists(_alias_entry(), min_size=1, max_size=3).flatmap(
         lambda entries: st.sampled_from([",", ", "]).map(lambda sep: sep.join(entries))
     )
-    value = st.one_of(good, good, good, good, st.sampled_from(PCI_BAD_SPECS))
+    value = st.one_of(good, good, good, good, st.sampled_from(PCI_BAD_SPECS + PCI_ODD_SPECS))
     return st.one_of(st.just({}), value.map(lambda v: {ALIAS_SPEC: v}))
 
 
