@@ -51,7 +51,7 @@ FILTERS = [
     "ServerGroupAntiAffinityFilter",
 ]
 BATCH = 40
-EXAMPLES = int(os.environ.get("NOVAQ_DIFFERENTIAL_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("NOVAQ_DIFFERENTIAL_EXAMPLES", "25"))
 
 
 class Nova:
