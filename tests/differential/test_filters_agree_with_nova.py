@@ -3,10 +3,17 @@ requests (``tests/differential/cases.py``). Nova runs in its own virtualenv
 (``scripts/nova-venv``, made on first use: nova is no dependency of novaq) as a
 subprocess answering in JSON lines (``tests/differential/nova_verdicts.py``).
 
+Every filter both have is compared; AvailabilityZoneFilter, which Nova 34 no longer has,
+against what replaced it (the ``map_az_to_placement_aggregate`` request filter and
+placement's ``member_of``). CoreFilter, RamFilter and DiskFilter have no Nova 34
+counterpart but placement itself, which is not in the ``nova`` package.
+
 An image Nova's objects refuse to build (metadata Nova's API refuses before scheduling)
-must be refused by novaq's image store too (``workflows.api.images_store``); where Nova's
-filter raises (a bug there: the whole request fails), novaq's must refuse the host; for
-every other case the two filters must say the same.
+must be refused by novaq's image store too (``workflows.api.images_store``), and so must a
+flavor's PCI alias spec or a zone Nova's API refuses; where Nova's filter raises (a bug
+there: the whole request fails), novaq's must refuse the host; the verdicts novaq keeps
+different on purpose are recognised exactly (``tests/differential/known_divergences.py``);
+for every other case the two filters must say the same.
 """
 
 from __future__ import annotations
