@@ -120,7 +120,12 @@ def _novaq_verdict(name: str, case: dict[str, Any]) -> bool | str:
     if problem is not None:
         return f"invalid: {problem}"
     (flt,) = load_filters(novaq_settings(case["request"]), [name])
-    return flt.host_passes(novaq_host(case["host"]), novaq_spec(case["request"]))
+    host, spec = novaq_host(case["host"]), novaq_spec(case["request"])
+    passes = flt.host_passes(host, spec)
+    # The scheduler runs filter_all, whose shortcuts (``ignores``) must say the same.
+    if (flt.filter_all([host], spec) == [host]) != passes:
+        return f"inconsistent: host_passes {passes}, filter_all {not passes}"
+    return passes
 
 
 def _same(novaq: bool | str, nova: bool | str, case: dict[str, Any] | None = None) -> bool:
@@ -133,6 +138,8 @@ def _same(novaq: bool | str, nova: bool | str, case: dict[str, Any] | None = Non
         # fails Nova's whole request; novaq refuses that host instead (the filters'
         # docstrings say so). Either way the host is not chosen.
         return novaq is False
+    if isinstance(novaq, str) and novaq.startswith("inconsistent:"):
+        return False
     if isinstance(novaq, str) or isinstance(nova, str):
         return isinstance(novaq, str) and isinstance(nova, str)  # both refuse the image
     return novaq == nova
