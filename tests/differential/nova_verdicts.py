@@ -6,7 +6,12 @@ JSON lines on stdin/stdout. ``{"cases": [{"filter": name, "host": {...}, "reques
 and request become Nova's own ``HostState`` and ``RequestSpec`` (the fields the filters
 read), and the filter class of that name answers ``host_passes``. A request Nova's
 objects refuse to build (image metadata Nova's API would refuse) is ``"invalid: ..."``.
-The host and request keys are those of ``tests/differential/cases.py``.
+The host and request keys are those of ``tests/differential/cases.py``; the request's
+``options`` are set in Nova's CONF first.
+
+AvailabilityZoneFilter, which Nova 34 no longer has, is answered by what replaced it
+(``PLACEMENT``). A PciPassthroughFilter refusal that only a zero-count request or the
+requests' order causes is ``"refused: ..."`` (see ``_pci_refusal``).
 """
 
 from __future__ import annotations
@@ -173,23 +178,26 @@ def _pci_requests(flavor: Any) -> Any:
     return request.get_pci_requests_from_flavor(flavor)
 
 
-_OPTION_GROUPS = {
-    "isolated_hosts": "filter_scheduler",
-    "isolated_images": "filter_scheduler",
-    "restrict_isolated_hosts_to_isolated_images": "filter_scheduler",
-    "pci_alias": "pci",
+# The options a case may set: their group in Nova's CONF and Nova's default.
+_OPTIONS: dict[str, tuple[str, Any]] = {
+    "isolated_hosts": ("filter_scheduler", []),
+    "isolated_images": ("filter_scheduler", []),
+    "restrict_isolated_hosts_to_isolated_images": ("filter_scheduler", True),
+    "pci_alias": ("pci", []),
 }
 _applied: dict[str, Any] = {}
 
 
 def _apply_options(options: dict[str, Any]) -> None:
-    """Set the case's options in Nova's CONF (only those that changed since the last)."""
+    """Set the case's options in Nova's CONF, Nova's defaults for those it leaves out
+    (only those that changed since the last case)."""
     import nova.conf
 
-    for key, value in options.items():
+    for key, (group, default) in _OPTIONS.items():
+        value = options.get(key, default)
         if _applied.get(key) == value:
             continue
-        group, name = _OPTION_GROUPS[key], key
+        name = key
         if key == "pci_alias":
             name, value_set = "alias", [json.dumps(alias) for alias in value]
         else:
