@@ -19,14 +19,14 @@ from scheduler.host_state import AggregateInfo, HostState
 from scheduler.request_spec import RequestSpec
 from tests.differential.zones_pci_groups import (
     REQUEST_UUID,
+    host_extras,
     novaq_group,
     novaq_options_settings,
     novaq_pci_pools,
     novaq_pci_requests,
     novaq_zone,
     pci_alias_spec,
-    placement_host_extras,
-    placement_request_extras,
+    request_extras,
 )
 from tests.factories import flavor_dict
 
@@ -112,7 +112,7 @@ def hosts(draw: st.DrawFn) -> dict[str, Any]:
         )
     )
     return {
-        **draw(placement_host_extras()),
+        **draw(host_extras()),
         "hypervisor_type": draw(st.sampled_from(["QEMU", "Xen"])),
         "hypervisor_version": draw(
             st.sampled_from([0, 6_000_000, 6_002_000, 7_002_022, 9_000_000])
@@ -192,7 +192,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     )
     extra_specs.update(draw(pci_alias_spec()))
     return {
-        **draw(placement_request_extras()),
+        **draw(request_extras()),
         "flavor_name": draw(st.sampled_from(["small", "m1", "large"])),
         "extra_specs": extra_specs,
         "image_properties": draw(image_properties()),

@@ -59,9 +59,9 @@ PCI_POOL_KEYS = [
     ("1af4", "10f2", "type-PF"),
     ("1af4", "10f2", "type-VF"),
 ]
-# Alias names as a flavor may spell them, counts included: spaces around names (Nova
-# strips them), zero counts, unknown aliases and the malformed ones Nova refuses.
 PCI_ALIAS_NAMES = [a["name"] for a in PCI_ALIASES]
+# Besides well-formed specs (spaces around names, which Nova strips, and zero counts):
+# unknown aliases and the malformed ones Nova refuses.
 PCI_BAD_SPECS = ["gpu", "gpu:x", "gpu:-1", ":1", "gpu:1,", "gpu:1:2", "nope:1", "gpu,vf:1"]
 # Spellings Nova's extra spec pattern ([^:]+:\d+(?:\s*,\s*[^:]+:\d+)*) decides: spaces
 # around a count, leading zeros, digits of other scripts (\d matches "\u0661", not "\u00b2").
@@ -69,7 +69,7 @@ PCI_ODD_SPECS = ["gpu: 1", "gpu:1 ", "gpu:01", "gpu:1 , vf:1", "gpu:\u0661", "gp
 
 
 @st.composite
-def placement_host_extras(draw: st.DrawFn) -> dict[str, Any]:
+def host_extras(draw: st.DrawFn) -> dict[str, Any]:
     pools = draw(
         st.lists(
             st.tuples(st.sampled_from(PCI_POOL_KEYS), st.integers(1, 3)),
@@ -135,7 +135,7 @@ def _options(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def placement_request_extras(draw: st.DrawFn) -> dict[str, Any]:
+def request_extras(draw: st.DrawFn) -> dict[str, Any]:
     return {
         "instance_uuid": draw(st.sampled_from([REQUEST_UUID, REQUEST_UUID, MEMBER_UUIDS[0]])),
         "availability_zone": draw(st.one_of(st.none(), *[st.sampled_from(ZONES)] * 2)),
