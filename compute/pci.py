@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -82,7 +83,7 @@ def parse_alias_spec(value: str, aliases: Sequence[PciAliasEntry]) -> list[PciRe
         name = name.strip()
         if not name or not sep:
             raise InvalidFlavor(reason=f"{ALIAS_SPEC}={value!r}: expected NAME:COUNT[,NAME:COUNT]")
-        if not count_text.strip().isdigit():
+        if not re.fullmatch(r"\d+", count_text.strip()):
             raise InvalidFlavor(reason=f"{ALIAS_SPEC}={value!r}: count must be a whole number")
         alias = by_name.get(name)
         if alias is None:

@@ -10,7 +10,9 @@ hosts also take other images::
 
 With no isolated images configured, an isolated host refuses everything when restricted
 and nothing otherwise. ``isolated_images`` lists image ids, as in Nova; an image's name
-is accepted too, for convenience. A request without an image is never an isolated one.
+is accepted too, for convenience (Nova matches ids only: a list of ids, Nova's
+configuration, gives Nova's verdicts, ``tests/differential``). A request without an image
+is never an isolated one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
 """PciPassthroughFilter: a host passes only if its free passthrough devices can satisfy
-every PCI request of the flavor (Nova's ``pci_stats.support_requests``)."""
+every PCI request of the flavor (Nova's ``pci_stats.support_requests``).
+
+Nova 34's verdicts (``tests/differential``) but for two of its bugs, where novaq passes a
+host Nova refuses: a zero count (``alias:0`` asks for no device, yet Nova's
+``_apply_request`` fails when no free pool matches the alias), and the requests' order
+(Nova serves them in the flavor's order, so an alias without ``device_type`` may take the
+VFs a later ``type-VF`` alias needs; novaq serves the typed requests first).
+"""
 
 from __future__ import annotations
 

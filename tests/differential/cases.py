@@ -17,6 +17,17 @@ from hypothesis import strategies as st
 from novaq.settings import Settings
 from scheduler.host_state import AggregateInfo, HostState
 from scheduler.request_spec import RequestSpec
+from tests.differential.zones_pci_groups import (
+    REQUEST_UUID,
+    host_extras,
+    novaq_group,
+    novaq_options_settings,
+    novaq_pci_pools,
+    novaq_pci_requests,
+    novaq_zone,
+    pci_alias_spec,
+    request_extras,
+)
 from tests.factories import flavor_dict
 
 #: The compute node's uuid on both sides.
@@ -57,6 +68,8 @@ CAPABILITY_KEYS = [
     "ssd",
     "hw:cpu_policy",
     "aggregate_instance_extra_specs:ssd",
+    "gpus",
+    "aggregate_instance_extra_specs:gpus",
 ]
 CAPABILITY_VALUES = [
     "QEMU",
@@ -73,6 +86,9 @@ CAPABILITY_VALUES = [
     "2",
     "dedicated",
     "true",
+    "s== true",
+    ">= 2",
+    "<or> true <or> fast",
 ]
 
 
@@ -98,7 +114,7 @@ def hosts(draw: st.DrawFn) -> dict[str, Any]:
         )
     )
     return {
-        "host": "host1",
+        **draw(host_extras()),
         "hypervisor_type": draw(st.sampled_from(["QEMU", "Xen"])),
         "hypervisor_version": draw(
             st.sampled_from([0, 6_000_000, 6_002_000, 7_002_022, 9_000_000])
@@ -123,6 +139,10 @@ AGGREGATE_METADATA = {
     "max_io_ops_per_host": ["0", "4", "8", "12", "eight"],
     "max_instances_per_host": ["1", "10", "50", "60", "ten"],
     "instance_type": ["small", "m1, small", "large,m1", "other"],
+    # AvailabilityZoneFilter and AggregateInstanceExtraSpecsFilter.
+    "availability_zone": ["az1", "az2", "nova", "az1,az2"],
+    "ssd": ["true", "false", "true, fast"],
+    "gpus": ["1", "2", "4", "many"],
 }
 
 
@@ -172,7 +192,9 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     hints = draw(
         st.dictionaries(st.sampled_from(["same_host", "different_host"]), hint_values, max_size=2)
     )
+    extra_specs.update(draw(pci_alias_spec()))
     return {
+        **draw(request_extras()),
         "flavor_name": draw(st.sampled_from(["small", "m1", "large"])),
         "extra_specs": extra_specs,
         "image_properties": draw(image_properties()),
@@ -181,6 +203,10 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def novaq_host(data: dict[str, Any]) -> HostState:
+    aggregates = tuple(
+        AggregateInfo(i, f"agg{i}", frozenset({data["host"]}), dict(metadata))
+        for i, metadata in enumerate(data["aggregates"], start=1)
+    )
     return HostState(
         host=data["host"],
         nodename=data["host"],
@@ -205,10 +231,9 @@ def novaq_host(data: dict[str, Any]) -> HostState:
         hypervisor_version=data["hypervisor_version"],
         cpu_info=data["cpu_info"],
         supported_instances=tuple(tuple(t) for t in data["supported_instances"]),
-        aggregates=tuple(
-            AggregateInfo(i, f"agg{i}", frozenset({data["host"]}), dict(metadata))
-            for i, metadata in enumerate(data["aggregates"], start=1)
-        ),
+        aggregates=aggregates,
+        availability_zone=novaq_zone(aggregates),
+        pci_pools=novaq_pci_pools(data),
         uuid=NODE_UUID,
         host_ip_text=data.get("host_ip", "127.0.0.1"),
     )
@@ -216,12 +241,18 @@ def novaq_host(data: dict[str, Any]) -> HostState:
 
 def novaq_spec(data: dict[str, Any]) -> RequestSpec:
     return RequestSpec(
-        instance_uuid="00000000-0000-4000-8000-000000000001",
+        instance_uuid=data.get("instance_uuid", REQUEST_UUID),
         flavor={**flavor_dict(extra_specs=data["extra_specs"]), "name": data["flavor_name"]},
         hints=data["hints"],
         image_properties=data["image_properties"],
+        image=data.get("image_id", ""),
+        image_name=data.get("image_name", ""),
+        availability_zone=data.get("availability_zone"),
+        instance_group=novaq_group(data),
+        pci_requests=novaq_pci_requests(data),
     )
 
 
-def novaq_settings() -> Settings:
-    return Settings()
+def novaq_settings(request: dict[str, Any] | None = None) -> Settings:
+    """The settings of a case: its request's ``options`` (isolated hosts, PCI aliases)."""
+    return novaq_options_settings((request or {}).get("options"))

@@ -3,8 +3,8 @@ knows: a boolean-like word, an integer in a range, one of a few words, or a patt
 
 ``workflows.api.extra_specs`` says which names exist; this module says, for those whose
 value Nova checks, what the value must be. A name not listed here (an unscoped key, a
-``capabilities:`` requirement with its operator, a PCI alias) is checked elsewhere or not
-at all, as in Nova.
+``capabilities:`` requirement with its operator) is checked elsewhere or not at all, as in
+Nova.
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ RULES: dict[str, Rule] = {
     r"quota:vif_(inbound|outbound)_(average|peak|burst)": NATURAL,
     rf"resources{_GROUP}:[A-Z0-9_]+": INT,
     rf"trait{_GROUP}:[A-Z][A-Z0-9_]*": _enum("required", "forbidden"),
+    # Nova's pattern (no space around a count but before a comma); the aliases themselves
+    # are checked against ``[pci] alias`` by ``compute.pci.parse_alias_spec``.
+    r"pci_passthrough:alias": Rule("pattern", pattern=r"[^:]+:\d+(?:\s*,\s*[^:]+:\d+)*"),
 }
 
 _COMPILED = [(re.compile(name), rule) for name, rule in RULES.items()]

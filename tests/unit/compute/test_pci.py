@@ -80,6 +80,7 @@ def test_an_alias_without_device_type_takes_any_type_but_a_pf() -> None:
         (f"{GPU_ALIAS}", "expected NAME:COUNT"),
         (f"{GPU_ALIAS}:two", "count must be a whole number"),
         (f"{GPU_ALIAS}:-1", "count must be a whole number"),
+        (f"{GPU_ALIAS}:\u00b2", "count must be a whole number"),  # a digit int() refuses
         (" :1", "expected NAME:COUNT"),
         (f"{GPU_ALIAS}:1,", "expected NAME:COUNT"),
     ],

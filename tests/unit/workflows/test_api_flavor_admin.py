@@ -128,6 +128,9 @@ def test_flavor_key_command_sets_and_unsets(db_url: str) -> None:
         ({"resources:VCPUS": "2"}, InvalidFlavor, "resources:VCPUS"),
         ({"capabilities:vcpus": ">= "}, InvalidFlavor, "capabilities:vcpus"),
         ({"pci_passthrough:alias": "nosuch:1"}, InvalidFlavor, "nosuch"),
+        # Nova's pattern [^:]+:\d+(?:\s*,\s*[^:]+:\d+)*: no space around a count.
+        ({"pci_passthrough:alias": "gpu: 1"}, InvalidFlavor, "pci_passthrough:alias"),
+        ({"pci_passthrough:alias": "gpu:1 "}, InvalidFlavor, "pci_passthrough:alias"),
         ({"ok": "1", "hw:nope": "1"}, InvalidFlavor, "hw:nope"),
         ({"": "x"}, InvalidInput, "extra spec"),
         ({"k": "x" * 256}, InvalidInput, "extra spec k"),

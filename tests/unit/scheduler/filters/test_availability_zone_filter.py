@@ -58,5 +58,14 @@ def test_az_filter_passes_a_host_in_several_zones_for_each_of_them(
     assert az.host_passes(both, spec(availability_zone="az3")) is False
 
 
+def test_az_filter_takes_a_zone_named_with_a_comma_as_one_zone(
+    az: BaseFilter, host: HostFactory, spec: SpecFactory
+) -> None:
+    # Nova 34 maps a zone to aggregates by their whole metadata value.
+    one = host(availability_zone="az1,az2", aggregates=[{"availability_zone": "az1,az2"}])
+    assert az.host_passes(one, spec(availability_zone="az1,az2")) is True
+    assert az.host_passes(one, spec(availability_zone="az1")) is False
+
+
 def test_az_filter_runs_once_per_request(az: BaseFilter) -> None:
     assert az.run_filter_once_per_request is True
