@@ -2,6 +2,12 @@
 scoped ``aggregate_instance_extra_specs:``, must be a metadata key of one of the host's
 aggregates with a value that matches it. Specs in any other scope (``capabilities:``,
 ``hw:``...) are left to other filters.
+
+A key with several values across the host's aggregates passes if any value matches. A
+value a numeric operator cannot read (``many`` against ``>= 2``) does not match. Nova 34
+raises on it (failing the whole request) unless a matching value happens to come first
+in its set's iteration order, which changes with Python's hash seed; novaq's verdict
+does not depend on the order.
 """
 
 from __future__ import annotations

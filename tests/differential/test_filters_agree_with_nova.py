@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,10 +31,10 @@ from novaq.exceptions import InvalidImage
 from scheduler.filters import load_filters
 from tests.differential.cases import hosts, novaq_host, novaq_settings, novaq_spec, requests
 from tests.differential.known_divergences import known_divergence
+from tests.differential.nova_process import Nova
 from tests.differential.zones_pci_groups import novaq_flavor_problem, novaq_zone_problem
 from workflows.api.images_store import check_properties
 
-ROOT = Path(__file__).resolve().parents[2]
 FILTERS = [
     "ComputeFilter",
     "ComputeCapabilitiesFilter",
@@ -59,56 +56,6 @@ FILTERS = [
 ]
 BATCH = 40
 EXAMPLES = int(os.environ.get("NOVAQ_DIFFERENTIAL_EXAMPLES", "25"))
-
-
-class Nova:
-    """The Nova side: one subprocess, asked a batch of cases at a time."""
-
-    def __init__(self, python: str) -> None:
-        self.process = subprocess.Popen(
-            [python, str(Path(__file__).with_name("nova_verdicts.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        hello = self._read()
-        # Nova's filter classes, and what Nova 34 does before placement instead of a filter.
-        self.filters = set(hello["filters"]) | set(hello.get("placement", []))
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"Nova's verdict process ended ({self.process.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def verdicts(self, cases: list[dict[str, Any]]) -> list[bool | str]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"cases": cases}) + "\n")
-        self.process.stdin.flush()
-        verdicts: list[bool | str] = self._read()["verdicts"]
-        return verdicts
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        self.process.wait(timeout=30)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-@pytest.fixture(scope="module")
-def nova() -> Iterator[Nova]:
-    made = subprocess.run(
-        [str(ROOT / "scripts" / "nova-venv")], capture_output=True, text=True, check=False
-    )
-    if made.returncode != 0:
-        pytest.fail(f"scripts/nova-venv failed: {made.stderr[-2000:]}")
-    side = Nova(made.stdout.strip().splitlines()[-1])
-    yield side
-    side.close()
 
 
 def _novaq_verdict(name: str, case: dict[str, Any]) -> bool | str:

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from novaq.exceptions import InvalidInput
 from scheduler.filters import load_filters
 from tests.differential.cases import UUIDS, hosts, novaq_host, novaq_settings, novaq_spec, requests
-from tests.differential.test_filters_agree_with_nova import Nova, _same, nova  # noqa: F401
+from tests.differential.nova_process import Nova
+from tests.differential.test_filters_agree_with_nova import _same
 from tests.differential.zones_pci_groups import novaq_flavor_problem
 from workflows.api.boot import Hints
 from workflows.api.hints import host_hints
@@ -255,7 +256,7 @@ def _agrees(novaq: bool | str, theirs: bool | str) -> bool:
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_the_host_ip_and_query_filters_give_nova_s_verdicts(nova: Nova, name: str) -> None:  # noqa: F811
+def test_the_host_ip_and_query_filters_give_nova_s_verdicts(nova: Nova, name: str) -> None:
     @settings(
         max_examples=EXAMPLES,
         deadline=None,

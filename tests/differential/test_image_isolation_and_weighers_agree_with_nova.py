@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,9 +36,9 @@ from tests.differential.image_weigher_cases import (
     novaq_weigher_settings,
     weigher_cases,
 )
+from tests.differential.nova_process import NovaProcess, nova_process
 from workflows.api.images_store import check_properties
 
-ROOT = Path(__file__).resolve().parents[2]
 WEIGHERS = [
     "RAMWeigher",
     "CPUWeigher",
@@ -70,51 +68,20 @@ def _run(examples: int) -> Any:
 
 
 class NovaSide:
-    """One subprocess of Nova's, asked a batch of cases at a time."""
+    """Nova's image-isolation verdicts and weigher values (``nova_image_weighers.py``)."""
 
-    def __init__(self, python: str) -> None:
-        self.process = subprocess.Popen(
-            [python, str(Path(__file__).with_name("nova_image_weighers.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.weighers = set(self._read()["weighers"])
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"Nova's process ended ({self.process.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
+    def __init__(self, side: NovaProcess) -> None:
+        self.side = side
+        self.weighers = set(side.hello["weighers"])
 
     def answers(self, cases: list[dict[str, Any]]) -> list[Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"cases": cases}) + "\n")
-        self.process.stdin.flush()
-        answers: list[Any] = self._read()["answers"]
-        return answers
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        self.process.wait(timeout=30)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        return self.side.ask(cases, "answers")
 
 
 @pytest.fixture(scope="module")
 def nova() -> Iterator[NovaSide]:
-    made = subprocess.run(
-        [str(ROOT / "scripts" / "nova-venv")], capture_output=True, text=True, check=False
-    )
-    if made.returncode != 0:
-        pytest.fail(f"scripts/nova-venv failed: {made.stderr[-2000:]}")
-    side = NovaSide(made.stdout.strip().splitlines()[-1])
-    yield side
-    side.close()
+    with nova_process("nova_image_weighers.py") as side:
+        yield NovaSide(side)
 
 
 def _refused(case: dict[str, Any]) -> str | None:

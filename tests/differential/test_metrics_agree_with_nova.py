@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,8 +27,8 @@ from novaq.settings import Settings
 from scheduler.filters.metrics_filter import MetricsFilter
 from scheduler.weights.metrics import MetricsWeigher
 from tests.differential.cases import hosts, novaq_host, novaq_spec
+from tests.differential.nova_process import NovaProcess, nova_process
 
-ROOT = Path(__file__).resolve().parents[2]
 BATCH = 40
 EXAMPLES = int(os.environ.get("NOVAQ_DIFFERENTIAL_EXAMPLES", "15"))
 REQUEST = {"flavor_name": "small", "extra_specs": {}, "image_properties": {}, "hints": {}}
@@ -41,51 +39,20 @@ MULTIPLIER_VALUES = ["0.5", "3", "-1", "0", "x"]
 
 
 class NovaMetrics:
-    """The Nova side: one subprocess, asked a batch of cases at a time."""
+    """Nova's MetricsFilter verdicts and MetricsWeigher values (``nova_metrics.py``)."""
 
-    def __init__(self, python: str) -> None:
-        self.process = subprocess.Popen(
-            [python, str(Path(__file__).with_name("nova_metrics.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self._read()["ready"]
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"Nova's metrics process ended ({self.process.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
+    def __init__(self, side: NovaProcess) -> None:
+        assert side.hello["ready"]
+        self.side = side
 
     def answers(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"cases": cases}) + "\n")
-        self.process.stdin.flush()
-        answers: list[dict[str, Any]] = self._read()["answers"]
-        return answers
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        self.process.wait(timeout=30)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        return self.side.ask(cases, "answers")
 
 
 @pytest.fixture(scope="module")
 def nova() -> Iterator[NovaMetrics]:
-    made = subprocess.run(
-        [str(ROOT / "scripts" / "nova-venv")], capture_output=True, text=True, check=False
-    )
-    if made.returncode != 0:
-        pytest.fail(f"scripts/nova-venv failed: {made.stderr[-2000:]}")
-    side = NovaMetrics(made.stdout.strip().splitlines()[-1])
-    yield side
-    side.close()
+    with nova_process("nova_metrics.py") as side:
+        yield NovaMetrics(side)
 
 
 def _metric_value(name: str) -> st.SearchStrategy[float]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +21,8 @@ from hypothesis import strategies as st
 from compute.stats import instance_stats
 from scheduler.filters import load_filters
 from tests.differential.cases import hosts, novaq_host, novaq_settings, novaq_spec, requests
-from tests.differential.test_filters_agree_with_nova import BATCH, EXAMPLES, ROOT, Nova, _same
+from tests.differential.nova_process import Nova
+from tests.differential.test_filters_agree_with_nova import BATCH, EXAMPLES, _same
 from tests.differential.zones_pci_groups import novaq_flavor_problem
 
 PROJECTS = ["p1", "p2", "p3", "demo"]
@@ -73,18 +72,6 @@ STATS_KEYS = [
     "capabilities:total_usable_ram_mb",
 ]
 STATS_VALUES = ["0", "1", "2", ">= 1", "<= 1", "== 0", "s== 1", "<in> 1", "8192", ">= 4096"]
-
-
-@pytest.fixture(scope="module")
-def nova() -> Iterator[Nova]:
-    made = subprocess.run(
-        [str(ROOT / "scripts" / "nova-venv")], capture_output=True, text=True, check=False
-    )
-    if made.returncode != 0:
-        pytest.fail(f"scripts/nova-venv failed: {made.stderr[-2000:]}")
-    side = Nova(made.stdout.strip().splitlines()[-1])
-    yield side
-    side.close()
 
 
 @st.composite

@@ -11,9 +11,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from compute.monitors import CPU_METRICS, metrics_json, scheduler_values
 from virt.driver import HostCpuStats
 from virt.libvirt.driver import LibvirtDriver
+
+pytestmark = pytest.mark.hypervisor
 
 NS_PER_TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
