@@ -48,6 +48,7 @@ HV_TYPES: Final = _words(
 )
 VM_MODES: Final = _words("hvm xen uml exe")
 VM_MODE_ALIASES: Final = {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}
+HV_TYPE_ALIASES: Final = {"xapi": "xen"}
 DISK_BUSES: Final = _words("fdc ide sata scsi usb virtio xen lxc uml")
 SCSI_MODELS: Final = _words("buslogic ibmvscsi lsilogic lsisas1068 lsisas1078 virtio-scsi vmpvscsi")
 SCSI_MODEL_ALIASES: Final = {"lsilogicsas": "lsisas1068", "paravirtual": "vmpvscsi"}
@@ -193,7 +194,7 @@ FIELDS: Final[dict[str, Reader]] = {
     "img_cache_in_nova": _boolean,
     "img_compression_level": _integer,
     "img_hv_requested_version": _version_predicate,
-    "img_hv_type": _enum(HV_TYPES, {"xapi": "xen"}),
+    "img_hv_type": _enum(HV_TYPES, HV_TYPE_ALIASES),
     "img_config_drive": _enum(_words("optional mandatory")),
     "img_linked_clone": _boolean,
     "img_mappings": _list_of_dicts,

@@ -17,30 +17,23 @@ import logging
 from scheduler import hypervisor_version, image_meta_props
 from scheduler.filters.base import BaseFilter
 from scheduler.host_state import HostState
+from scheduler.image_meta_props import (  # Nova's canonical names
+    ARCHITECTURE_ALIASES,
+    HV_TYPE_ALIASES,
+    VM_MODE_ALIASES,
+)
 from scheduler.request_spec import RequestSpec
 
 LOG = logging.getLogger(__name__)
-
-# Nova's canonical names (``fields.Architecture/HVType/VMMode.canonicalize``).
-_ARCH_ALIASES = {
-    "i386": "i686",
-    "i486": "i686",
-    "i586": "i686",
-    "x86_32": "i686",
-    "x86_32p": "i686",
-    "amd64": "x86_64",
-}
-_HV_TYPE_ALIASES = {"xapi": "xen"}
-_VM_MODE_ALIASES = {"pv": "xen", "hv": "hvm", "baremetal": "hvm"}
 
 Triple = tuple[str | None, str | None, str | None]
 
 
 def canonical_triple(arch: str | None, hv_type: str | None, vm_mode: str | None) -> Triple:
     return (
-        _canonical(arch, _ARCH_ALIASES),
-        _canonical(hv_type, _HV_TYPE_ALIASES),
-        _canonical(vm_mode, _VM_MODE_ALIASES),
+        _canonical(arch, ARCHITECTURE_ALIASES),
+        _canonical(hv_type, HV_TYPE_ALIASES),
+        _canonical(vm_mode, VM_MODE_ALIASES),
     )
 
 

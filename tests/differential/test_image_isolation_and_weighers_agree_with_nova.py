@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from novaq.exceptions import InvalidImage
+from novaq.settings_groups import ALL_WEIGHERS
 from scheduler.filters import load_filters
 from scheduler.weights import load_weighers
 from tests.differential.image_weigher_cases import (
@@ -39,20 +40,8 @@ from tests.differential.image_weigher_cases import (
 from tests.differential.nova_process import NovaProcess, nova_process
 from workflows.api.images_store import check_properties
 
-WEIGHERS = [
-    "RAMWeigher",
-    "CPUWeigher",
-    "DiskWeigher",
-    "IoOpsWeigher",
-    "BuildFailureWeigher",
-    "PCIWeigher",
-    "ServerGroupSoftAffinityWeigher",
-    "ServerGroupSoftAntiAffinityWeigher",
-    "CrossCellWeigher",
-    "HypervisorVersionWeigher",
-    "ImagePropertiesWeigher",
-    "NumInstancesWeigher",
-]
+# Every weigher but MetricsWeigher (compared in test_metrics_agree_with_nova.py).
+WEIGHERS = [w for w in ALL_WEIGHERS if w != "MetricsWeigher"]
 BATCH = 40
 EXAMPLES = int(os.environ.get("NOVAQ_DIFFERENTIAL_EXAMPLES", "15"))
 
