@@ -7,10 +7,11 @@ and gets ``UnexpectedTaskStateError`` instead of doing harm.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
-from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy import ColumnElement, Update, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from models import Instance, utcnow
@@ -63,19 +64,69 @@ def cas_update(
     values.setdefault("updated_at", utcnow())
     result = session.execute(query.values(**values).execution_options(synchronize_session=False))
     if result.rowcount != 1:  # type: ignore[attr-defined]
-        actual = session.execute(
-            select(Instance.vm_state, Instance.task_state, Instance.deleted).where(
-                Instance.uuid == uuid
-            )
-        ).first()
-        if actual is None:
-            raise InstanceNotFound(uuid=uuid)
-        raise UnexpectedTaskStateError(
-            uuid=uuid,
-            expected=_describe(expected_task_state, expected_vm_state),
-            actual=f"{actual.vm_state}/{actual.task_state}"
-            + (" (deleted)" if actual.deleted else ""),
+        _refused(session, uuid, expected_task_state, expected_vm_state)
+
+
+def place(
+    session: Session, uuid: str, task_state: str, vm_state: str, host: str, node: str
+) -> None:
+    """``cas_update(session, uuid, expected_task_state=[task_state],
+    expected_vm_state=[vm_state], host=host, node=node)``, with the same errors, from a
+    statement built once: the scheduler writes every placement with it, and building the
+    UPDATE cost more than running it."""
+    params = {
+        "b_uuid": uuid,
+        "b_task_state": task_state,
+        "b_vm_state": vm_state,
+        "b_host": host,
+        "b_node": node,
+        "b_updated_at": utcnow(),
+    }
+    result = session.execute(_place_statement(), params)
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        _refused(session, uuid, [task_state], [vm_state])
+
+
+@functools.cache
+def _place_statement() -> Update:
+    table = Instance.__table__.c
+    return (
+        update(Instance)
+        .where(
+            Instance.uuid == bindparam("b_uuid", type_=table.uuid.type),
+            Instance.deleted == 0,
+            Instance.task_state == bindparam("b_task_state", type_=table.task_state.type),
+            Instance.vm_state == bindparam("b_vm_state", type_=table.vm_state.type),
         )
+        .values(
+            host=bindparam("b_host", type_=table.host.type),
+            node=bindparam("b_node", type_=table.node.type),
+            updated_at=bindparam("b_updated_at", type_=table.updated_at.type),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _refused(
+    session: Session,
+    uuid: str,
+    expected_task_state: Iterable[str | None] | _Unchecked,
+    expected_vm_state: Iterable[str] | _Unchecked,
+) -> NoReturn:
+    """Why a compare-and-swap of the instance matched no row: it is gone, or its state is
+    not the expected one."""
+    actual = session.execute(
+        select(Instance.vm_state, Instance.task_state, Instance.deleted).where(
+            Instance.uuid == uuid
+        )
+    ).first()
+    if actual is None:
+        raise InstanceNotFound(uuid=uuid)
+    raise UnexpectedTaskStateError(
+        uuid=uuid,
+        expected=_describe(expected_task_state, expected_vm_state),
+        actual=f"{actual.vm_state}/{actual.task_state}" + (" (deleted)" if actual.deleted else ""),
+    )
 
 
 def _describe(task: Iterable[str | None] | _Unchecked, vm: Iterable[str] | _Unchecked) -> str:

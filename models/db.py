@@ -146,11 +146,32 @@ def _make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30})
         _configure_sqlite(engine)
     else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        engine = create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=5,
+            max_overflow=10,
+            connect_args=_driver_args(url),
+        )
         if engine.dialect.name in ("mysql", "mariadb"):
             _configure_mysql(engine)
     event.listen(engine, "handle_error", _refuse_read_only_write)
     return engine
+
+
+def _driver_args(url: str) -> dict[str, object]:
+    """The driver's connect arguments for ``url``.
+
+    psycopg (PostgreSQL): no server-side prepared statements (``prepare_threshold=None``).
+    psycopg prepares a statement from its fifth run on a connection (an ``executemany``,
+    such as a claim's allocations, at once), and a ROLLBACK makes it drop them all with
+    one more round trip (``DEALLOCATE ALL``): every reader's transaction ends with one, so
+    a scheduling decision paid that round trip and no statement stayed prepared long
+    enough to save its planning (measured: the candidate query prepared or not, the
+    same time at 100 and 10,000 hosts)."""
+    if url.startswith("postgresql+psycopg"):
+        return {"prepare_threshold": None}
+    return {}
 
 
 def get_sessionmaker(url: str, read_only: bool = False) -> sessionmaker[Session]:

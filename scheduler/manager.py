@@ -22,7 +22,7 @@ from sqlalchemy import Select, String, bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.claims import claim, claim_first, move_claim, release, retry_on_conflict
-from compute.instance_state import cas_update, get_instance
+from compute.instance_state import cas_update, get_instance, place
 from compute.migrations import get_migration, node_id
 from compute.resource_tracker import get_node
 from compute.sessions import Sessions
@@ -311,14 +311,7 @@ def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[
     claim(session, host.compute_node_id, spec.instance_uuid, spec.resources)
     if spec.instance_group:
         check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
-    cas_update(
-        session,
-        spec.instance_uuid,
-        expected_task_state=[task_state],
-        expected_vm_state=[vm_state],
-        host=host.host,
-        node=host.nodename,
-    )
+    place(session, spec.instance_uuid, task_state, vm_state, host.host, host.nodename)
 
 
 def _weighs_somewhere(weigher: BaseWeigher, hosts: Sequence[HostState]) -> bool:

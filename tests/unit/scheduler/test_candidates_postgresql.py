@@ -1,0 +1,198 @@
+"""The candidate load and a decision on PostgreSQL, side by side with SQLite: the unit
+tier's other scheduler tests run on SQLite only, and PostgreSQL's candidate query is its
+own (``least()`` capacity check, the instance counts in one LATERAL subquery).
+
+Skipped when no PostgreSQL listens on 127.0.0.1:5432."""
+
+from __future__ import annotations
+
+import os
+import uuid as uuid_module
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, text
+from sqlalchemy.pool import QueuePool
+
+from bench.pg_databases import drop_pg, pg_url
+from compute.claims import ResourceRequest
+from compute.servicegroup import COMPUTE
+from compute.sessions import sessions_for
+from compute.states import TaskState, VmState
+from compute.stats import IO_TASK_STATES
+from models import ComputeNode, Flavor, Instance, Service, utcnow
+from models.db import dispose_all, get_engine, session_scope
+from models.migrate import upgrade
+from novaq.settings import Settings
+from scheduler.candidates import load_candidates
+from scheduler.manager import Scheduler
+from tests.factories import flavor_dict, spec_for, statements_run
+from tests.tcp_proxy import reachable
+
+#: (vm_state, task_state, deleted) of the instances put on each host, in turn: live and
+#: deleted, building, in-flight I/O and idle, so both counts differ from host to host.
+_INSTANCE_KINDS = [
+    (VmState.ACTIVE, None, 0),
+    (VmState.BUILDING, TaskState.SCHEDULING, 0),
+    (VmState.ACTIVE, IO_TASK_STATES[0], 0),
+    (VmState.ACTIVE, IO_TASK_STATES[-1], 0),
+    (VmState.ACTIVE, TaskState.REBOOTING, 0),
+    (VmState.BUILDING, None, 1),  # deleted: counted nowhere
+    (VmState.STOPPED, None, 0),
+]
+
+
+@pytest.fixture
+def pg_db() -> Iterator[str]:
+    if not reachable(5432):
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    name = f"test_candidates_postgresql_{os.getpid()}"
+    url = pg_url(name).replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        dispose_all()
+        drop_pg(name)
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path}/candidates.sqlite"
+    upgrade(url)
+    yield url
+    dispose_all()
+
+
+def _populate(url: str, hosts: int) -> dict[str, tuple[int, int]]:
+    """``hosts`` up, enabled hosts, host ``i`` with ``i % 9`` instances of the kinds
+    above; returns each host's expected (num_instances, num_io_ops)."""
+    now = utcnow()
+    names = [f"pg{i:04d}" for i in range(hosts)]
+    services = [
+        dict(host=n, binary=COMPUTE, topic=f"compute.{n}", last_seen_up=now, created_at=now)
+        for n in names
+    ]
+    nodes = [
+        dict(
+            uuid=str(uuid_module.UUID(int=i + 1)),
+            host=n,
+            hypervisor_hostname=n,
+            hypervisor_type="QEMU",
+            cpu_info='{"arch": "x86_64"}',
+            vcpus=16,
+            memory_mb=32768,
+            local_gb=500,
+            memory_mb_used=512,
+            reserved_memory_mb=512,
+        )
+        for i, n in enumerate(names)
+    ]
+    instances: list[dict[str, Any]] = []
+    expected = {}
+    for i, host in enumerate(names):
+        live = io_ops = 0
+        for k in range(i % 9):
+            vm_state, task_state, deleted = _INSTANCE_KINDS[k % len(_INSTANCE_KINDS)]
+            row_id = len(instances) + 1
+            instances.append(
+                dict(
+                    uuid=str(uuid_module.UUID(int=10**6 + row_id)),
+                    display_name=f"i{row_id}",
+                    flavor_id=1,
+                    flavor=flavor_dict(),
+                    image_ref="cirros",
+                    vm_state=vm_state,
+                    task_state=task_state,
+                    host=host,
+                    node=host,
+                    deleted=row_id if deleted else 0,
+                    request_spec={},
+                    system_metadata={},
+                )
+            )
+            if not deleted:
+                live += 1
+                io_ops += vm_state == VmState.BUILDING or task_state in IO_TASK_STATES
+        expected[host] = (live, io_ops)
+    with session_scope(url) as session:
+        if session.get(Flavor, 1) is None:  # the instances' flavor_id
+            session.add(Flavor(id=1, flavorid="t", name="tiny", vcpus=1, memory_mb=512, root_gb=1))
+            session.flush()
+        session.execute(insert(Service), services)
+        session.execute(insert(ComputeNode), nodes)
+        if instances:
+            session.execute(insert(Instance), instances)
+    return expected
+
+
+def _counts(url: str, request: ResourceRequest | None) -> dict[str, tuple[int, int]]:
+    with session_scope(url, read_only=True) as session:
+        hosts = load_candidates(session, Settings(database_url=url), request).hosts
+    return {h.host: (h.num_instances, h.num_io_ops) for h in hosts}
+
+
+def test_instance_counts_on_postgresql_are_sqlites_and_pythons(pg_db: str, sqlite_db: str) -> None:
+    expected = _populate(pg_db, 40)
+    assert _populate(sqlite_db, 40) == expected
+    assert any(io for _, io in expected.values()) and any(n for n, _ in expected.values())
+    request = ResourceRequest(vcpus=1, memory_mb=512, disk_gb=1)
+    for asked in (None, request):
+        assert _counts(pg_db, asked) == _counts(sqlite_db, asked) == expected
+
+
+def _decision(url: str, scheduler: Scheduler) -> list[str]:
+    instance_uuid = str(uuid_module.uuid4())
+    with session_scope(url) as session:
+        session.add(
+            Instance(
+                uuid=instance_uuid,
+                display_name="d",
+                flavor_id=1,
+                flavor=flavor_dict(),
+                image_ref="cirros",
+                vm_state=VmState.BUILDING,
+                task_state=TaskState.SCHEDULING,
+                request_spec={},
+                system_metadata={},
+            )
+        )
+    spec = spec_for(instance_uuid)
+    with statements_run(url) as statements:
+        assert scheduler.select_and_claim(sessions_for(url), spec) is not None
+    return statements
+
+
+def test_a_decision_on_postgresql_issues_six_statements_at_any_size(pg_db: str) -> None:
+    scheduler = Scheduler(Settings(database_url=pg_db))
+    _populate(pg_db, 10)
+    at_10 = _decision(pg_db, scheduler)
+    with session_scope(pg_db) as session:
+        session.execute(text("DELETE FROM instances"))
+        session.execute(text("DELETE FROM allocations"))
+        session.execute(text("DELETE FROM compute_nodes"))
+        session.execute(text("DELETE FROM services"))
+    _populate(pg_db, 200)
+    at_200 = _decision(pg_db, scheduler)
+    # The candidates, the instance's placement; the claim's read, INSERT and
+    # compare-and-swap; the instance's host.
+    kinds = ["SELECT", "SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"]
+    assert [s.split()[0] for s in at_10] == [s.split()[0] for s in at_200] == kinds
+
+
+def test_no_statement_stays_prepared_on_postgresql(pg_db: str) -> None:
+    """psycopg prepares nothing (``models.db._driver_args``): a reader's ROLLBACK would
+    otherwise cost one more round trip to drop what was prepared (``DEALLOCATE ALL``)."""
+    scheduler = Scheduler(Settings(database_url=pg_db))
+    _populate(pg_db, 5)
+    for _ in range(8):  # past psycopg's default threshold (5), and a claim's executemany
+        _decision(pg_db, scheduler)
+    pool = get_engine(pg_db).pool
+    assert isinstance(pool, QueuePool)
+    for _ in range(pool.checkedin()):  # every pooled connection, not just one
+        with get_engine(pg_db).connect() as conn:
+            prepared = conn.execute(text("SELECT count(*) FROM pg_prepared_statements"))
+            assert prepared.scalar_one() == 0
+            assert conn.connection.driver_connection.prepare_threshold is None  # type: ignore[union-attr]
