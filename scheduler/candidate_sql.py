@@ -197,28 +197,47 @@ def _with_service(nodes: Any) -> Any:
     )
 
 
+#: The index of the last column every candidate query selects (``_columns``), after
+#: which come the placement columns (``candidates_query(..., placement=True)``).
+AGGREGATED, PCI_FREE = 27, 26
+
+
+def _placement_columns() -> tuple[Any, ...]:
+    """Whether the instance ``:placement_uuid`` has a row (deleted ones included), and its
+    host and node: uncorrelated, so the database reads them once, not once per row."""
+    of_instance = _instance.uuid == bindparam("placement_uuid", type_=String)
+    return (
+        exists().where(of_instance),
+        select(_instance.host).where(of_instance).scalar_subquery(),
+        select(_instance.node).where(of_instance).scalar_subquery(),
+    )
+
+
 @functools.cache
 def candidates_query(
     by_hosts: bool,
     prefiltered: bool,
     dialect: str,
     asked_classes: tuple[bool, bool, bool] = (True, True, True),
+    placement: bool = False,
 ) -> Select[Any]:
     """The candidates of one request, by node id. Parameters: ``up_from``/``up_to``
     always; ``hosts`` (a list) when ``by_hosts``; ``vcpus``, ``memory_mb``, ``disk_gb``
     and ``limit`` when ``prefiltered`` (the placement-style capacity pre-filter, at most
     ``limit`` enabled nodes with room). ``dialect``: the database's; ``asked_classes``:
-    which of VCPU, MEMORY_MB, DISK_GB the request asks any of (``_room``)."""
+    which of VCPU, MEMORY_MB, DISK_GB the request asks any of (``_room``).
+
+    ``placement``: three more columns, the same on every row (``_placement_columns``),
+    for the instance ``placement_uuid``: a decision for one instance reads where it is
+    placed already (a redelivery) in the candidates' statement, one round trip less."""
     num_instances, num_io_ops, counts = _instance_counts(dialect)
     nodes = _with_service(ComputeNode.__table__)
     if counts is not None:
         nodes = nodes.join(counts, true())
-    query = (
-        select(*_columns(num_instances, num_io_ops))
-        .select_from(nodes)
-        .where(_node.deleted == 0)
-        .order_by(_node.id)
-    )
+    columns = _columns(num_instances, num_io_ops)
+    if placement:
+        columns += _placement_columns()
+    query = select(*columns).select_from(nodes).where(_node.deleted == 0).order_by(_node.id)
     if by_hosts:
         query = query.where(_node.host.in_(bindparam("hosts", expanding=True)))
     elif prefiltered:

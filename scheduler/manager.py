@@ -35,7 +35,7 @@ from novaq.exceptions import (
     UnexpectedTaskStateError,
 )
 from novaq.settings import Settings
-from scheduler.candidates import load_candidates
+from scheduler.candidates import Candidates, Placement, load_candidates
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState
@@ -162,22 +162,9 @@ class Scheduler:
         decision on what was read safe against every race). ``on_placed`` is called in
         the last claim's transaction, with the request's selections, when the request's
         last instance is claimed there (not when it was placed before: a redelivery)."""
-        first = specs[0]
-        targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
         with sessions(read_only=True) as session:
-            group = load_instance_group(session, first.group) if first.group else None
-            specs = [dataclasses.replace(s, instance_group=group) for s in specs]
-            candidates = load_candidates(
-                session,
-                self.settings,
-                first.resources,
-                targets,
-                with_instances=self.needs_instances(specs),
-                with_stats=self.needs_stats(specs),
-            )
+            group, specs, candidates, rows = self._read(session, specs)
             hosts = candidates.hosts
-            self.add_weigher_facts(session, hosts, specs)
-            rows = _placement_rows(session, [s.instance_uuid for s in specs])
             gone = {s.instance_uuid for s in specs if s.instance_uuid not in rows}
             placed = {u: _existing_selection(session, *row) for u, row in rows.items()}
         # NOTE: an instance with no row is a boot the API took back after its publish
@@ -226,6 +213,34 @@ class Scheduler:
                 _unplace(sessions, instance_uuid)
             raise
         return self._with_alternates(selections, rankings, forced=bool(specs[0].force_hosts))
+
+    def _read(
+        self, session: Session, specs: Sequence[RequestSpec]
+    ) -> tuple[InstanceGroup | None, list[RequestSpec], Candidates, dict[str, Placement]]:
+        """What ``schedule`` reads before it decides: the request's server group (given to
+        each spec), the candidates, and the (host, node) of each instance that has a row.
+        """
+        first = specs[0]
+        targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
+        group = load_instance_group(session, first.group) if first.group else None
+        specs = [dataclasses.replace(s, instance_group=group) for s in specs]
+        candidates = load_candidates(
+            session,
+            self.settings,
+            first.resources,
+            targets,
+            with_instances=self.needs_instances(specs),
+            with_stats=self.needs_stats(specs),
+            # One instance: its placement comes with the candidates (a round trip less).
+            placement_of=first.instance_uuid if len(specs) == 1 else None,
+        )
+        self.add_weigher_facts(session, candidates.hosts, specs)
+        if candidates.placed:
+            placement = candidates.placement
+            rows = {} if placement is None else {first.instance_uuid: placement}
+        else:  # several instances, or no candidate row to carry the placement
+            rows = _placement_rows(session, [s.instance_uuid for s in specs])
+        return group, specs, candidates, rows
 
     def _placing_last(
         self,
@@ -437,9 +452,6 @@ def check_group_policy(
         raise ResourcesUnavailable(
             node=host, reason=f"affinity group is on {sorted({h for h in hosts if h})}"
         )
-
-
-Placement = tuple[str | None, str | None]
 
 
 def _placement_rows(session: Session, uuids: Sequence[str]) -> dict[str, Placement]:

@@ -26,6 +26,7 @@ from models import ComputeNode, Flavor, Instance, Service, utcnow
 from models.db import dispose_all, get_engine, session_scope
 from models.migrate import upgrade
 from novaq.settings import Settings
+from scheduler.candidate_sql import AGGREGATED, PCI_FREE, candidates_query
 from scheduler.candidates import load_candidates
 from scheduler.manager import Scheduler
 from tests.factories import flavor_dict, spec_for, statements_run
@@ -165,7 +166,7 @@ def _decision(url: str, scheduler: Scheduler) -> list[str]:
     return statements
 
 
-def test_a_decision_on_postgresql_issues_six_statements_at_any_size(pg_db: str) -> None:
+def test_a_decision_on_postgresql_issues_five_statements_at_any_size(pg_db: str) -> None:
     scheduler = Scheduler(Settings(database_url=pg_db))
     _populate(pg_db, 10)
     at_10 = _decision(pg_db, scheduler)
@@ -176,9 +177,9 @@ def test_a_decision_on_postgresql_issues_six_statements_at_any_size(pg_db: str) 
         session.execute(text("DELETE FROM services"))
     _populate(pg_db, 200)
     at_200 = _decision(pg_db, scheduler)
-    # The candidates, the instance's placement; the claim's read, INSERT and
+    # The candidates with the instance's placement; the claim's read, INSERT and
     # compare-and-swap; the instance's host.
-    kinds = ["SELECT", "SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"]
+    kinds = ["SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"]
     assert [s.split()[0] for s in at_10] == [s.split()[0] for s in at_200] == kinds
 
 
@@ -196,3 +197,42 @@ def test_no_statement_stays_prepared_on_postgresql(pg_db: str) -> None:
             prepared = conn.execute(text("SELECT count(*) FROM pg_prepared_statements"))
             assert prepared.scalar_one() == 0
             assert conn.connection.driver_connection.prepare_threshold is None  # type: ignore[union-attr]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue("sqlite_db" if request.param == "sqlite" else "pg_db"))
+
+
+def test_the_candidate_columns_end_where_the_placement_columns_begin() -> None:
+    query = candidates_query(False, True, "postgresql", placement=True)
+    assert len(query.selected_columns) == AGGREGATED + 1 + 3
+    assert PCI_FREE == AGGREGATED - 1
+
+
+def test_an_instance_without_a_row_is_not_placed_with_or_without_candidates(any_db: str) -> None:
+    scheduler = Scheduler(Settings(database_url=any_db))
+    missing = str(uuid_module.uuid4())  # a boot the API took back: no row
+    assert scheduler.select_and_claim(sessions_for(any_db), spec_for(missing)) is None
+    _populate(any_db, 3)
+    with statements_run(any_db) as statements:
+        assert scheduler.select_and_claim(sessions_for(any_db), spec_for(missing)) is None
+    assert not [s for s in statements if s.split()[0] in ("INSERT", "UPDATE")]
+    with session_scope(any_db) as session:
+        assert session.execute(text("SELECT count(*) FROM allocations")).scalar_one() == 0
+
+
+def test_a_redelivered_decision_keeps_its_placement(any_db: str) -> None:
+    scheduler = Scheduler(Settings(database_url=any_db))
+    _populate(any_db, 4)
+    with session_scope(any_db) as session:
+        session.execute(text("DELETE FROM instances"))
+    _decision(any_db, scheduler)
+    with session_scope(any_db) as session:
+        (instance_uuid,) = session.execute(text("SELECT uuid FROM instances")).scalars()
+    first = scheduler.select_and_claim(sessions_for(any_db), spec_for(instance_uuid))
+    again = scheduler.select_and_claim(sessions_for(any_db), spec_for(instance_uuid))
+    assert first is not None and again is not None
+    assert (again.host, again.compute_node_id) == (first.host, first.compute_node_id)
+    with session_scope(any_db) as session:
+        assert session.execute(text("SELECT count(*) FROM allocations")).scalar_one() == 3
