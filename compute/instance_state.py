@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
-from sqlalchemy import ColumnElement, Update, bindparam, or_, select, update
+from sqlalchemy import ColumnElement, Table, Update, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
+from compute.fresh_claim import Placing
 from models import Instance, utcnow
 from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
 
@@ -74,37 +75,55 @@ def place(
     expected_vm_state=[vm_state], host=host, node=node)``, with the same errors, from a
     statement built once: the scheduler writes every placement with it, and building the
     UPDATE cost more than running it."""
-    params = {
-        "b_uuid": uuid,
-        "b_task_state": task_state,
-        "b_vm_state": vm_state,
-        "b_host": host,
-        "b_node": node,
-        "b_updated_at": utcnow(),
-    }
-    result = session.execute(_place_statement(), params)
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    params = _place_params(uuid, task_state, vm_state, host, node)
+    result = session.execute(_place_statement(False), params)
+    placed(session, result.rowcount, uuid, task_state, vm_state)  # type: ignore[attr-defined]
+
+
+def placing(uuid: str, task_state: str, vm_state: str, host: str, node: str) -> Placing:
+    """``place``'s UPDATE for a claim to write in its own statement (``compute.claims``:
+    ``claim(..., placing=...)``); ``placed`` checks what it returns."""
+    return Placing(_place_statement(True), _place_params(uuid, task_state, vm_state, host, node))
+
+
+def placed(session: Session, rows: int, uuid: str, task_state: str, vm_state: str) -> None:
+    """``place``'s errors when its UPDATE matched ``rows`` rows other than 1."""
+    if rows != 1:
         _refused(session, uuid, [task_state], [vm_state])
 
 
+def _place_params(
+    uuid: str, task_state: str, vm_state: str, host: str, node: str
+) -> dict[str, Any]:
+    return {
+        "p_uuid": uuid,
+        "p_task_state": task_state,
+        "p_vm_state": vm_state,
+        "p_host": host,
+        "p_node": node,
+        "p_updated_at": utcnow(),
+    }
+
+
 @functools.cache
-def _place_statement() -> Update:
-    table = Instance.__table__.c
-    return (
-        update(Instance)
+def _place_statement(returning: bool) -> Update:
+    table = cast(Table, Instance.__table__)
+    column = table.c
+    statement = (
+        update(table)
         .where(
-            Instance.uuid == bindparam("b_uuid", type_=table.uuid.type),
-            Instance.deleted == 0,
-            Instance.task_state == bindparam("b_task_state", type_=table.task_state.type),
-            Instance.vm_state == bindparam("b_vm_state", type_=table.vm_state.type),
+            column.uuid == bindparam("p_uuid", type_=column.uuid.type),
+            column.deleted == 0,
+            column.task_state == bindparam("p_task_state", type_=column.task_state.type),
+            column.vm_state == bindparam("p_vm_state", type_=column.vm_state.type),
         )
         .values(
-            host=bindparam("b_host", type_=table.host.type),
-            node=bindparam("b_node", type_=table.node.type),
-            updated_at=bindparam("b_updated_at", type_=table.updated_at.type),
+            host=bindparam("p_host", type_=column.host.type),
+            node=bindparam("p_node", type_=column.node.type),
+            updated_at=bindparam("p_updated_at", type_=column.updated_at.type),
         )
-        .execution_options(synchronize_session=False)
     )
+    return statement.returning(column.id) if returning else statement
 
 
 def _refused(

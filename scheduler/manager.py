@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import Select, String, bindparam, select
 from sqlalchemy.orm import Session
 
+from compute import instance_state
 from compute.claims import claim, claim_first, move_claim, release, retry_on_conflict
 from compute.instance_state import cas_update, get_instance, place
 from compute.migrations import get_migration, node_id
@@ -323,10 +324,19 @@ class Scheduler:
 
 def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[str, str]) -> None:
     task_state, vm_state = placing
-    claim(session, host.compute_node_id, spec.instance_uuid, spec.resources)
-    if spec.instance_group:
-        check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
-    place(session, spec.instance_uuid, task_state, vm_state, host.host, host.nodename)
+    uuid, node_id = spec.instance_uuid, host.compute_node_id
+    if spec.instance_group:  # the group's check reads between the claim and the placement
+        claim(session, node_id, uuid, spec.resources)
+        check_group_policy(session, spec.instance_group, uuid, host.host)
+        place(session, uuid, task_state, vm_state, host.host, host.nodename)
+        return
+    # On PostgreSQL a fresh claim writes the placement in its own statement.
+    with_claim = instance_state.placing(uuid, task_state, vm_state, host.host, host.nodename)
+    rows = claim(session, node_id, uuid, spec.resources, placing=with_claim)
+    if rows is None:
+        place(session, uuid, task_state, vm_state, host.host, host.nodename)
+    else:
+        instance_state.placed(session, rows, uuid, task_state, vm_state)
 
 
 def _weighs_somewhere(weigher: BaseWeigher, hosts: Sequence[HostState]) -> bool:

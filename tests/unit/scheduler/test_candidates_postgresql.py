@@ -166,7 +166,7 @@ def _decision(url: str, scheduler: Scheduler) -> list[str]:
     return statements
 
 
-def test_a_decision_on_postgresql_issues_five_statements_at_any_size(pg_db: str) -> None:
+def test_a_decision_on_postgresql_issues_three_statements_at_any_size(pg_db: str) -> None:
     scheduler = Scheduler(Settings(database_url=pg_db))
     _populate(pg_db, 10)
     at_10 = _decision(pg_db, scheduler)
@@ -177,9 +177,9 @@ def test_a_decision_on_postgresql_issues_five_statements_at_any_size(pg_db: str)
         session.execute(text("DELETE FROM services"))
     _populate(pg_db, 200)
     at_200 = _decision(pg_db, scheduler)
-    # The candidates with the instance's placement; the claim's read, INSERT and
-    # compare-and-swap; the instance's host.
-    kinds = ["SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"]
+    # The candidates with the instance's placement; the claim's read; its INSERT and
+    # compare-and-swap with the instance's host, in one statement (compute.fresh_claim).
+    kinds = ["SELECT", "SELECT", "WITH"]
     assert [s.split()[0] for s in at_10] == [s.split()[0] for s in at_200] == kinds
 
 
@@ -236,3 +236,72 @@ def test_a_redelivered_decision_keeps_its_placement(any_db: str) -> None:
     assert (again.host, again.compute_node_id) == (first.host, first.compute_node_id)
     with session_scope(any_db) as session:
         assert session.execute(text("SELECT count(*) FROM allocations")).scalar_one() == 3
+
+
+def _allocations_and_generations(url: str) -> tuple[int, int]:
+    with session_scope(url) as session:
+        allocations = session.execute(text("SELECT count(*) FROM allocations")).scalar_one()
+        generations = session.execute(text("SELECT sum(generation) FROM compute_nodes"))
+        return int(allocations), int(generations.scalar_one() or 0)
+
+
+def test_a_server_that_left_scheduling_is_not_placed_and_nothing_is_claimed(any_db: str) -> None:
+    scheduler = Scheduler(Settings(database_url=any_db))
+    _populate(any_db, 3)
+    with session_scope(any_db) as session:
+        session.execute(text("DELETE FROM instances"))
+    _decision(any_db, scheduler)  # one placed instance: the generations moved
+    before = _allocations_and_generations(any_db)
+    deleting = str(uuid_module.uuid4())
+    with session_scope(any_db) as session:
+        session.add(
+            Instance(
+                uuid=deleting,
+                display_name="d",
+                flavor_id=1,
+                flavor=flavor_dict(),
+                image_ref="cirros",
+                vm_state=VmState.BUILDING,
+                task_state=TaskState.DELETING,
+                request_spec={},
+                system_metadata={},
+            )
+        )
+    assert scheduler.select_and_claim(sessions_for(any_db), spec_for(deleting)) is None
+    assert _allocations_and_generations(any_db) == before  # the claim rolled back whole
+    with session_scope(any_db) as session:
+        host = session.execute(text(f"SELECT host FROM instances WHERE uuid = '{deleting}'"))
+        assert host.scalar_one() is None
+
+
+def test_a_claim_that_loses_the_generation_race_is_tried_again(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL only: on SQLite the claim's writer holds the write lock from its BEGIN,
+    so no other claim commits between its read and its compare-and-swap."""
+    from compute import claims
+
+    any_db = pg_db
+    scheduler = Scheduler(Settings(database_url=any_db))
+    _populate(any_db, 1)
+    read = claims._claim_view
+    raced: list[int] = []
+
+    def racing(session: Any, consumer_uuid: str, node_id: int) -> Any:
+        view = read(session, consumer_uuid, node_id)
+        if not raced:  # another claim commits on the node after this one read it
+            raced.append(node_id)
+            with session_scope(any_db) as other:
+                other.execute(
+                    text(
+                        f"UPDATE compute_nodes SET generation = generation + 1 WHERE id = {node_id}"
+                    )
+                )
+        return view
+
+    monkeypatch.setattr(claims, "_claim_view", racing)
+    with statements_run(any_db) as statements:
+        _decision(any_db, scheduler)
+    assert raced and [s.split()[0] for s in statements].count("WITH") == 2  # lost, then won
+    allocations, generation = _allocations_and_generations(any_db)
+    assert (allocations, generation) == (3, 2)  # the race's bump and the winning claim's
