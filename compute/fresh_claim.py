@@ -16,7 +16,18 @@ import functools
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Integer, Select, String, Table, bindparam, func, insert, select, update
+from sqlalchemy import (
+    ARRAY,
+    Integer,
+    Select,
+    String,
+    Table,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from models import Allocation, ComputeNode, utcnow
@@ -66,27 +77,35 @@ def write_fresh_claim(
         **usage,
         **placing.params,
     }
-    for i, (rc, used) in enumerate(amounts):
-        params[f"a_rc{i}"], params[f"a_used{i}"] = rc, used
-    swapped, placed, _inserted = session.execute(
-        _statement(len(amounts), placing.statement), params
-    ).one()
+    params["a_classes"] = [rc for rc, _ in amounts]
+    params["a_used"] = [used for _, used in amounts]
+    swapped, placed, _inserted = session.execute(_statement(placing.statement), params).one()
     return int(swapped), int(placed)
 
 
 @functools.cache
-def _statement(classes: int, placing: Any) -> Select[tuple[int, int, int]]:
-    rows = [
-        {
-            "compute_node_id": bindparam("a_node", type_=Integer),
-            "consumer_uuid": bindparam("a_consumer", type_=String),
-            "resource_class": bindparam(f"a_rc{i}", type_=String),
-            "used": bindparam(f"a_used{i}", type_=Integer),
-            "created_at": bindparam("a_created", type_=_allocations.c.created_at.type),
-        }
-        for i in range(classes)
-    ]
-    inserted = insert(_allocations).values(rows).returning(_allocations.c.id).cte("inserted")
+def _statement(placing: Any) -> Select[tuple[int, int, int]]:
+    # NOTE: the classes go in as two arrays (unnest), not as a multi-row VALUES:
+    # SQLAlchemy caches no compiled multi-row VALUES, and compiling this statement cost
+    # more than a round trip.
+    amounts = (
+        func.unnest(
+            bindparam("a_classes", type_=ARRAY(String)), bindparam("a_used", type_=ARRAY(Integer))
+        )
+        .table_valued("resource_class", "used")
+        .render_derived()
+    )
+    rows = select(
+        bindparam("a_node", type_=Integer),
+        bindparam("a_consumer", type_=String),
+        amounts.c.resource_class,
+        amounts.c.used,
+        bindparam("a_created", type_=_allocations.c.created_at.type),
+    ).select_from(amounts)
+    columns = ["compute_node_id", "consumer_uuid", "resource_class", "used", "created_at"]
+    inserted = (
+        insert(_allocations).from_select(columns, rows).returning(_allocations.c.id).cte("inserted")
+    )
     swapped = (
         update(_nodes)
         .where(
