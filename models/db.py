@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Executable
 
 from models import outage
+from models.pg_connection import use_reader_commits
 from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
 
 LOG = logging.getLogger(__name__)
@@ -147,9 +148,8 @@ def _make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30})
         _configure_sqlite(engine)
     elif url.startswith("postgresql+psycopg"):
-        engine = create_engine(
-            url, pool_size=5, max_overflow=10, connect_args={"prepare_threshold": None}
-        )
+        engine = create_engine(url, pool_size=5, max_overflow=10)
+        use_reader_commits(engine)
         _ping_unless_just_used(engine)
     else:
         engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
@@ -176,15 +176,7 @@ def _ping_unless_just_used(engine: Engine) -> None:
     connection, closes it, and the closing (EOF, or PostgreSQL's FATAL message) makes
     the socket readable at once. A peer that vanished without a word is not found by a
     ping either (it waits on TCP, as the statement would). A scheduling decision checks
-    out two connections back to back: the pings were two of its 13 round trips.
-
-    The engine's psycopg connections prepare no statements (``prepare_threshold=None``):
-    psycopg prepares a statement from its fifth run on a connection (an ``executemany``,
-    as a claim's allocations, at once), and every ROLLBACK then makes it drop them all
-    with one more round trip (``DEALLOCATE ALL``). Each reader's transaction ends with
-    one, so a decision paid that round trip and no statement stayed prepared long enough
-    to save its planning (measured: the candidate query prepared or not, the same time
-    at 100 and 10,000 hosts)."""
+    out two connections back to back: the pings were two of its 13 round trips."""
     dialect = engine.dialect
 
     @event.listens_for(engine, "checkin")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, text
+from sqlalchemy import event, insert, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
 from bench.pg_databases import drop_pg, pg_url
@@ -25,6 +26,7 @@ from compute.stats import IO_TASK_STATES
 from models import ComputeNode, Flavor, Instance, Service, utcnow
 from models.db import dispose_all, get_engine, session_scope
 from models.migrate import upgrade
+from models.pg_connection import ReaderCommitsConnection
 from novaq.settings import Settings
 from scheduler.candidate_sql import AGGREGATED, PCI_FREE, candidates_query
 from scheduler.candidates import load_candidates
@@ -183,20 +185,44 @@ def test_a_decision_on_postgresql_issues_three_statements_at_any_size(pg_db: str
     assert [s.split()[0] for s in at_10] == [s.split()[0] for s in at_200] == kinds
 
 
-def test_no_statement_stays_prepared_on_postgresql(pg_db: str) -> None:
-    """psycopg prepares nothing (``models.db._driver_args``): a reader's ROLLBACK would
-    otherwise cost one more round trip to drop what was prepared (``DEALLOCATE ALL``)."""
+def test_a_decisions_statements_stay_prepared_on_postgresql(pg_db: str) -> None:
+    """A reader's transaction ends with COMMIT on the server (``models.pg_connection``):
+    psycopg keeps what it prepared (a ROLLBACK would make it DEALLOCATE ALL, one more
+    round trip), so from their fifth run a decision's statements are planned no more."""
     scheduler = Scheduler(Settings(database_url=pg_db))
     _populate(pg_db, 5)
-    for _ in range(8):  # past psycopg's default threshold (5), and a claim's executemany
+    for _ in range(8):  # past psycopg's threshold (5 runs on a connection)
         _decision(pg_db, scheduler)
     pool = get_engine(pg_db).pool
     assert isinstance(pool, QueuePool)
+    prepared = 0
     for _ in range(pool.checkedin()):  # every pooled connection, not just one
         with get_engine(pg_db).connect() as conn:
-            prepared = conn.execute(text("SELECT count(*) FROM pg_prepared_statements"))
-            assert prepared.scalar_one() == 0
-            assert conn.connection.driver_connection.prepare_threshold is None  # type: ignore[union-attr]
+            statements = conn.execute(text("SELECT statement FROM pg_prepared_statements"))
+            prepared += sum("FROM compute_nodes" in s for s in statements.scalars())
+    assert prepared >= 1
+
+
+def test_a_reader_ends_with_commit_on_the_server_and_a_rollback_for_sqlalchemy(
+    pg_db: str,
+) -> None:
+    ends: list[str] = []
+    engine = get_engine(pg_db)
+    event.listen(engine, "rollback", lambda _conn: ends.append("rollback"))
+    event.listen(engine, "commit", lambda _conn: ends.append("commit"))
+    with session_scope(pg_db, read_only=True) as session:
+        session.execute(text("SELECT 1"))
+        driver = session.connection().connection.driver_connection
+        assert isinstance(driver, ReaderCommitsConnection)
+        xid = session.execute(text("SELECT txid_current_if_assigned()")).scalar_one()
+        assert xid is None  # a read-only transaction: nothing to commit
+    assert ends == ["rollback"]
+    # A failed reader rolls back (psycopg then drops what it prepared, as before).
+    with pytest.raises(DBAPIError), session_scope(pg_db, read_only=True) as session:
+        session.execute(text("SELECT 1/0"))
+    with session_scope(pg_db) as session:  # the connection is a writer's again
+        session.execute(text("UPDATE compute_nodes SET generation = generation"))
+    assert ends[-1] == "commit"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
