@@ -470,7 +470,8 @@ def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> i
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-_RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
+#: What ``retry_on_conflict`` tries again (the scheduler's one-transaction claim too).
+RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
 
 
 def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts: int = 25) -> T:
@@ -484,7 +485,7 @@ def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts
             return work(session)
 
     retrying = Retrying(
-        retry=retry_if_exception_type(_RETRYABLE),
+        retry=retry_if_exception_type(RETRYABLE),
         stop=stop_after_attempt(attempts),
         wait=wait_random_exponential(multiplier=0.01, max=0.1),
         before_sleep=before_sleep_log(LOG, logging.DEBUG),

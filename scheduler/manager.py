@@ -22,11 +22,18 @@ from sqlalchemy import Select, String, bindparam, select
 from sqlalchemy.orm import Session
 
 from compute import instance_state
-from compute.claims import claim, claim_first, move_claim, release, retry_on_conflict
+from compute.claims import (
+    RETRYABLE,
+    claim,
+    claim_first,
+    move_claim,
+    release,
+    retry_on_conflict,
+)
 from compute.instance_state import cas_update, get_instance, place
 from compute.migrations import get_migration, node_id
 from compute.resource_tracker import get_node
-from compute.sessions import Sessions
+from compute.sessions import Sessions, reads_in_writer
 from compute.states import TaskState, VmState
 from models import Instance, Migration
 from novaq.exceptions import (
@@ -162,7 +169,21 @@ class Scheduler:
         instances' rows), then the claim's short write (its compare-and-swaps make a
         decision on what was read safe against every race). ``on_placed`` is called in
         the last claim's transaction, with the request's selections, when the request's
-        last instance is claimed there (not when it was placed before: a redelivery)."""
+        last instance is claimed there (not when it was placed before: a redelivery).
+
+        On PostgreSQL one instance's reads and its first claim share one transaction
+        (``_schedule_in_one``)."""
+        if len(specs) == 1 and reads_in_writer(sessions):
+            return self._schedule_in_one(sessions, specs[0], on_placed)
+        return self._schedule_apart(sessions, specs, on_placed)
+
+    def _schedule_apart(
+        self,
+        sessions: Sessions,
+        specs: Sequence[RequestSpec],
+        on_placed: OnPlaced | None = None,
+    ) -> list[Selection]:
+        """``schedule`` in a reader's transaction, then a claim's per instance."""
         with sessions(read_only=True) as session:
             group, specs, candidates, rows = self._read(session, specs)
             hosts = candidates.hosts
@@ -214,6 +235,60 @@ class Scheduler:
                 _unplace(sessions, instance_uuid)
             raise
         return self._with_alternates(selections, rankings, forced=bool(specs[0].force_hosts))
+
+    def _schedule_in_one(
+        self, sessions: Sessions, spec: RequestSpec, on_placed: OnPlaced | None
+    ) -> list[Selection]:
+        """``schedule`` for one instance where reads in a writer's transaction hold
+        nothing (PostgreSQL, ``compute.sessions.reads_take_no_locks``): the reads and
+        the claim on the best host in one transaction, two round trips (a COMMIT and a
+        BEGIN) and a checkout fewer than a reader's transaction and then a writer's.
+
+        The claim's guards are the same (its compare-and-swaps make the decision safe on
+        whatever was read); if that first claim fails in any way ``claim_first`` would
+        go on from (the host was taken, a generation conflict), the transaction rolls
+        back whole and ``claim_first`` claims as ``schedule`` does, from the best host."""
+        forced = bool(spec.force_hosts)
+        ranked: list[HostState] | None = None
+        then: Callable[[Session, HostState], None] | None = None
+        try:
+            with sessions() as session:
+                _group, specs, candidates, rows = self._read(session, [spec])
+                spec = specs[0]
+                if spec.instance_uuid not in rows:  # see schedule's NOTE
+                    LOG.info("Instances %s no longer exist: not scheduled", [spec.instance_uuid])
+                    return []
+                existing = _existing_selection(session, *rows[spec.instance_uuid])
+                if existing is not None:  # a redelivered request: keep what was claimed
+                    redelivered = dataclasses.replace(existing, instance_uuid=spec.instance_uuid)
+                    return self._with_alternates([redelivered], [[]], forced)
+                ranked = self.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
+                then = self._placing_last(on_placed, spec, ranked, [], [])
+                _claim(session, ranked[0], spec, BUILD_PLACING)
+                if then is not None:
+                    then(session, ranked[0])
+            chosen: HostState | None = ranked[0]
+            LOG.info(
+                "Instance %s: selected %s/%s",
+                spec.instance_uuid,
+                ranked[0].host,
+                ranked[0].nodename,
+            )
+        except (ResourcesUnavailable, *RETRYABLE):
+            if ranked is None:
+                raise  # not the claim's
+            chosen = self.claim_first(sessions, ranked, spec, then=then)
+        except (UnexpectedTaskStateError, InstanceNotFound) as exc:
+            if ranked is None:
+                raise
+            LOG.info("Instance %s left %s: %s", spec.instance_uuid, BUILD_PLACING[0], exc)
+            chosen = None
+        if chosen is None:
+            return []
+        selection = Selection(
+            chosen.host, chosen.nodename, chosen.compute_node_id, instance_uuid=spec.instance_uuid
+        )
+        return self._with_alternates([selection], [ranked or []], forced)
 
     def _read(
         self, session: Session, specs: Sequence[RequestSpec]

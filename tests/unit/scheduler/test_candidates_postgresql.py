@@ -331,3 +331,49 @@ def test_a_claim_that_loses_the_generation_race_is_tried_again(
     assert raced and [s.split()[0] for s in statements].count("WITH") == 2  # lost, then won
     allocations, generation = _allocations_and_generations(any_db)
     assert (allocations, generation) == (3, 2)  # the race's bump and the winning claim's
+
+
+def test_a_host_taken_meanwhile_sends_the_claim_to_the_next_host(
+    pg_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL's one-transaction decision (``Scheduler._schedule_in_one``): another
+    claim fills the best host after this decision read it; the claim there fails, the
+    transaction rolls back whole, and ``claim_first`` places the server on the next."""
+    from compute import claims
+
+    scheduler = Scheduler(Settings(database_url=pg_db))
+    _populate(pg_db, 2)
+    read = claims._claim_view
+    raced: list[int] = []
+
+    def racing(session: Any, consumer_uuid: str, node_id: int) -> Any:
+        view = read(session, consumer_uuid, node_id)
+        if not raced:
+            raced.append(node_id)
+            with session_scope(pg_db) as other:
+                other.execute(
+                    text(
+                        "INSERT INTO allocations (compute_node_id, consumer_uuid, resource_class,"
+                        f" used, created_at) VALUES ({node_id}, 'other', 'VCPU', 100000, now())"
+                    )
+                )
+                other.execute(
+                    text(
+                        f"UPDATE compute_nodes SET generation = generation + 1 WHERE id = {node_id}"
+                    )
+                )
+        return view
+
+    monkeypatch.setattr(claims, "_claim_view", racing)
+    with session_scope(pg_db) as session:
+        session.execute(text("DELETE FROM instances"))
+    _decision(pg_db, scheduler)
+    with session_scope(pg_db) as session:
+        (node,) = session.execute(text("SELECT node FROM instances")).scalars()
+        chosen = session.execute(
+            text(f"SELECT id FROM compute_nodes WHERE hypervisor_hostname = '{node}'")
+        ).scalar_one()
+        mine = session.execute(
+            text("SELECT count(*) FROM allocations WHERE consumer_uuid != 'other'")
+        ).scalar_one()
+    assert raced and chosen != raced[0] and mine == 3
