@@ -274,9 +274,10 @@ class Scheduler:
                 ranked[0].host,
                 ranked[0].nodename,
             )
-        except (ResourcesUnavailable, *RETRYABLE):
+        except (ResourcesUnavailable, *RETRYABLE) as exc:
             if ranked is None:
                 raise  # not the claim's
+            LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, ranked[0].host, exc)
             chosen = self.claim_first(sessions, ranked, spec, then=then)
         except (UnexpectedTaskStateError, InstanceNotFound) as exc:
             if ranked is None:
