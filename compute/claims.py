@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from sqlalchemy import (
+    Insert,
     Integer,
     Select,
     String,
@@ -43,6 +44,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from compute.fresh_claim import USAGE_COLUMNS, Placing, write_fresh_claim
 from compute.pci import PciRequest, claim_devices, held_by, held_devices, release_devices
 from compute.sessions import Sessions
 from models import Allocation, ComputeNode, PciDevice
@@ -188,14 +190,7 @@ def store_usage(
 
 
 #: The node's columns derived from its allocations.
-_USAGE_COLUMNS = (
-    "vcpus_used",
-    "memory_mb_used",
-    "local_gb_used",
-    "free_ram_mb",
-    "free_disk_gb",
-    "running_vms",
-)
+_USAGE_COLUMNS = USAGE_COLUMNS
 
 
 def _usage_values(node: ComputeNode, usage: Mapping[str, int], consumers: int) -> dict[str, int]:
@@ -246,13 +241,18 @@ def claim(
     consumer_uuid: str,
     request: ResourceRequest,
     instance_uuid: str | None = None,
-) -> None:
+    placing: Placing | None = None,
+) -> int | None:
     """One claim attempt inside the caller's transaction (which must roll back on error):
     allocations, then PCI devices, then the generation compare-and-swap.
 
     Idempotent: a consumer that already holds exactly this request on this node is left
     as it is (a redelivered message claims nothing twice). ``instance_uuid`` owns the
     devices (defaults to the consumer; differs when a migration is the consumer).
+
+    ``placing``: an UPDATE the caller writes with the claim. On PostgreSQL a fresh claim
+    without PCI devices writes it in the claim's one statement (``compute.fresh_claim``)
+    and returns how many rows it updated; otherwise None, and the caller runs it.
     """
     view = _claim_view(session, consumer_uuid, node_id)
     node = view.node
@@ -262,8 +262,11 @@ def claim(
     if held == {rc: n for rc, n in request.as_resources().items() if n} and (
         devices == request.pci_count
     ):
-        return
+        return None
     fresh = not held and not devices
+    if fresh and placing is not None and _in_one_statement(session, request):
+        check_capacity(node, usage, request)
+        return _claim_in_one_statement(session, node, view, request, consumer_uuid, placing)
     if not fresh:
         _delete_allocations(session, consumer_uuid, node_id)
         release_devices(session, consumer_uuid, node_id)
@@ -275,7 +278,7 @@ def claim(
         if amount
     ]
     if rows:  # one statement for every resource class
-        session.execute(insert(Allocation), rows)
+        session.execute(_insert_allocations(), rows)
     session.flush()
     if request.pci:
         claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
@@ -285,6 +288,47 @@ def claim(
         _compare_and_swap(session, node, generation, values)
     else:
         write_usage(session, node, generation)
+    return None
+
+
+def _in_one_statement(session: Session, request: ResourceRequest) -> bool:
+    """Whether a fresh claim of ``request`` writes in one statement: on PostgreSQL (its
+    data-modifying CTEs), with some resource asked for and no PCI device (whose claim
+    runs between the allocations and the compare-and-swap)."""
+    return (
+        not request.pci
+        and any(request.as_resources().values())
+        and session.get_bind().dialect.name == "postgresql"
+    )
+
+
+def _claim_in_one_statement(
+    session: Session,
+    node: ComputeNode,
+    view: _ClaimView,
+    request: ResourceRequest,
+    consumer_uuid: str,
+    placing: Placing,
+) -> int:
+    """The fresh claim's writes and ``placing`` in one statement; the compare-and-swap's
+    ``GenerationConflict`` as the separate statements raise it. Returns the rows placed."""
+    session.flush()  # whatever the caller left pending goes first, as before the INSERT
+    amounts = [(rc, n) for rc, n in request.as_resources().items() if n]
+    after = {rc: view.usage[rc] + n for rc, n in request.as_resources().items()}
+    values = _usage_values(node, after, view.consumers + 1)
+    swapped, placed = write_fresh_claim(
+        session, node.id, consumer_uuid, amounts, node.generation, values, placing
+    )
+    if swapped != 1:
+        raise GenerationConflict(node=node.hypervisor_hostname, generation=node.generation)
+    return placed
+
+
+@functools.cache
+def _insert_allocations() -> Insert:
+    # NOTE: Core, on the table: the ORM's bulk insert of the same rows cost a claim more
+    # than the statement's round trip (it sorts and splits them by mapper first).
+    return insert(Allocation.__table__)  # type: ignore[arg-type]
 
 
 #: The resource class of the row that counts a consumer's PCI devices in ``_claim_view``.
@@ -426,7 +470,8 @@ def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> i
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-_RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
+#: What ``retry_on_conflict`` tries again (the scheduler's one-transaction claim too).
+RETRYABLE = (GenerationConflict, IntegrityError, OperationalError)
 
 
 def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts: int = 25) -> T:
@@ -440,7 +485,7 @@ def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts
             return work(session)
 
     retrying = Retrying(
-        retry=retry_if_exception_type(_RETRYABLE),
+        retry=retry_if_exception_type(RETRYABLE),
         stop=stop_after_attempt(attempts),
         wait=wait_random_exponential(multiplier=0.01, max=0.1),
         before_sleep=before_sleep_log(LOG, logging.DEBUG),

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from compute.deliveries import Delivery, Ending, write_end, write_start
-from compute.sessions import Sessions
+from compute.sessions import Sessions, reads_in_writer
 from novaq.exceptions import NovaqError
 
 
@@ -175,4 +175,5 @@ def riding(sessions: Sessions) -> Sessions:
         if ledger is not None and ledger._handing_over:
             ledger._handing_over, ledger.ended = False, True
 
+    scope.reads_in_writer = reads_in_writer(sessions)  # type: ignore[attr-defined]
     return scope

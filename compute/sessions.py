@@ -29,11 +29,31 @@ class Sessions(Protocol):
 
 def sessions_for(db_url: str) -> Sessions:
     """Production's factory: one short ``session_scope`` transaction per call."""
+    return _UrlSessions(db_url)
 
-    def scope(read_only: bool = False) -> AbstractContextManager[Session]:
-        return session_scope(db_url, read_only=read_only)
 
-    return scope
+class _UrlSessions:
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        #: ``reads_in_writer``: a writer's transaction may do a reader's reads too.
+        self.reads_in_writer = reads_take_no_locks(db_url)
+
+    def __call__(self, read_only: bool = False) -> AbstractContextManager[Session]:
+        return session_scope(self.db_url, read_only=read_only)
+
+
+def reads_take_no_locks(db_url: str) -> bool:
+    """Whether reads in a writer's transaction hold nothing other writers wait for, so
+    that reading there costs nothing over a reader's own transaction: PostgreSQL's
+    (MVCC: a SELECT takes no row lock). Not SQLite's, whose writer holds the database's
+    write lock from its BEGIN."""
+    return db_url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
+
+
+def reads_in_writer(sessions: Sessions) -> bool:
+    """``reads_take_no_locks`` for the database of ``sessions`` (False when unknown: the
+    tests' savepoints, any other factory)."""
+    return bool(getattr(sessions, "reads_in_writer", False))
 
 
 def savepoints(session: Session) -> Sessions:

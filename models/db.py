@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Executable
 
 from models import outage
+from models.pg_connection import use_reader_commits
 from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
 
 LOG = logging.getLogger(__name__)
@@ -145,12 +147,66 @@ def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
         _configure_sqlite(engine)
+    elif url.startswith("postgresql+psycopg"):
+        engine = create_engine(url, pool_size=5, max_overflow=10)
+        use_reader_commits(engine)
+        _ping_unless_just_used(engine)
     else:
         engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
         if engine.dialect.name in ("mysql", "mariadb"):
             _configure_mysql(engine)
     event.listen(engine, "handle_error", _refuse_read_only_write)
     return engine
+
+
+#: A pooled PostgreSQL connection checked in this recently, whose socket has nothing to
+#: read, is used without a ping (``_ping_unless_just_used``).
+_PING_AFTER_IDLE_S = 1.0
+_CHECKED_IN_AT = "novaq_checked_in_at"
+
+
+def _ping_unless_just_used(engine: Engine) -> None:
+    """SQLAlchemy's ``pool_pre_ping``, without its round trip for a connection that was in
+    use a moment ago and that the server has not closed since.
+
+    A checkout pings (and on a disconnect replaces every pooled connection, as
+    ``pool_pre_ping`` does) unless the connection was checked in less than
+    ``_PING_AFTER_IDLE_S`` ago and its socket has nothing to read: a server that
+    restarts, or an administrator who terminates the backend, or a proxy that cuts the
+    connection, closes it, and the closing (EOF, or PostgreSQL's FATAL message) makes
+    the socket readable at once. A peer that vanished without a word is not found by a
+    ping either (it waits on TCP, as the statement would). A scheduling decision checks
+    out two connections back to back: the pings were two of its 13 round trips."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_conn, record):  # type: ignore[no-untyped-def]
+        if dbapi_conn is not None:  # None: the connection was invalidated
+            record.info[_CHECKED_IN_AT] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_conn, record, _proxy):  # type: ignore[no-untyped-def]
+        checked_in_at = record.info.pop(_CHECKED_IN_AT, None)
+        if checked_in_at is None:
+            return  # a new connection (the info goes with the old one): no ping, as SQLAlchemy
+        if time.monotonic() - checked_in_at < _PING_AFTER_IDLE_S and _quiet(dbapi_conn):
+            return
+        # SQLAlchemy's own pre-ping (the dialect's ping, the engine's handle_error
+        # listeners, the disconnect test): False on a disconnect, raises otherwise.
+        if not dialect._do_ping_w_event(dbapi_conn):  # noqa: SLF001
+            raise sqlalchemy.exc.InvalidatePoolError()
+
+
+def _quiet(dbapi_conn: object) -> bool:
+    """Whether an idle psycopg connection's socket has nothing to read: no EOF, no
+    message from the server (an idle session seldom gets one unasked but the one saying
+    it is being closed; any other just costs the ping)."""
+    try:
+        poller = select.poll()
+        poller.register(dbapi_conn.pgconn.socket, select.POLLIN)  # type: ignore[attr-defined]
+        return not poller.poll(0)
+    except Exception:  # noqa: BLE001 -- a closed or broken connection: ping it
+        return False
 
 
 def get_sessionmaker(url: str, read_only: bool = False) -> sessionmaker[Session]:
@@ -219,8 +275,9 @@ def session_scope(url: str, snapshot: bool = False, read_only: bool = False) -> 
 
 
 def _open(url: str, snapshot: bool = False, read_only: bool = False) -> Session:
-    """A session with its connection checked out (pinged, ``pool_pre_ping``) and its
-    transaction begun, so an unreachable database is known before the block runs."""
+    """A session with its connection checked out (pinged: ``pool_pre_ping``, or on
+    PostgreSQL ``_ping_unless_just_used``) and its transaction begun, so an unreachable
+    database is known before the block runs."""
     session = get_sessionmaker(url, read_only)()
     dialect = get_engine(url).dialect.name
     # Set as the transaction begins; the pool resets them when the connection returns.

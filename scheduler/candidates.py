@@ -24,6 +24,8 @@ from compute.stats import IO_TASK_STATES, instance_stats
 from models import utcnow
 from novaq.settings import Settings
 from scheduler.candidate_sql import (
+    AGGREGATED,
+    PCI_FREE,
     aggregates_query,
     candidates_query,
     instance_stats_query,
@@ -32,15 +34,23 @@ from scheduler.candidate_sql import (
 )
 from scheduler.host_state import AggregateInfo, HostState
 
-__all__ = ["Candidates", "load_candidates", "load_host_states"]
+__all__ = ["Candidates", "Placement", "load_candidates", "load_host_states"]
+
+
+#: An instance's (host, node) as its row has them; no row: None.
+Placement = tuple[str | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """Host states of one request, and what the capacity pre-filter kept."""
+    """Host states of one request, and what the capacity pre-filter kept; with
+    ``placement_of``, that instance's placement as the same statement read it, when it
+    returned any row (``placed``: False, not read)."""
 
     hosts: list[HostState]
     prefilter: str
+    placed: bool = False
+    placement: Placement | None = None
 
 
 def load_host_states(
@@ -59,6 +69,7 @@ def load_candidates(
     hosts: Sequence[str] = (),
     with_instances: bool = True,
     with_stats: bool = False,
+    placement_of: str | None = None,
 ) -> Candidates:
     """The compute nodes a request may land on, with their services, PCI pools,
     aggregates and instances, in a constant number of queries whatever the number of hosts.
@@ -74,7 +85,47 @@ def load_candidates(
 
     ``with_stats=True`` adds to each host's ``stats`` the resource tracker's counts of its
     instances (``compute.stats``: ``num_vm_active``, ``num_proj_<project>``...), in one
-    more query, for a request some filter reads them for (``Scheduler.needs_stats``)."""
+    more query, for a request some filter reads them for (``Scheduler.needs_stats``).
+
+    ``placement_of``: an instance uuid whose (host, node) the same statement reads
+    (``Candidates.placement``: None when it has no row), unless no candidate came back."""
+    params = _parameters(settings, request, hosts, placement_of)
+    dialect = session.get_bind().dialect.name
+    asked = (True, True, True)
+    if request is not None:
+        asked = (request.vcpus > 0, request.memory_mb > 0, request.disk_gb > 0)
+    prefiltered = request is not None and not hosts
+    query = candidates_query(bool(hosts), prefiltered, dialect, asked, placement_of is not None)
+    rows = session.connection().execute(query, params).all()
+    prefilter = ""
+    if request is not None and not hosts:
+        prefilter = f"capacity pre-filter (placement): {len(rows)} enabled hosts with room for " + (
+            f"VCPU={request.vcpus}, MEMORY_MB={request.memory_mb}, DISK_GB={request.disk_gb}"
+        )
+    states = _host_states(rows, settings)
+    if rows and rows[0][AGGREGATED]:  # an aggregate has hosts
+        zone = settings.default_availability_zone
+        _add_aggregates(states, _aggregates_by_host(session), zone)
+    with_pci = [s for s, row in zip(states, rows, strict=True) if row[PCI_FREE]]
+    if with_pci:
+        _add_pci_pools(session, with_pci)
+    if with_instances and states:
+        _add_instances(session, states)
+    if with_stats and states:
+        _add_instance_stats(session, states)
+    if placement_of is None or not rows:
+        return Candidates(states, prefilter)
+    has_row, host, node = rows[0][AGGREGATED + 1 :]
+    return Candidates(states, prefilter, True, (host, node) if has_row else None)
+
+
+def _parameters(
+    settings: Settings,
+    request: ResourceRequest | None,
+    hosts: Sequence[str],
+    placement_of: str | None,
+) -> dict[str, Any]:
+    """The bound parameters of ``candidate_sql.candidates_query`` for this load."""
     now = utcnow()
     down = dt.timedelta(seconds=settings.effective_service_down_time)
     params: dict[str, Any] = {"up_from": now - down, "up_to": now + down}
@@ -87,29 +138,9 @@ def load_candidates(
             disk_gb=request.disk_gb,
             limit=settings.scheduler.max_placement_results,
         )
-    dialect = session.get_bind().dialect.name
-    asked = (True, True, True)
-    if request is not None:
-        asked = (request.vcpus > 0, request.memory_mb > 0, request.disk_gb > 0)
-    query = candidates_query(bool(hosts), request is not None and not hosts, dialect, asked)
-    rows = session.connection().execute(query, params).all()
-    prefilter = ""
-    if request is not None and not hosts:
-        prefilter = f"capacity pre-filter (placement): {len(rows)} enabled hosts with room for " + (
-            f"VCPU={request.vcpus}, MEMORY_MB={request.memory_mb}, DISK_GB={request.disk_gb}"
-        )
-    states = _host_states(rows, settings)
-    if rows and rows[0][-1]:  # an aggregate has hosts
-        zone = settings.default_availability_zone
-        _add_aggregates(states, _aggregates_by_host(session), zone)
-    with_pci = [s for s, row in zip(states, rows, strict=True) if row[-2]]  # free PCI devices
-    if with_pci:
-        _add_pci_pools(session, with_pci)
-    if with_instances and states:
-        _add_instances(session, states)
-    if with_stats and states:
-        _add_instance_stats(session, states)
-    return Candidates(states, prefilter)
+    if placement_of is not None:
+        params["placement_uuid"] = placement_of
+    return params
 
 
 def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
@@ -147,6 +178,7 @@ def _host_states(rows: Sequence[Any], settings: Settings) -> list[HostState]:
             num_io_ops,
             _pci_free,
             _aggregated,
+            *_placement,  # candidates_query(..., placement=True): read by load_candidates
         ) = row
         stats = stats_memo.get(stats_text)
         if stats is None:

@@ -21,11 +21,19 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import Select, String, bindparam, select
 from sqlalchemy.orm import Session
 
-from compute.claims import claim, claim_first, move_claim, release, retry_on_conflict
-from compute.instance_state import cas_update, get_instance
+from compute import instance_state
+from compute.claims import (
+    RETRYABLE,
+    claim,
+    claim_first,
+    move_claim,
+    release,
+    retry_on_conflict,
+)
+from compute.instance_state import cas_update, get_instance, place
 from compute.migrations import get_migration, node_id
 from compute.resource_tracker import get_node
-from compute.sessions import Sessions
+from compute.sessions import Sessions, reads_in_writer
 from compute.states import TaskState, VmState
 from models import Instance, Migration
 from novaq.exceptions import (
@@ -35,7 +43,7 @@ from novaq.exceptions import (
     UnexpectedTaskStateError,
 )
 from novaq.settings import Settings
-from scheduler.candidates import load_candidates
+from scheduler.candidates import Candidates, Placement, load_candidates
 from scheduler.filters import BaseFilter, load_filters, run_filters
 from scheduler.groups import load_instance_group
 from scheduler.host_state import HostState
@@ -161,23 +169,24 @@ class Scheduler:
         instances' rows), then the claim's short write (its compare-and-swaps make a
         decision on what was read safe against every race). ``on_placed`` is called in
         the last claim's transaction, with the request's selections, when the request's
-        last instance is claimed there (not when it was placed before: a redelivery)."""
-        first = specs[0]
-        targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
+        last instance is claimed there (not when it was placed before: a redelivery).
+
+        On PostgreSQL one instance's reads and its first claim share one transaction
+        (``_schedule_in_one``)."""
+        if len(specs) == 1 and reads_in_writer(sessions):
+            return self._schedule_in_one(sessions, specs[0], on_placed)
+        return self._schedule_apart(sessions, specs, on_placed)
+
+    def _schedule_apart(
+        self,
+        sessions: Sessions,
+        specs: Sequence[RequestSpec],
+        on_placed: OnPlaced | None = None,
+    ) -> list[Selection]:
+        """``schedule`` in a reader's transaction, then a claim's per instance."""
         with sessions(read_only=True) as session:
-            group = load_instance_group(session, first.group) if first.group else None
-            specs = [dataclasses.replace(s, instance_group=group) for s in specs]
-            candidates = load_candidates(
-                session,
-                self.settings,
-                first.resources,
-                targets,
-                with_instances=self.needs_instances(specs),
-                with_stats=self.needs_stats(specs),
-            )
+            group, specs, candidates, rows = self._read(session, specs)
             hosts = candidates.hosts
-            self.add_weigher_facts(session, hosts, specs)
-            rows = _placement_rows(session, [s.instance_uuid for s in specs])
             gone = {s.instance_uuid for s in specs if s.instance_uuid not in rows}
             placed = {u: _existing_selection(session, *row) for u, row in rows.items()}
         # NOTE: an instance with no row is a boot the API took back after its publish
@@ -226,6 +235,89 @@ class Scheduler:
                 _unplace(sessions, instance_uuid)
             raise
         return self._with_alternates(selections, rankings, forced=bool(specs[0].force_hosts))
+
+    def _schedule_in_one(
+        self, sessions: Sessions, spec: RequestSpec, on_placed: OnPlaced | None
+    ) -> list[Selection]:
+        """``schedule`` for one instance where reads in a writer's transaction hold
+        nothing (PostgreSQL, ``compute.sessions.reads_take_no_locks``): the reads and
+        the claim on the best host in one transaction, two round trips (a COMMIT and a
+        BEGIN) and a checkout fewer than a reader's transaction and then a writer's.
+
+        The claim's guards are the same (its compare-and-swaps make the decision safe on
+        whatever was read); if that first claim fails in any way ``claim_first`` would
+        go on from (the host was taken, a generation conflict), the transaction rolls
+        back whole and ``claim_first`` claims as ``schedule`` does, from the best host."""
+        forced = bool(spec.force_hosts)
+        ranked: list[HostState] | None = None
+        then: Callable[[Session, HostState], None] | None = None
+        try:
+            with sessions() as session:
+                _group, specs, candidates, rows = self._read(session, [spec])
+                spec = specs[0]
+                if spec.instance_uuid not in rows:  # see schedule's NOTE
+                    LOG.info("Instances %s no longer exist: not scheduled", [spec.instance_uuid])
+                    return []
+                existing = _existing_selection(session, *rows[spec.instance_uuid])
+                if existing is not None:  # a redelivered request: keep what was claimed
+                    redelivered = dataclasses.replace(existing, instance_uuid=spec.instance_uuid)
+                    return self._with_alternates([redelivered], [[]], forced)
+                ranked = self.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
+                then = self._placing_last(on_placed, spec, ranked, [], [])
+                _claim(session, ranked[0], spec, BUILD_PLACING)
+                if then is not None:
+                    then(session, ranked[0])
+            chosen: HostState | None = ranked[0]
+            LOG.info(
+                "Instance %s: selected %s/%s",
+                spec.instance_uuid,
+                ranked[0].host,
+                ranked[0].nodename,
+            )
+        except (ResourcesUnavailable, *RETRYABLE) as exc:
+            if ranked is None:
+                raise  # not the claim's
+            LOG.info("Instance %s: claim on %s failed: %s", spec.instance_uuid, ranked[0].host, exc)
+            chosen = self.claim_first(sessions, ranked, spec, then=then)
+        except (UnexpectedTaskStateError, InstanceNotFound) as exc:
+            if ranked is None:
+                raise
+            LOG.info("Instance %s left %s: %s", spec.instance_uuid, BUILD_PLACING[0], exc)
+            chosen = None
+        if chosen is None:
+            return []
+        selection = Selection(
+            chosen.host, chosen.nodename, chosen.compute_node_id, instance_uuid=spec.instance_uuid
+        )
+        return self._with_alternates([selection], [ranked or []], forced)
+
+    def _read(
+        self, session: Session, specs: Sequence[RequestSpec]
+    ) -> tuple[InstanceGroup | None, list[RequestSpec], Candidates, dict[str, Placement]]:
+        """What ``schedule`` reads before it decides: the request's server group (given to
+        each spec), the candidates, and the (host, node) of each instance that has a row.
+        """
+        first = specs[0]
+        targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
+        group = load_instance_group(session, first.group) if first.group else None
+        specs = [dataclasses.replace(s, instance_group=group) for s in specs]
+        candidates = load_candidates(
+            session,
+            self.settings,
+            first.resources,
+            targets,
+            with_instances=self.needs_instances(specs),
+            with_stats=self.needs_stats(specs),
+            # One instance: its placement comes with the candidates (a round trip less).
+            placement_of=first.instance_uuid if len(specs) == 1 else None,
+        )
+        self.add_weigher_facts(session, candidates.hosts, specs)
+        if candidates.placed:
+            placement = candidates.placement
+            rows = {} if placement is None else {first.instance_uuid: placement}
+        else:  # several instances, or no candidate row to carry the placement
+            rows = _placement_rows(session, [s.instance_uuid for s in specs])
+        return group, specs, candidates, rows
 
     def _placing_last(
         self,
@@ -308,17 +400,19 @@ class Scheduler:
 
 def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[str, str]) -> None:
     task_state, vm_state = placing
-    claim(session, host.compute_node_id, spec.instance_uuid, spec.resources)
-    if spec.instance_group:
-        check_group_policy(session, spec.instance_group, spec.instance_uuid, host.host)
-    cas_update(
-        session,
-        spec.instance_uuid,
-        expected_task_state=[task_state],
-        expected_vm_state=[vm_state],
-        host=host.host,
-        node=host.nodename,
-    )
+    uuid, node_id = spec.instance_uuid, host.compute_node_id
+    if spec.instance_group:  # the group's check reads between the claim and the placement
+        claim(session, node_id, uuid, spec.resources)
+        check_group_policy(session, spec.instance_group, uuid, host.host)
+        place(session, uuid, task_state, vm_state, host.host, host.nodename)
+        return
+    # On PostgreSQL a fresh claim writes the placement in its own statement.
+    with_claim = instance_state.placing(uuid, task_state, vm_state, host.host, host.nodename)
+    rows = claim(session, node_id, uuid, spec.resources, placing=with_claim)
+    if rows is None:
+        place(session, uuid, task_state, vm_state, host.host, host.nodename)
+    else:
+        instance_state.placed(session, rows, uuid, task_state, vm_state)
 
 
 def _weighs_somewhere(weigher: BaseWeigher, hosts: Sequence[HostState]) -> bool:
@@ -444,9 +538,6 @@ def check_group_policy(
         raise ResourcesUnavailable(
             node=host, reason=f"affinity group is on {sorted({h for h in hosts if h})}"
         )
-
-
-Placement = tuple[str | None, str | None]
 
 
 def _placement_rows(session: Session, uuids: Sequence[str]) -> dict[str, Placement]:
