@@ -15,6 +15,7 @@ from sqlalchemy import delete, func, select
 
 from models import Instance, InstanceAction, OperationInFlight
 from models.db import get_engine, session_scope
+from models.server_group import ServerGroupMember
 from novaq import fault_points
 from novaq.celery_app import app
 from novaq.exceptions import InvalidInput, ServiceUnavailable
@@ -141,3 +142,23 @@ def test_a_publish_that_fails_for_good_takes_the_boot_back(
     with pytest.raises(ServiceUnavailable):
         api.boot("vm", FLAVOR, "cirros")
     assert _rows(booting) == before and _queued() == 0
+
+
+def test_a_multi_create_in_a_group_is_still_one_transaction(booting: str, counts: Sql) -> None:
+    # The group is looked up and its memberships written in the one transaction.
+    group = api.create_server_group("pg-boot-group", "anti-affinity")
+    counts.reset()
+    uuids = api.boot("web", FLAVOR, "cirros", count=3, group="pg-boot-group")
+    assert (counts.commits, counts.rollbacks) == (1, 0)
+    assert sorted(api.show_server_group(group["id"])["members"]) == sorted(uuids)
+    with session_scope(booting) as session:
+        recorded = session.scalars(
+            select(OperationInFlight.instance_uuid).where(
+                OperationInFlight.instance_uuid.in_(uuids)
+            )
+        )
+        assert sorted(recorded) == sorted(uuids)
+    assert _queued() == 1  # one workflow places the three
+    with session_scope(booting) as session:
+        session.execute(delete(ServerGroupMember).where(ServerGroupMember.instance_uuid.in_(uuids)))
+    api.delete_server_group(group["id"])
