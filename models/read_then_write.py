@@ -13,8 +13,11 @@
   transaction just as in a writer's, and a writer takes no lock until it writes, so
   sharing the transaction changes nothing the lookups see; it saves the reader's
   connection checkout (the pool's ping), its BEGIN and its ROLLBACK, three round trips,
-  and a session's set-up and close. (MySQL/MariaDB keep two: their default isolation is
-  repeatable read, where the lookups would fix the writer's snapshot.)
+  and a session's set-up and close. What it gives up: the lookups are no longer READ ONLY
+  there, so a lookup that wrote by mistake would be committed with the write rather than
+  refused; SQLite, where the unit tier runs every lookup, still refuses it
+  (``ReadOnlyTransactionError``). (MySQL/MariaDB keep two transactions: their default
+  isolation is repeatable read, where the lookups would fix the writer's snapshot.)
 
 Either way the write, and anything the caller writes with it (the operation's record in
 flight), commits or rolls back as one, when the block ends: a publish that must follow
