@@ -7,8 +7,9 @@
    transaction, the pooled publish) and, interleaved with it in the same run, the bare
    publish of the same workflow message (``scheduler.select_destinations`` with its
    errback, through the same Celery app and broker): medians and their ratio (issue 16
-   goal: at most 5x), SQL statements and commits per boot, broker connections opened per
-   boot (kombu's connects in this process; 0 once the pools are warm).
+   goal: at most 5x), SQL statements, transactions, commits and pooled connection
+   checkouts per boot, broker connections opened per boot (kombu's connects in this
+   process; 0 once the pools are warm).
 2. Heartbeats (``tasks.bootsteps.Heartbeat.report``) while ``--readers`` threads run
    20 ms read transactions (a scheduler's candidate load) back to back, and a writer boots:
    p50/p95 of a heartbeat with the readers read-only, then with them as writers'
@@ -56,22 +57,32 @@ def _configure(broker: str, database: str) -> str:
 
 
 class Counts:
-    """Statements and commits on the API's engine."""
+    """Statements, transactions, commits and pooled connection checkouts on the API's
+    engine (each checkout costs a round trip on a network database: the pool's ping; each
+    transaction its BEGIN and its end, neither of them a statement here)."""
 
     def __init__(self, url: str) -> None:
         from sqlalchemy import event
 
         from models.db import get_engine
 
-        self.statements = self.commits = 0
+        self.statements = self.transactions = self.commits = self.checkouts = 0
         event.listen(get_engine(url), "before_cursor_execute", self._statement)
+        event.listen(get_engine(url), "begin", self._begin)
         event.listen(get_engine(url), "commit", self._commit)
+        event.listen(get_engine(url), "checkout", self._checkout)
 
     def _statement(self, *_: Any) -> None:
         self.statements += 1
 
+    def _begin(self, *_: Any) -> None:
+        self.transactions += 1
+
     def _commit(self, *_: Any) -> None:
         self.commits += 1
+
+    def _checkout(self, *_: Any) -> None:
+        self.checkouts += 1
 
 
 class BrokerConnections:
@@ -135,7 +146,8 @@ def bench_boot(url: str, boots: int) -> None:
     # The bare publishes run no SQL: the counts are the boots'.
     print(
         f"per boot          {counts.statements / boots:.1f} statements, "
-        f"{counts.commits / boots:.1f} commits, "
+        f"{counts.transactions / boots:.1f} transactions, {counts.commits / boots:.1f} commits, "
+        f"{counts.checkouts / boots:.1f} connection checkouts, "
         f"{connections.opened / boots:.2f} broker connections opened (boot and bare publish)"
     )
 
