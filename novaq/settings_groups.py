@@ -181,13 +181,10 @@ class FilterSchedulerGroup(_Group):
     @classmethod
     def _name_ratio_pairs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for pair in value:
-            name, sep, ratio = pair.partition("=")
             try:
-                float(ratio)
+                name_ratio(pair)
             except ValueError:
-                sep = ""
-            if not (name.strip() and sep):
-                raise ValueError(f"{pair!r} is not name=ratio (e.g. os_distro=1.0)")
+                raise ValueError(f"{pair!r} is not name=ratio (e.g. os_distro=1.0)") from None
         return value
 
 
@@ -211,18 +208,26 @@ def parse_weight_setting(items: tuple[str, ...]) -> tuple[tuple[str, float], ...
     at start, and strips the name."""
     pairs = []
     for item in items:
-        name, sep, ratio_text = item.partition("=")
-        name = name.strip()
         try:
-            ratio = float(ratio_text)
+            name, ratio = name_ratio(item)
         except ValueError:
-            ratio = math.nan
-        if not (name and sep and math.isfinite(ratio)):
+            name, ratio = "", math.nan
+        if not (name and math.isfinite(ratio)):
             raise ValueError(
                 f"{item!r} is not a metric=ratio pair (e.g. cpu.percent=-1.0) with a finite ratio"
             )
         pairs.append((name, ratio))
     return tuple(pairs)
+
+
+def name_ratio(item: str) -> tuple[str, float]:
+    """One ``name=ratio`` element of a weight setting (the name stripped); ``ValueError``
+    when it has no ``=``, no name, or a ratio that is not a number."""
+    name, sep, ratio = item.partition("=")
+    name = name.strip()
+    if not (name and sep):
+        raise ValueError(f"{item!r} is not name=ratio")
+    return name, float(ratio)
 
 
 class MetricsGroup(_Group):

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from novaq.settings import Settings
+from novaq.settings_groups import name_ratio
 from scheduler import image_meta_props
 from scheduler.host_state import HostState
 from scheduler.request_spec import RequestSpec
@@ -75,8 +76,4 @@ def requested_props(spec: RequestSpec) -> frozenset[tuple[str, str]]:
 
 def parse_weight_setting(pairs: Sequence[str]) -> dict[str, float]:
     """``name=ratio`` pairs as a dict (the settings have checked their form)."""
-    ratios = {}
-    for pair in pairs:
-        name, _, ratio = pair.partition("=")
-        ratios[name.strip()] = float(ratio)
-    return ratios
+    return dict(name_ratio(pair) for pair in pairs)
