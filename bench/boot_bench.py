@@ -247,10 +247,12 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
         bare_app.configure(bare_url)
         bare_state = state / "bare"
         bare_settings = load_settings(state_dir=bare_state, broker_url=bare_url)
-        bare_workers = bare_cluster(bare_settings, args.hosts, hosts)
+        bare_counts = state / "bare-counts"
+        bare_counts.mkdir(parents=True)
+        bare_workers = bare_cluster(bare_settings, args.hosts, hosts, bare_counts)
         bare_workers.start()
         bare_workers.wait_ready(timeout_s=120.0)
-        bare = BareSide(bare_app.app, hosts, clients[0], clients[1])
+        bare = BareSide(bare_app.app, hosts, clients[0], clients[1], bare_counts)
         for kind in args.databases.split(","):
             runs[kind] = {"novaq": [], "bare": [], "heartbeat": []}
             run_database(kind, args, state, novaq_url, bare, runs[kind])

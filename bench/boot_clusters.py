@@ -66,8 +66,10 @@ def novaq_cluster(settings: Settings, n_hosts: int, counts_dir: Path) -> Cluster
     return WorkersOnly(settings, n_hosts, counted)
 
 
-def bare_cluster(settings: Settings, n_hosts: int, hosts: list[str]) -> Cluster:
-    """The bare app's workers; ``settings.broker_url`` is its broker database."""
+def bare_cluster(settings: Settings, n_hosts: int, hosts: list[str], counts_dir: Path) -> Cluster:
+    """The bare app's workers; ``settings.broker_url`` is its broker database. They run
+    through ``bench.sql_counts`` as novaq's do (no SQL to count: the CPU time of each step
+    and of the rest of each process, written to ``counts_dir``)."""
     assert settings.broker_url
 
     def bare(spec: ProcessSpec) -> ProcessSpec:
@@ -79,10 +81,10 @@ def bare_cluster(settings: Settings, n_hosts: int, hosts: list[str]) -> Cluster:
             **spec.env,
             bare_app.BROKER_ENV: str(settings.broker_url),
             bare_app.HOSTS_ENV: ",".join(hosts),
+            sql_counts.DIR_ENV: str(counts_dir),
             "PYTHONPATH": _pythonpath(spec.env),
         }
-        return dataclasses.replace(
-            spec, name=f"bare-{spec.name}", argv=[*CELERY_ARGV, *args], env=env, node=node
-        )
+        argv = [CELERY_ARGV[0], "-m", "bench.sql_counts", *args]
+        return dataclasses.replace(spec, name=f"bare-{spec.name}", argv=argv, env=env, node=node)
 
     return WorkersOnly(settings, n_hosts, bare, migrate=lambda _url: None)

@@ -18,7 +18,9 @@ SQL_COLUMNS = (
     ("of them writing", ("write_commits",)),
     ("read-only", ("read_commits",)),
     ("rollbacks", ("rollbacks",)),
+    ("CPU ms", ("cpu_us",)),  # microseconds summed, shown in ms (``_per_op``)
 )
+CPU = "CPU ms"  # the one column both sides have: the bare app runs no SQL
 SQL_HEADERS = tuple(header for header, _ in SQL_COLUMNS)
 
 
@@ -76,7 +78,8 @@ def _per_op(phases: Sequence[Phase], fields: Sequence[str], step: str | None = N
     values = []
     for p in phases:
         buckets = p.sql.values() if step is None else [p.sql.get(step, {})]
-        values.append(sum(b.get(f, 0) for b in buckets for f in fields) / p.count)
+        total = sum(b.get(f, 0) for b in buckets for f in fields)
+        values.append(total / 1000 / p.count if fields == ("cpu_us",) else total / p.count)
     return _median(values)
 
 
@@ -87,8 +90,8 @@ def per_operation(runs: Runs) -> str:
             for side in ("novaq", "bare"):
                 phases = [getattr(r, phase) for r in sides[side]]
                 sql = [
-                    _per_op(phases, fields) if side == "novaq" else math.nan
-                    for _, fields in SQL_COLUMNS
+                    _per_op(phases, fields) if side == "novaq" or header == CPU else math.nan
+                    for header, fields in SQL_COLUMNS
                 ]
                 broker = [
                     _median([getattr(p.broker, f) / p.count for p in phases])
@@ -97,7 +100,9 @@ def per_operation(runs: Runs) -> str:
                 rows.append([database, phase[:-1], side, *sql, *broker])
     headers = ("database", "per", "side", *SQL_HEADERS, "broker connections", "HELLO", "PING")
     return table(
-        "Per boot and per delete (median of the repetitions; SQL in every novaq process)",
+        "Per boot and per delete (median of the repetitions; SQL in every novaq process; "
+        "CPU ms: the workers' processes and the public call's thread, broker and "
+        "subprocesses aside)",
         headers,
         rows,
     )
@@ -107,14 +112,18 @@ def by_step(runs: Runs) -> str:
     rows = []
     for database, sides in runs.items():
         for phase in ("boots", "deletes"):
-            phases = [getattr(r, phase) for r in sides["novaq"]]
-            steps = sorted({s for p in phases for s in p.sql}, key=_step_order)
-            for step in steps:
-                values = [_per_op(phases, fields, step) for _, fields in SQL_COLUMNS]
-                rows.append([database, phase[:-1], step, *values])
+            for side in ("novaq", "bare"):
+                phases = [getattr(r, phase) for r in sides[side]]
+                steps = sorted({s for p in phases for s in p.sql}, key=_step_order)
+                for step in steps:
+                    values = [
+                        _per_op(phases, fields, step) if side == "novaq" or h == CPU else math.nan
+                        for h, fields in SQL_COLUMNS
+                    ]
+                    rows.append([database, phase[:-1], side, step, *values])
     return table(
-        "novaq's SQL per operation, by step (API: the public call in the bench's process)",
-        ("database", "per", "step", *SQL_HEADERS),
+        "SQL and CPU per operation, by step (API: the public call in the bench's process)",
+        ("database", "per", "side", "step", *SQL_HEADERS),
         rows,
     )
 

@@ -67,6 +67,19 @@ def _wait(what: str, done: Callable[[], bool], timeout_s: float, poll_s: float =
         time.sleep(poll_s)
 
 
+def _api_cpu(phase: Phase, cpu_ns: int) -> None:
+    """Record the CPU time of the public calls (the bench's thread, over its calls only:
+    its waits for the outcome aside) under ``API``."""
+    phase.sql.setdefault(API, dict.fromkeys(sql_counts.FIELDS, 0))["cpu_us"] = cpu_ns // 1000
+
+
+def _without_cpu(counts: Counts) -> Counts:
+    """The counts but CPU time, which moves as long as a process runs."""
+    return {
+        name: {f: v for f, v in values.items() if f != "cpu_us"} for name, values in counts.items()
+    }
+
+
 def _diff(after: Counts, before: Counts) -> Counts:
     return {
         name: {f: values[f] - before.get(name, {}).get(f, 0) for f in sql_counts.FIELDS}
@@ -115,7 +128,7 @@ class NovaqSide:
         while time.monotonic() < deadline:
             time.sleep(0.6)  # three of the workers' dump intervals
             now = self.counts()
-            if now == last:
+            if _without_cpu(now) == _without_cpu(last):
                 return now
             last = now
         return last
@@ -153,25 +166,28 @@ class NovaqSide:
         probe = HeartbeatProbe(self.db_url, self.heartbeat_service_id)
         with probe if heartbeat else contextlib.nullcontext():
             started = time.perf_counter()
+            boot_cpu_ns = time.thread_time_ns()
             for i in range(n):
                 t = time.perf_counter()
                 uuids += self.api.boot(f"{label}-{i}", self.flavor, self.image)
                 calls.append((time.perf_counter() - t) * 1000)
+            boot_cpu_ns = time.thread_time_ns() - boot_cpu_ns
             _wait(f"{n} servers ACTIVE", self._all(uuids, "active"), timeout_s)
             boot_s = time.perf_counter() - started
         middle, broker_middle = self.settle(), read_counts(self.broker)
         started = time.perf_counter()
+        delete_cpu_ns = time.thread_time_ns()
         for uuid_ in uuids:
             self.api.delete(uuid_)
+        delete_cpu_ns = time.thread_time_ns() - delete_cpu_ns
         _wait(f"{n} servers deleted", self._all(uuids, None), timeout_s)
         delete_s = time.perf_counter() - started
         after, broker_after = self.settle(), read_counts(self.broker)
-        return Repetition(
-            Phase(boot_s, n, broker_middle - broker_before, _diff(middle, before), calls),
-            Phase(delete_s, n, broker_after - broker_middle, _diff(after, middle)),
-            probe.latencies_ms,
-            probe.errors,
-        )
+        boots = Phase(boot_s, n, broker_middle - broker_before, _diff(middle, before), calls)
+        deletes = Phase(delete_s, n, broker_after - broker_middle, _diff(after, middle))
+        _api_cpu(boots, boot_cpu_ns)
+        _api_cpu(deletes, delete_cpu_ns)
+        return Repetition(boots, deletes, probe.latencies_ms, probe.errors)
 
 
 def _main_thread_id() -> int:
@@ -182,8 +198,19 @@ def _main_thread_id() -> int:
 class BareSide:
     """The bare app of ``bench/bare_app.py``, published from this process."""
 
-    def __init__(self, app: Any, hosts: Sequence[str], broker: redis.Redis, results: redis.Redis):
+    def __init__(
+        self,
+        app: Any,
+        hosts: Sequence[str],
+        broker: redis.Redis,
+        results: redis.Redis,
+        counts_dir: Path,
+    ):
         self.app, self.hosts, self.broker, self.results = app, list(hosts), broker, results
+        self.counts_dir = counts_dir
+
+    def counts(self) -> Counts:
+        return sql_counts.read_totals(self.counts_dir)
 
     def _all_done(self, ids: Sequence[str]) -> Callable[[], bool]:
         keys = [f"celery-task-meta-{task_id}" for task_id in ids]
@@ -198,31 +225,36 @@ class BareSide:
 
     def run(self, n: int, timeout_s: float) -> Repetition:
         time.sleep(0.5)  # what the last phase sent is acknowledged
-        broker_before = read_counts(self.broker)
+        broker_before, before = read_counts(self.broker), self.counts()
         servers = [str(uuid.uuid4()) for _ in range(n)]
         calls: list[float] = []
         ids = []
         started = time.perf_counter()
+        boot_cpu_ns = time.thread_time_ns()
         for i, server in enumerate(servers):
             t = time.perf_counter()
             kwargs = {"instance_uuid": server, "request_id": f"req-{server}", "index": i}
             ids.append(self.app.signature("scheduler.bare_select", kwargs=kwargs).apply_async().id)
             calls.append((time.perf_counter() - t) * 1000)
+        boot_cpu_ns = time.thread_time_ns() - boot_cpu_ns
         _wait(f"{n} bare boots", self._all_done(ids), timeout_s)
         boot_s = time.perf_counter() - started
         time.sleep(0.5)
-        broker_middle = read_counts(self.broker)
+        broker_middle, middle = read_counts(self.broker), self.counts()
         ids = []
         started = time.perf_counter()
+        delete_cpu_ns = time.thread_time_ns()
         for i, server in enumerate(servers):
             host = self.hosts[i % len(self.hosts)]
             kwargs = {"instance_uuid": server, "request_id": f"req-d-{server}", "host": host}
             ids.append(self.app.signature("compute.bare_delete", kwargs=kwargs).apply_async().id)
+        delete_cpu_ns = time.thread_time_ns() - delete_cpu_ns
         _wait(f"{n} bare deletes", self._all_done(ids), timeout_s)
         delete_s = time.perf_counter() - started
         time.sleep(0.5)
-        broker_after = read_counts(self.broker)
-        return Repetition(
-            Phase(boot_s, n, broker_middle - broker_before, call_ms=calls),
-            Phase(delete_s, n, broker_after - broker_middle),
-        )
+        broker_after, after = read_counts(self.broker), self.counts()
+        boots = Phase(boot_s, n, broker_middle - broker_before, _diff(middle, before), calls)
+        deletes = Phase(delete_s, n, broker_after - broker_middle, _diff(after, middle))
+        _api_cpu(boots, boot_cpu_ns)
+        _api_cpu(deletes, delete_cpu_ns)
+        return Repetition(boots, deletes)

@@ -32,8 +32,11 @@ from typing import Any
 
 DIR_ENV = "BENCH_SQL_COUNTS_DIR"
 OUTSIDE = "(outside tasks)"
-#: What is counted, in the order of the tables.
-FIELDS = ("statements", "transactions", "write_commits", "read_commits", "rollbacks")
+#: What is counted, in the order of the tables; ``cpu_us``: the CPU time (microseconds) of
+#: the thread that ran the task, from ``task_prerun`` to ``task_postrun``; under
+#: ``OUTSIDE``, the rest of the process's CPU time (every other thread: the consumer's
+#: loop, heartbeats, guest lifecycle events, Celery's events and the counters' own dumps).
+FIELDS = ("statements", "transactions", "write_commits", "read_commits", "rollbacks", "cpu_us")
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
 _DUMP_INTERVAL_S = 0.2
 
@@ -48,6 +51,7 @@ class Counter:
         self.lock = threading.Lock()
         self.changed = threading.Event()
         self.only_thread: int | None = None  # count this thread only (the bench's API)
+        self.task_cpu_us = 0  # the CPU time of every task run here, summed
 
     def bucket(self) -> str:
         return getattr(self.local, "task", None) or OUTSIDE
@@ -61,6 +65,9 @@ class Counter:
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         with self.lock:
+            if self.directory is not None:  # a worker: the process's CPU outside its tasks
+                process_us = time.process_time_ns() // 1000
+                self.counts[OUTSIDE]["cpu_us"] = process_us - self.task_cpu_us
             return {name: dict(values) for name, values in self.counts.items()}
 
     # -- SQLAlchemy events -----------------------------------------------------------------
@@ -85,8 +92,16 @@ class Counter:
     # -- Celery signals ----------------------------------------------------------------------
     def on_prerun(self, sender: Any = None, **_: Any) -> None:
         self.local.task = getattr(sender, "name", None)
+        self.local.cpu_ns = time.thread_time_ns()
 
     def on_postrun(self, **_: Any) -> None:
+        task = getattr(self.local, "task", None)
+        started = getattr(self.local, "cpu_ns", None)
+        if task is not None and started is not None:
+            with self.lock:
+                self.counts[task]["cpu_us"] += (time.thread_time_ns() - started) // 1000
+                self.task_cpu_us += (time.thread_time_ns() - started) // 1000
+            self.changed.set()
         self.local.task = None
 
     # -- the file --------------------------------------------------------------------------
@@ -113,6 +128,7 @@ class Counter:
         # (a lock another thread of the parent held at the fork would stay held here)
         self.lock, self.changed = threading.Lock(), threading.Event()
         self.counts.clear()
+        self.task_cpu_us = 0
         self.local = threading.local()
         self.start_dumping()
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,26 @@ def test_counter_tells_write_commits_from_read_only_ones() -> None:
         "write_commits": 2,  # the CREATE TABLE and the INSERT
         "read_commits": 1,
         "rollbacks": 1,
+        "cpu_us": 0,  # no task ran; the bench's own counter keeps no process CPU
     }
+
+
+def test_counter_charges_a_task_the_cpu_time_of_its_thread(tmp_path: Path) -> None:
+    """A worker's counter: the CPU a task's thread burnt between ``task_prerun`` and
+    ``task_postrun`` under the task's name, the rest of the process's under OUTSIDE."""
+    counter = sql_counts.Counter(tmp_path)
+    task = type("Task", (), {"name": "compute.busy"})()
+    counter.on_prerun(sender=task)
+    deadline = time.thread_time() + 0.05
+    while time.thread_time() < deadline:  # 50 ms of this thread's CPU
+        pass
+    counter.on_postrun()
+    counts = counter.snapshot()
+    assert 50_000 <= counts["compute.busy"]["cpu_us"] < 1_000_000
+    process_us = time.process_time_ns() // 1000
+    outside = counts[sql_counts.OUTSIDE]["cpu_us"]
+    assert 0 < outside <= process_us - counts["compute.busy"]["cpu_us"]
+    assert counter.changed.is_set()  # a task alone (no SQL) gets its counts written
 
 
 def test_redis_urls_get_the_database_asked_for() -> None:
