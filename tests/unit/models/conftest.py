@@ -1,7 +1,9 @@
 """Databases of their own for the model tests that run on both SQLite and PostgreSQL.
 
 A module defines ``sqlite_url`` and ``pg_url`` (each filling ``empty_sqlite_url`` /
-``empty_pg_url`` with its probe table) and gets ``url``, its tests run on both."""
+``empty_pg_url`` with its probe table), or only ``PROBE_TABLE``, the name of a
+``probe_table`` of its own that the default ``sqlite_url`` and ``pg_url`` make, and gets
+``url``: its tests run on both."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.pg_databases import drop_pg, pg_url
+from bench import pg_databases
 from models.db import dispose_all
 from tests.tcp_proxy import reachable
+from tests.unit.models.probe_table import create_probe_table
 
 
 @pytest.fixture
@@ -29,14 +32,24 @@ def empty_pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if not reachable(5432):
         pytest.skip("no PostgreSQL on 127.0.0.1:5432")
     name = f"{request.module.__name__.rsplit('.', 1)[-1]}_{os.getpid()}"
-    url = pg_url(name).replace("postgresql://", "postgresql+psycopg://", 1)
+    url = pg_databases.pg_url(name).replace("postgresql://", "postgresql+psycopg://", 1)
     try:
         yield url
     finally:
         dispose_all()
-        drop_pg(name)
+        pg_databases.drop_pg(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
+
+
+@pytest.fixture
+def sqlite_url(empty_sqlite_url: str, request: pytest.FixtureRequest) -> str:
+    return create_probe_table(empty_sqlite_url, request.module.PROBE_TABLE)
+
+
+@pytest.fixture
+def pg_url(empty_pg_url: str, request: pytest.FixtureRequest) -> str:
+    return create_probe_table(empty_pg_url, request.module.PROBE_TABLE)

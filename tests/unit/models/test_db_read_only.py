@@ -15,8 +15,9 @@ from sqlalchemy.orm import declarative_base as _declarative_base
 from compute.sessions import savepoints, sessions_for
 from models.db import get_engine, session_scope
 from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
+from tests.unit.models.probe_table import probe_rows
 
-TABLE = "novaq_read_only_probe"
+TABLE = PROBE_TABLE = "novaq_read_only_probe"  # (the models conftest makes it)
 
 
 class _Probe(_declarative_base()):  # type: ignore[misc]
@@ -24,28 +25,8 @@ class _Probe(_declarative_base()):  # type: ignore[misc]
     n: Mapped[int] = mapped_column(primary_key=True)
 
 
-def _create(url: str) -> None:
-    with session_scope(url) as session:
-        session.execute(text(f"DROP TABLE IF EXISTS {TABLE}"))
-        session.execute(text(f"CREATE TABLE {TABLE} (n int PRIMARY KEY)"))
-        session.execute(text(f"INSERT INTO {TABLE} VALUES (1)"))
-
-
-@pytest.fixture
-def sqlite_url(empty_sqlite_url: str) -> str:
-    _create(empty_sqlite_url)
-    return empty_sqlite_url
-
-
-@pytest.fixture
-def pg_url(empty_pg_url: str) -> str:
-    _create(empty_pg_url)
-    return empty_pg_url
-
-
 def _rows(url: str) -> list[int]:
-    with session_scope(url, read_only=True) as session:
-        return list(session.scalars(text(f"SELECT n FROM {TABLE} ORDER BY n")))
+    return probe_rows(url, TABLE)
 
 
 class _Ends:

@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from models.db import get_engine
 from models.migrate import downgrade, upgrade
+from tests.unit.models.migration_data import database_at
 
 MIGRATION = importlib.import_module("models.migrations.versions.0013_flavor_delete_and_access")
 INSERT = (
@@ -20,10 +21,8 @@ INSERT = (
 
 
 def test_upgrade_keeps_old_flavors_public_and_live(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'up.sqlite'}"
-    upgrade(url, MIGRATION.down_revision)
-    with get_engine(url).begin() as conn:
-        conn.execute(text(INSERT), {"id": 1, "fid": "f1", "name": "m1"})
+    flavor = (INSERT, {"id": 1, "fid": "f1", "name": "m1"})
+    url = database_at(tmp_path / "up.sqlite", MIGRATION.down_revision, flavor)
     upgrade(url, MIGRATION.revision)
     with get_engine(url).connect() as conn:
         row = conn.execute(text("SELECT is_public, deleted FROM flavors")).one()
@@ -31,12 +30,13 @@ def test_upgrade_keeps_old_flavors_public_and_live(tmp_path: Path) -> None:
 
 
 def test_downgrade_hides_a_deleted_flavor_and_frees_its_name(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'down.sqlite'}"
-    upgrade(url, MIGRATION.revision)
-    with get_engine(url).begin() as conn:
-        conn.execute(text(INSERT), {"id": 1, "fid": "f1", "name": "m1"})
-        conn.execute(text("UPDATE flavors SET deleted = id WHERE id = 1"))
-        conn.execute(text(INSERT), {"id": 2, "fid": "f2", "name": "m1"})
+    url = database_at(
+        tmp_path / "down.sqlite",
+        MIGRATION.revision,
+        (INSERT, {"id": 1, "fid": "f1", "name": "m1"}),
+        "UPDATE flavors SET deleted = id WHERE id = 1",
+        (INSERT, {"id": 2, "fid": "f2", "name": "m1"}),
+    )
     downgrade(url, MIGRATION.down_revision)
     with get_engine(url).connect() as conn:
         rows = conn.execute(text("SELECT id, name, flavorid, disabled FROM flavors ORDER BY id"))

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from models.db import get_engine
 from models.instance import DEFAULT_PROJECT_ID, DEFAULT_USER_ID
 from models.migrate import downgrade, upgrade
+from tests.unit.models.migration_data import database_at
 
 MIGRATION = importlib.import_module("models.migrations.versions.0015_instance_project_user_os_type")
 FLAVOR = (
@@ -26,11 +27,7 @@ INSTANCE = (
 
 
 def test_upgrade_gives_existing_servers_the_demo_project_and_user(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'up.sqlite'}"
-    upgrade(url, MIGRATION.down_revision)
-    with get_engine(url).begin() as conn:
-        conn.execute(text(FLAVOR))
-        conn.execute(text(INSTANCE))
+    url = database_at(tmp_path / "up.sqlite", MIGRATION.down_revision, FLAVOR, INSTANCE)
     upgrade(url, MIGRATION.revision)
     with get_engine(url).connect() as conn:
         row = conn.execute(text("SELECT project_id, user_id, os_type FROM instances")).one()
@@ -39,11 +36,7 @@ def test_upgrade_gives_existing_servers_the_demo_project_and_user(tmp_path: Path
 
 
 def test_downgrade_drops_the_columns_and_keeps_the_servers(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'down.sqlite'}"
-    upgrade(url, MIGRATION.revision)
-    with get_engine(url).begin() as conn:
-        conn.execute(text(FLAVOR))
-        conn.execute(text(INSTANCE))
+    url = database_at(tmp_path / "down.sqlite", MIGRATION.revision, FLAVOR, INSTANCE)
     downgrade(url, MIGRATION.down_revision)
     with get_engine(url).connect() as conn:
         columns = {r[1] for r in conn.execute(text("PRAGMA table_info(instances)"))}

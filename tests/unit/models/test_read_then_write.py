@@ -12,35 +12,16 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from models.db import get_engine, session_scope
+from models.db import get_engine
 from models.read_then_write import read_then_write
 from novaq.exceptions import ReadOnlyTransactionError
+from tests.unit.models.probe_table import probe_rows
 
-TABLE = "novaq_read_then_write_probe"
-
-
-def _create(url: str) -> None:
-    with session_scope(url) as session:
-        session.execute(text(f"DROP TABLE IF EXISTS {TABLE}"))
-        session.execute(text(f"CREATE TABLE {TABLE} (n int PRIMARY KEY)"))
-        session.execute(text(f"INSERT INTO {TABLE} VALUES (1)"))
-
-
-@pytest.fixture
-def sqlite_url(empty_sqlite_url: str) -> str:
-    _create(empty_sqlite_url)
-    return empty_sqlite_url
-
-
-@pytest.fixture
-def pg_url(empty_pg_url: str) -> str:
-    _create(empty_pg_url)
-    return empty_pg_url
+TABLE = PROBE_TABLE = "novaq_read_then_write_probe"  # (the models conftest makes it)
 
 
 def _rows(url: str) -> list[int]:
-    with session_scope(url, read_only=True) as session:
-        return list(session.scalars(text(f"SELECT n FROM {TABLE} ORDER BY n")))
+    return probe_rows(url, TABLE)
 
 
 class _Seen:
