@@ -4,7 +4,11 @@ as ``scripts/test`` does."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.tcp_proxy import TcpProxy
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -15,3 +19,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "run tests/unit, tests/integration and tests/hypervisor in separate pytest sessions "
             "(see scripts/test)"
         )
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    """A TCP proxy in front of the local PostgreSQL (127.0.0.1:5432), to cut and restore;
+    the engines that went through it are disposed of after."""
+    from models.db import dispose_all  # (imported late: each tier sets novaq's environment first)
+
+    with TcpProxy(5432) as running:
+        yield running
+    dispose_all()

@@ -34,12 +34,6 @@ OUTAGE_S = 12.0
 
 
 @pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    with TcpProxy(5432) as running:
-        yield running
-
-
-@pytest.fixture
 def faults(tmp_path: Path) -> Path:
     directory = tmp_path / "faults"
     directory.mkdir()

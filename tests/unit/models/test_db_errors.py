@@ -10,14 +10,13 @@ when no server answers. The shared server itself is never stopped.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from models.db import dispose_all, is_transient_error, session_scope
+from models.db import is_transient_error, session_scope
 from novaq.exceptions import DatabaseUnavailable, ServiceUnavailable
 from tests.tcp_proxy import TcpProxy, free_port, reachable
 
@@ -37,13 +36,6 @@ def _error_of(url: str, sql: str = "SELECT 1") -> SQLAlchemyError:
     finally:
         engine.dispose()
     raise AssertionError(f"{sql} on {url} did not fail")
-
-
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    with TcpProxy(5432) as running:
-        yield running
-    dispose_all()
 
 
 # -- the classifier --------------------------------------------------------------------

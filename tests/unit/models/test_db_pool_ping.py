@@ -6,7 +6,6 @@ uses it, as ``pool_pre_ping`` did, without a round trip per transaction otherwis
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -17,13 +16,6 @@ from models.db import dispose_all, get_engine, session_scope
 from tests.tcp_proxy import TcpProxy, reachable
 
 needs_pg = pytest.mark.skipif(not reachable(5432), reason="no PostgreSQL on 127.0.0.1:5432")
-
-
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    with TcpProxy(5432) as running:
-        yield running
-    dispose_all()
 
 
 class _Pings:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
 
 from models import outage
-from models.db import dispose_all, session_scope
+from models.db import session_scope
 from novaq.exceptions import DatabaseUnavailable
 from tests.tcp_proxy import TcpProxy, reachable
 
@@ -93,13 +92,6 @@ def test_renewed_gives_the_same_patience_from_now_and_then_the_old_budget_back()
         assert outage.remaining_s() == 0
     with outage.renewed():
         assert outage.remaining_s() == 0  # outside a budget it gives none
-
-
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    with TcpProxy(5432) as running:
-        yield running
-    dispose_all()
 
 
 @needs_pg

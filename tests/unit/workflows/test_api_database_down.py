@@ -6,12 +6,11 @@ test's own; the shared server is never stopped."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from models.db import dispose_all
 from novaq.exceptions import DatabaseUnavailable, ServiceUnavailable
 from novaq.settings import load_settings
 from tests.tcp_proxy import TcpProxy, free_port, reachable
@@ -29,13 +28,6 @@ CALLS: list[tuple[str, Callable[[], Any]]] = [
     ("stop", lambda: api.stop(UUID)),
     ("list_services", api.list_services),
 ]
-
-
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    with TcpProxy(5432) as running:
-        yield running
-    dispose_all()
 
 
 def _database_at(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
