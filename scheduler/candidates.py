@@ -25,6 +25,7 @@ from models import utcnow
 from novaq.settings import Settings
 from scheduler.candidate_sql import (
     AGGREGATED,
+    ONE_OF,
     PCI_FREE,
     aggregates_query,
     candidates_query,
@@ -273,7 +274,8 @@ def _add_instances(session: Session, states: list[HostState]) -> None:
     """Instance uuids per host, with the counts recomputed from the same rows (so the
     three agree even under read committed)."""
     hosts = sorted({s.host for s in states})
-    rows = session.connection().execute(instances_query(session, hosts))
+    query = instances_query(session.get_bind().dialect.name)
+    rows = session.connection().execute(query, {ONE_OF: hosts})
     found: dict[str, tuple[set[str], int]] = {}
     for host, uuid, vm_state, task_state in rows:
         uuids, io_ops = found.get(host, (set(), 0))
@@ -291,7 +293,8 @@ def _add_instance_stats(session: Session, states: list[HostState]) -> None:
     grouped query over the hosts' live instances."""
     hosts = sorted({s.host for s in states})
     groups: dict[str, list[Any]] = {}
-    for host, *group in session.connection().execute(instance_stats_query(session, hosts)):
+    query = instance_stats_query(session.get_bind().dialect.name)
+    for host, *group in session.connection().execute(query, {ONE_OF: hosts}):
         groups.setdefault(host, []).append(group)
     for state in states:
         state.stats.update(instance_stats(groups.get(state.host, ())))
@@ -300,7 +303,8 @@ def _add_instance_stats(session: Session, states: list[HostState]) -> None:
 def _add_pci_pools(session: Session, states: list[HostState]) -> None:
     """Free passthrough devices by pool, for the hosts that have any (usually few)."""
     node_ids = [s.compute_node_id for s in states]
-    rows = session.connection().execute(pci_pools_query(session, node_ids)).all()
+    query = pci_pools_query(session.get_bind().dialect.name)
+    rows = session.connection().execute(query, {ONE_OF: node_ids}).all()
     pools: dict[int, dict[tuple[str, str, str], int]] = {}
     for node_id, vendor, product, dev_type, count in rows:
         pools.setdefault(node_id, {})[(vendor, product, dev_type)] = count
