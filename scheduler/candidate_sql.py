@@ -124,8 +124,12 @@ def _columns(num_instances: Any, num_io_ops: Any) -> tuple[Any, ...]:
         else_=0,
     )
     service_disabled = case((or_(_service.id.is_(None), _service.disabled), 1), else_=0)
-    pci_free = exists().where(
-        _pci.compute_node_id == _node.id, _pci.status == AVAILABLE, _pci.deleted == 0
+    # How many passthrough devices are free: PCIWeigher's whole input for a request
+    # without PCI devices, which then needs no pools (``load_candidates``).
+    pci_free = (
+        select(func.count())
+        .where(_pci.compute_node_id == _node.id, _pci.status == AVAILABLE, _pci.deleted == 0)
+        .scalar_subquery()
     )
     # The same on every row (evaluated once): whether any aggregate has hosts, so that
     # the aggregates are read only then (usually none has).

@@ -71,6 +71,7 @@ def load_candidates(
     with_instances: bool = True,
     with_stats: bool = False,
     placement_of: str | None = None,
+    with_pci_pools: bool = True,
 ) -> Candidates:
     """The compute nodes a request may land on, with their services, PCI pools,
     aggregates and instances, in a constant number of queries whatever the number of hosts.
@@ -89,7 +90,11 @@ def load_candidates(
     more query, for a request some filter reads them for (``Scheduler.needs_stats``).
 
     ``placement_of``: an instance uuid whose (host, node) the same statement reads
-    (``Candidates.placement``: None when it has no row), unless no candidate came back."""
+    (``Candidates.placement``: None when it has no row), unless no candidate came back.
+
+    ``with_pci_pools=False`` reads no PCI pools: each host's ``pci_free_count`` is its
+    number of free devices instead, from the candidates' statement, for a request that
+    asks for no device (``Scheduler.needs_pci_pools``)."""
     params = _parameters(settings, request, hosts, placement_of)
     dialect = session.get_bind().dialect.name
     asked = (True, True, True)
@@ -107,9 +112,13 @@ def load_candidates(
     if rows and rows[0][AGGREGATED]:  # an aggregate has hosts
         zone = settings.default_availability_zone
         _add_aggregates(states, _aggregates_by_host(session), zone)
-    with_pci = [s for s, row in zip(states, rows, strict=True) if row[PCI_FREE]]
-    if with_pci:
-        _add_pci_pools(session, with_pci)
+    if with_pci_pools:
+        with_pci = [s for s, row in zip(states, rows, strict=True) if row[PCI_FREE]]
+        if with_pci:
+            _add_pci_pools(session, with_pci)
+    else:
+        for state, row in zip(states, rows, strict=True):
+            state.pci_free_count = int(row[PCI_FREE] or 0)
     if with_instances and states:
         _add_instances(session, states)
     if with_stats and states:
