@@ -18,7 +18,17 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    Table,
+    bindparam,
+    delete,
+    insert,
+    literal_column,
+    null,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -110,27 +120,40 @@ def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
 def _upsert(dialect: str) -> Any:
     """``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` where the dialect has it
     (SQLite, PostgreSQL): the count in one statement, built once per dialect (its values
-    are parameters). None elsewhere (an UPDATE, then an INSERT in a savepoint)."""
+    are parameters). None elsewhere (an UPDATE, then an INSERT in a savepoint).
+
+    NOTE: as a ``text()`` of the statement compiled once, because SQLAlchemy caches no
+    compiled form of a dialect's ``on_conflict_do_update`` (its ``Insert`` has no cache
+    key): run as it is built, it was compiled again at every delivery of every step.
+    The text keeps the columns' types, for its parameters and for what it returns."""
     table: Table = TaskDelivery.__table__  # type: ignore[assignment]
     if dialect == "postgresql":
         into: Any = postgresql.insert(table)
+        compiler: Any = postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
     elif dialect == "sqlite":
         into = sqlite.insert(table)
+        compiler = sqlite.dialect(paramstyle="named")
     else:
         return None
     c = table.c
     param = {name: bindparam(f"p_{name}", type_=c[name].type) for name in _NEW}
     again = {
-        "attempts": c.attempts + 1,
+        # (literal SQL, not parameters: the text names only the p_ parameters)
+        "attempts": c.attempts + literal_column("1"),
         "last_at": param["first_at"],
         "worker": param["worker"],
         "host": param["host"],
-        "orphaned_at": None,
+        "orphaned_at": null(),
     }
     upsert = into.values(**param).on_conflict_do_update(
         index_elements=["task_id", "task_name"], set_=again
     )
-    return upsert.returning(c.attempts, c.last_at)
+    sql = str(upsert.returning(c.attempts, c.last_at).compile(dialect=compiler))
+    return (
+        text(sql)
+        .bindparams(*param.values())
+        .columns(attempts=c.attempts.type, last_at=c.last_at.type)
+    )
 
 
 #: The columns of a first delivery's row.
@@ -147,10 +170,21 @@ def write_end(session: Session, task_id: str, task_name: str, ending: Ending) ->
         in_flight.step_ended(session, task_id, ending.successor)
     if ending.end is not None:
         step_records.ended(session, task_id, ending.end)
-    session.execute(
-        delete(TaskDelivery).where(
-            TaskDelivery.task_id == task_id, TaskDelivery.task_name == task_name
-        )
+    session.execute(_forget(), {"p_task_id": task_id, "p_task_name": task_name})
+
+
+@functools.cache
+def _forget() -> Any:
+    """The DELETE of a delivery's row, built once.
+
+    NOTE: on the table, not the ORM entity, and with parameters: every step runs it, and
+    an ORM DELETE built per call pays for its construction, its cache key and the
+    session's synchronisation (no ``TaskDelivery`` is ever loaded where a step ends)."""
+    table: Table = TaskDelivery.__table__  # type: ignore[assignment]
+    c = table.c
+    return delete(table).where(
+        c.task_id == bindparam("p_task_id", type_=c.task_id.type),
+        c.task_name == bindparam("p_task_name", type_=c.task_name.type),
     )
 
 

@@ -22,8 +22,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
-
 from novaq.exceptions import DatabaseUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -93,42 +91,44 @@ def ride_out(fn: Callable[[], T], what: str) -> T:
     """``fn()``, called again after each ``DatabaseUnavailable`` until the budget's
     deadline (outside a budget: once); the last error is raised. ``fn`` must be safe to
     run again after it raised it: one transaction (rolled back), or work whose every
-    transaction checks the state it moves (a step's begin, its finish, an undo)."""
+    transaction checks the state it moves (a step's begin, its finish, an undo).
+
+    The waits double from ``first_wait_s`` up to ``max_wait_s``, and the last one lands
+    on the deadline, not past it; each is logged with the error that caused it.
+
+    NOTE: a plain loop, not a ``tenacity.Retrying``: every transaction of every task
+    comes through here (``models.db.session_scope``), and building a ``Retrying`` per
+    call cost more CPU than the transaction's own Python; the database almost always
+    answers the first try."""
     budget = _BUDGET.get()
     if budget is None or budget.remaining_s() <= 0:
         return fn()
-    retrying = Retrying(
-        retry=retry_if_exception_type(DatabaseUnavailable),
-        stop=lambda state: budget.remaining_s() <= 0,
-        wait=_backoff(budget),
-        before_sleep=_log_wait(what, budget),
-        reraise=True,
-    )
-    return retrying(fn)
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except DatabaseUnavailable as exc:
+            attempt += 1
+            remaining = budget.remaining_s()
+            if remaining <= 0:
+                raise
+            sleep = min(_backoff_s(budget.patience, attempt), remaining)
+            LOG.warning(
+                "%s%s: %s; trying again in %.1f s (waiting at most %.0f s more)",
+                f"{budget.owner}: " if budget.owner else "",
+                what,
+                exc,
+                sleep,
+                remaining,
+            )
+            time.sleep(sleep)
 
 
-def _backoff(budget: _Budget) -> Callable[[RetryCallState], float]:
-    patience = budget.patience
-    exponential = wait_exponential(multiplier=patience.first_wait_s, max=patience.max_wait_s)
-
-    def wait(state: RetryCallState) -> float:
-        # The last try lands on the deadline, not past it.
-        return min(exponential(state), budget.remaining_s())
-
-    return wait
-
-
-def _log_wait(what: str, budget: _Budget) -> Callable[[RetryCallState], None]:
-    def log(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        sleep = state.next_action.sleep if state.next_action is not None else 0.0
-        LOG.warning(
-            "%s%s: %s; trying again in %.1f s (waiting at most %.0f s more)",
-            f"{budget.owner}: " if budget.owner else "",
-            what,
-            exc,
-            sleep,
-            budget.remaining_s(),
-        )
-
-    return log
+def _backoff_s(patience: Patience, attempt: int) -> float:
+    """The wait after failed try number ``attempt`` (1, 2, ...): ``first_wait_s``
+    doubled each time, at most ``max_wait_s`` (tenacity's ``wait_exponential``)."""
+    try:
+        wait: float = patience.first_wait_s * 2 ** (attempt - 1)
+    except OverflowError:
+        return patience.max_wait_s
+    return max(0.0, min(wait, patience.max_wait_s))

@@ -25,6 +25,7 @@ from models import utcnow
 from novaq.settings import Settings
 from scheduler.candidate_sql import (
     AGGREGATED,
+    ONE_OF,
     PCI_FREE,
     aggregates_query,
     candidates_query,
@@ -70,6 +71,7 @@ def load_candidates(
     with_instances: bool = True,
     with_stats: bool = False,
     placement_of: str | None = None,
+    with_pci_pools: bool = True,
 ) -> Candidates:
     """The compute nodes a request may land on, with their services, PCI pools,
     aggregates and instances, in a constant number of queries whatever the number of hosts.
@@ -88,7 +90,11 @@ def load_candidates(
     more query, for a request some filter reads them for (``Scheduler.needs_stats``).
 
     ``placement_of``: an instance uuid whose (host, node) the same statement reads
-    (``Candidates.placement``: None when it has no row), unless no candidate came back."""
+    (``Candidates.placement``: None when it has no row), unless no candidate came back.
+
+    ``with_pci_pools=False`` reads no PCI pools: each host's ``pci_free_count`` is its
+    number of free devices instead, from the candidates' statement, for a request that
+    asks for no device (``Scheduler.needs_pci_pools``)."""
     params = _parameters(settings, request, hosts, placement_of)
     dialect = session.get_bind().dialect.name
     asked = (True, True, True)
@@ -106,9 +112,13 @@ def load_candidates(
     if rows and rows[0][AGGREGATED]:  # an aggregate has hosts
         zone = settings.default_availability_zone
         _add_aggregates(states, _aggregates_by_host(session), zone)
-    with_pci = [s for s, row in zip(states, rows, strict=True) if row[PCI_FREE]]
-    if with_pci:
-        _add_pci_pools(session, with_pci)
+    if with_pci_pools:
+        with_pci = [s for s, row in zip(states, rows, strict=True) if row[PCI_FREE]]
+        if with_pci:
+            _add_pci_pools(session, with_pci)
+    else:
+        for state, row in zip(states, rows, strict=True):
+            state.pci_free_count = int(row[PCI_FREE] or 0)
     if with_instances and states:
         _add_instances(session, states)
     if with_stats and states:
@@ -273,7 +283,8 @@ def _add_instances(session: Session, states: list[HostState]) -> None:
     """Instance uuids per host, with the counts recomputed from the same rows (so the
     three agree even under read committed)."""
     hosts = sorted({s.host for s in states})
-    rows = session.connection().execute(instances_query(session, hosts))
+    query = instances_query(session.get_bind().dialect.name)
+    rows = session.connection().execute(query, {ONE_OF: hosts})
     found: dict[str, tuple[set[str], int]] = {}
     for host, uuid, vm_state, task_state in rows:
         uuids, io_ops = found.get(host, (set(), 0))
@@ -291,7 +302,8 @@ def _add_instance_stats(session: Session, states: list[HostState]) -> None:
     grouped query over the hosts' live instances."""
     hosts = sorted({s.host for s in states})
     groups: dict[str, list[Any]] = {}
-    for host, *group in session.connection().execute(instance_stats_query(session, hosts)):
+    query = instance_stats_query(session.get_bind().dialect.name)
+    for host, *group in session.connection().execute(query, {ONE_OF: hosts}):
         groups.setdefault(host, []).append(group)
     for state in states:
         state.stats.update(instance_stats(groups.get(state.host, ())))
@@ -300,7 +312,8 @@ def _add_instance_stats(session: Session, states: list[HostState]) -> None:
 def _add_pci_pools(session: Session, states: list[HostState]) -> None:
     """Free passthrough devices by pool, for the hosts that have any (usually few)."""
     node_ids = [s.compute_node_id for s in states]
-    rows = session.connection().execute(pci_pools_query(session, node_ids)).all()
+    query = pci_pools_query(session.get_bind().dialect.name)
+    rows = session.connection().execute(query, {ONE_OF: node_ids}).all()
     pools: dict[int, dict[tuple[str, str, str], int]] = {}
     for node_id, vendor, product, dev_type, count in rows:
         pools.setdefault(node_id, {})[(vendor, product, dev_type)] = count

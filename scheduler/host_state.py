@@ -72,6 +72,9 @@ class HostState:
     # How many of the host's instances run an image with each (property, value as Nova
     # spells it): read only for ImagePropertiesWeigher (``scheduler.instance_images``).
     instance_image_props: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The number of free passthrough devices when ``pci_pools`` was not read (a request
+    # without PCI devices: only PCIWeigher asks, and only how many); None: the pools say.
+    pci_free_count: int | None = None
 
     def aggregate_metadata(self) -> dict[str, set[str]]:
         """Every aggregate metadata key of this host with the set of its values (Nova's
@@ -103,6 +106,8 @@ class HostState:
 
     @property
     def free_pci_devices(self) -> int:
+        if self.pci_free_count is not None:
+            return self.pci_free_count
         return sum(self.pci_pools.values())
 
     @property

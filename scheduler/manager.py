@@ -79,6 +79,13 @@ class Scheduler:
             not w.ignores(spec) for w in weighers for spec in specs
         )
 
+    @staticmethod
+    def needs_pci_pools(specs: Sequence[RequestSpec]) -> bool:
+        """Whether any of these requests asks for PCI devices: only then are the hosts'
+        free devices read by pool (PciPassthroughFilter, the claim's debit); PCIWeigher
+        needs only how many (``HostState.pci_free_count``)."""
+        return any(spec.pci_requests for spec in specs)
+
     def needs_stats(self, specs: Sequence[RequestSpec]) -> bool:
         """Whether any filter reads the instance-derived ``stats`` for these requests
         (``BaseFilter.reads_stats``): only then are they counted."""
@@ -310,6 +317,7 @@ class Scheduler:
             with_stats=self.needs_stats(specs),
             # One instance: its placement comes with the candidates (a round trip less).
             placement_of=first.instance_uuid if len(specs) == 1 else None,
+            with_pci_pools=self.needs_pci_pools(specs),
         )
         self.add_weigher_facts(session, candidates.hosts, specs)
         if candidates.placed:

@@ -16,7 +16,7 @@ of ``[database] outage_tolerance_s`` (``models.outage``): every transaction wait
 database before it starts, and the whole call is made again after a
 ``DatabaseUnavailable`` cut a transaction mid-way, with backoff, until the budget ends.
 
-NOTE: in-process (tenacity), not ``self.retry(countdown=...)``, because:
+NOTE: in-process (``outage.ride_out``), not ``self.retry(countdown=...)``, because:
 
 - the message stays unacknowledged while the step waits, so a worker that dies during the
   outage still has it redelivered; ``retry`` acks it once it has published a copy, and a

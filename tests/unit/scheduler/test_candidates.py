@@ -118,6 +118,13 @@ def test_pci_pools_are_read_only_when_a_candidate_has_free_devices(db_url: str) 
         hosts = {h.host: h for h in load_candidates(session, settings, request).hosts}
     assert hosts["gpu-host"].pci_pools == {("10de", "13f1", "type-PCI"): 1}
     assert len(with_gpu) == len(without) + 1
+    # A request without PCI devices: no pools read, only how many are free (PCIWeigher's).
+    with session_scope(db_url) as session, statements_run(db_url) as counted:
+        found = load_candidates(session, settings, request, with_pci_pools=False).hosts
+    hosts = {h.host: h for h in found}
+    assert hosts["gpu-host"].pci_pools == {} and hosts["gpu-host"].free_pci_devices == 1
+    assert {h.free_pci_devices for h in found if h.host != "gpu-host"} == {0}
+    assert len(counted) == len(without)
 
 
 def test_service_up_is_what_the_servicegroup_says(db_url: str) -> None:
