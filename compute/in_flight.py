@@ -38,12 +38,14 @@ compare-and-swaps the instance's task_state and is ``skipped`` on a redelivery).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import case, delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -232,19 +234,45 @@ def _insert(
         if instance is None:
             return
         task_state = instance.task_state
+    row = {"instance_uuid": uuid, "resent": 0, "created_at": now, "task_state": task_state}
+    upsert = _upsert(session.get_bind().dialect.name)
+    if upsert is not None:
+        # NOTE: the caller's ORM writes first (its instance's task_state), as the savepoint
+        # flushed them: a step's start also locks the instance before the record, and the
+        # same order on PostgreSQL's row locks is what keeps the two from deadlocking.
+        session.flush()
+        session.execute(upsert, row | values)
+        return
     try:
         with session.begin_nested():
-            session.execute(
-                insert(OperationInFlight).values(
-                    instance_uuid=uuid, resent=0, created_at=now, task_state=task_state, **values
-                )
-            )
+            session.execute(insert(OperationInFlight).values(**row, **values))
     except IntegrityError:  # there is one: this operation's (or a former one's)
         session.execute(
             update(OperationInFlight)
             .where(OperationInFlight.instance_uuid == uuid)
             .values(resent=_resent(values["request_id"]), task_state=task_state, **values)
         )
+
+
+@functools.cache
+def _upsert(dialect: str) -> Any:
+    """The record's INSERT that replaces one already there (all but ``created_at``, and
+    ``resent`` kept within the same request), in one statement where the database has
+    ``ON CONFLICT DO UPDATE``; None elsewhere (a savepoint and an UPDATE then).
+
+    NOTE: the savepoint it replaces costs SAVEPOINT and RELEASE round trips and the ORM's
+    nested transaction on every delete; ``excluded`` is the row proposed, the bare
+    columns the row there (both databases evaluate SET against the row as it was)."""
+    module = {"sqlite": sqlite, "postgresql": postgresql}.get(dialect)
+    if module is None:
+        return None
+    table = OperationInFlight.__table__
+    proposed = module.insert(table)
+    kept = ("instance_uuid", "created_at", "resent")
+    replaced = {c.name: proposed.excluded[c.name] for c in table.columns if c.name not in kept}
+    same_request = table.c.request_id == proposed.excluded.request_id
+    replaced["resent"] = case((same_request, table.c.resent), else_=0)
+    return proposed.on_conflict_do_update(index_elements=[table.c.instance_uuid], set_=replaced)
 
 
 def step_ended(session: Session, task_id: str, successor: Message | None) -> None:
