@@ -14,13 +14,14 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar, cast
 
 from sqlalchemy import (
     Insert,
     Integer,
     Select,
     String,
+    Table,
     Update,
     bindparam,
     case,
@@ -191,6 +192,9 @@ def store_usage(
 
 #: The node's columns derived from its allocations.
 _USAGE_COLUMNS = USAGE_COLUMNS
+#: The tables the usage compare-and-swap and the release write, as Core statements.
+_NODES: Final = cast(Table, ComputeNode.__table__)
+_ALLOCATIONS: Final = cast(Table, Allocation.__table__)
 
 
 def _usage_values(node: ComputeNode, usage: Mapping[str, int], consumers: int) -> dict[str, int]:
@@ -213,6 +217,7 @@ def _compare_and_swap(
     session: Session, node: ComputeNode, generation: int, values: dict[str, int]
 ) -> None:
     params = {"b_node": node.id, "b_generation": generation, **values}
+    session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
     result = session.execute(_write_usage_statement(), params)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
@@ -220,18 +225,19 @@ def _compare_and_swap(
 
 @functools.cache
 def _write_usage_statement() -> Update:
-    """The generation compare-and-swap with the derived usage (``write_usage``)."""
+    """The generation compare-and-swap with the derived usage (``write_usage``).
+
+    NOTE: on the table, not the mapped class, as ``_delete_allocations``: the same SQL
+    without the ORM's bulk-persistence pass (about 70 us a statement, in every claim and
+    release)."""
+    nodes = _NODES.c
     return (
-        update(ComputeNode)
-        .where(
-            ComputeNode.id == bindparam("b_node"),
-            ComputeNode.generation == bindparam("b_generation"),
-        )
+        update(_NODES)
+        .where(nodes.id == bindparam("b_node"), nodes.generation == bindparam("b_generation"))
         .values(
             {name: bindparam(f"b_{name}") for name in _USAGE_COLUMNS}
             | {"generation": bindparam("b_generation") + 1}
         )
-        .execution_options(synchronize_session=False)
     )
 
 
@@ -462,10 +468,12 @@ def consumer_allocations(
 
 
 def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> int:
+    session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
+    held = _ALLOCATIONS.c
     result = session.execute(
-        delete(Allocation)
-        .where(Allocation.consumer_uuid == consumer_uuid, Allocation.compute_node_id == node_id)
-        .execution_options(synchronize_session=False)
+        delete(_ALLOCATIONS).where(
+            held.consumer_uuid == consumer_uuid, held.compute_node_id == node_id
+        )
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 

@@ -95,7 +95,7 @@ def start_event(
 @functools.cache
 def _start_event_statement() -> Insert:
     """One INSERT ... SELECT: the event row under the request's latest action, if any."""
-    table = cast(Table, InstanceActionEvent.__table__)
+    table = _table(InstanceActionEvent)
     columns = table.c
     latest = (
         select(
@@ -133,6 +133,7 @@ def finish_event(
     finish_action: bool = False,
 ) -> None:
     now = utcnow()
+    session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
     action_id = session.scalar(
         _finish_event_statement(),
         {
@@ -152,18 +153,21 @@ def finish_event(
 
 @functools.cache
 def _finish_event_statement() -> Update:
-    """Close an event; RETURNING its action's id (none: the event is gone)."""
+    """Close an event; RETURNING its action's id (none: the event is gone).
+
+    NOTE: on the table, not the mapped class: the same SQL without the ORM's bulk-update
+    pass (about 70 us a statement, twice in every step's finish)."""
+    table = _table(InstanceActionEvent)
     return (
-        update(InstanceActionEvent)
-        .where(InstanceActionEvent.id == bindparam("b_event_id"))
+        update(table)
+        .where(table.c.id == bindparam("b_event_id"))
         .values(
             finish_time=bindparam("b_finish_time"),
             result=bindparam("b_result"),
             traceback=bindparam("b_traceback"),
             details=bindparam("b_details"),
         )
-        .returning(InstanceActionEvent.action_id)
-        .execution_options(synchronize_session=False)
+        .returning(table.c.action_id)
     )
 
 
@@ -178,12 +182,12 @@ def _end_action_statement(error: bool, finish: bool) -> Update | None:
         values["finish_time"] = bindparam("b_finish_time")
     if not values:
         return None
-    return (
-        update(InstanceAction)
-        .where(InstanceAction.id == bindparam("b_action_id"))
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
+    table = _table(InstanceAction)
+    return update(table).where(table.c.id == bindparam("b_action_id")).values(**values)
+
+
+def _table(model: type[Any]) -> Table:
+    return cast(Table, model.__table__)
 
 
 def close_open_events(session: Session, instance_uuid: str, exc: BaseException) -> int:

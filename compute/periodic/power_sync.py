@@ -25,7 +25,10 @@ The stop goes through the public API (``ctx.request``) as Nova's goes through
 ``force_stop`` is Nova's: the same, without the vm_state and lock checks (it still
 needs no task in flight). Before acting, the instance is read again and its power_state
 written by a compare-and-swap expecting task None and the vm_state just read, so a
-request that started meanwhile wins, as Nova's ``refresh`` + task check make it win.
+request that started meanwhile wins, as Nova's ``refresh`` + task check make it win. The
+first check is a reader's transaction; when it already shows the guest's power state and
+the table says in step (every boot's Started event), there is nothing to write or ask and
+the read again is skipped.
 
 Instances are synced by a pool of ``sync_power_state_pool_size`` threads, as Nova's
 green pool. That is safe here: libvirt connections are thread-safe (libvirt >= 0.6, the
@@ -46,13 +49,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.instance_state import cas_update, get_instance
 from compute.lifecycle import guest_power_state
 from compute.periodic import PeriodicContext
-from compute.sessions import Sessions
 from compute.states import VmState
 from models import Instance
 from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
@@ -182,10 +184,15 @@ def sync_instance(ctx: PeriodicContext, uuid: str) -> str:
 
 def _sync_one(ctx: PeriodicContext, uuid: str) -> _Synced:
     """Nova's ``_query_driver_power_state_and_sync`` for one instance."""
-    pending = _pending_task(ctx.sessions, uuid)
-    if pending is not None:
-        return _Synced(pending)
+    seen = _first_look(ctx, uuid)
+    if isinstance(seen, str):
+        return _Synced(seen)
     vm_power_state = guest_power_state(ctx.hypervisor, uuid)
+    if vm_power_state == seen.power_state and decide(seen.vm_state, vm_power_state) == IN_SYNC:
+        # NOTE: in step as first read, nothing to write nor to ask: Nova's ``refresh`` would
+        # only find the same or, had a request begun since, leave the instance alone too.
+        # A later change of the guest makes an event (or the next pass) of its own.
+        return _Synced(IN_SYNC)
     try:
         vm_state, updated = _record_power_state(ctx, uuid, vm_power_state)
     except InstanceNotFound:
@@ -200,20 +207,42 @@ def _sync_one(ctx: PeriodicContext, uuid: str) -> _Synced:
     return _Synced(outcome, updated)
 
 
-def _pending_task(sessions: Sessions, uuid: str) -> str | None:
-    with sessions() as session:
-        try:
-            instance = get_instance(session, uuid, with_deleted=False)
-        except InstanceNotFound:
-            return GONE
-        if instance.task_state is not None:
-            LOG.info(
-                "During sync_power_state the instance %s has a pending task (%s). Skip.",
-                uuid,
-                instance.task_state,
-            )
-            return PENDING_TASK
-    return None
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """The instance's states as the first look read them."""
+
+    vm_state: str
+    power_state: int
+
+
+#: The first look's columns of a live instance (``:uuid``).
+_FIRST_LOOK = select(Instance.task_state, Instance.host, Instance.vm_state, Instance.power_state)
+_FIRST_LOOK = _FIRST_LOOK.where(Instance.uuid == bindparam("uuid"), Instance.deleted == 0)
+
+
+def _first_look(ctx: PeriodicContext, uuid: str) -> _Seen | str:
+    """Nova's task check before the hypervisor is asked: the outcome when the instance is
+    gone, busy with a task or on another host, else its states.
+
+    NOTE: a reader's transaction reading four columns: on SQLite a writer's takes the
+    database's write lock at its BEGIN, and every boot's Started event comes here while
+    the build's own transactions want that lock."""
+    with ctx.sessions(read_only=True) as session:
+        row = session.execute(_FIRST_LOOK, {"uuid": uuid}).first()
+    if row is None:
+        return GONE
+    task_state, host, vm_state, db_power_state = row
+    if task_state is not None:
+        LOG.info(
+            "During sync_power_state the instance %s has a pending task (%s). Skip.",
+            uuid,
+            task_state,
+        )
+        return PENDING_TASK
+    if host != ctx.host:
+        _log_moved(uuid, ctx.host, host)
+        return MOVED
+    return _Seen(vm_state, db_power_state)
 
 
 class _Skip(Exception):
@@ -229,12 +258,7 @@ def _record_power_state(ctx: PeriodicContext, uuid: str, vm_power_state: int) ->
     with ctx.sessions() as session:
         instance = get_instance(session, uuid, with_deleted=False)
         if instance.host != ctx.host:
-            LOG.info(
-                "During the sync_power process the instance %s has moved from host %s to host %s",
-                uuid,
-                ctx.host,
-                instance.host,
-            )
+            _log_moved(uuid, ctx.host, instance.host)
             raise _Skip(MOVED)
         if instance.task_state is not None:
             LOG.info(
@@ -265,6 +289,15 @@ def _record_power_state(ctx: PeriodicContext, uuid: str, vm_power_state: int) ->
         except UnexpectedTaskStateError:
             raise _Skip(PENDING_TASK) from None
         return vm_state, True
+
+
+def _log_moved(uuid: str, host: str, now_on: str | None) -> None:
+    LOG.info(
+        "During the sync_power process the instance %s has moved from host %s to host %s",
+        uuid,
+        host,
+        now_on,
+    )
 
 
 def _stop(ctx: PeriodicContext, uuid: str, how: str, vm_state: str, vm_power_state: int) -> str:

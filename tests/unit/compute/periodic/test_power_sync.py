@@ -5,15 +5,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session
 
 from compute.instance_state import cas_update, get_instance
 from compute.periodic import power_sync
 from compute.periodic.power_sync import decide
+from compute.sessions import sessions_for
 from models import utcnow
 from models.db import session_scope
 from novaq.exceptions import InstanceInvalidState
@@ -255,3 +259,34 @@ def test_the_thread_pool_syncs_many_servers_on_one_test_driver(
     )
     assert sorted(summary["power_state_updated"]) == sorted(uuids)
     assert [_power(db_url, uuid) for uuid in uuids] == states
+
+
+class CountingSessions:
+    """Production's transactions, each counted as a reader's or a writer's."""
+
+    def __init__(self, db_url: str) -> None:
+        self.inner = sessions_for(db_url)
+        self.readers = self.writers = 0
+
+    def __call__(self, read_only: bool = False) -> AbstractContextManager[Session]:
+        if read_only:
+            self.readers += 1
+        else:
+            self.writers += 1
+        return self.inner(read_only=read_only)
+
+
+def test_a_server_in_step_costs_one_readers_transaction_and_a_change_is_still_written(
+    db_url: str, hypervisor: LibvirtDriver
+) -> None:
+    in_step = host1_server(db_url, "active")
+    spawn_guest(hypervisor, in_step)
+    counting = CountingSessions(db_url)
+    ctx = dataclasses.replace(periodic_ctx(db_url, hypervisor), sessions=counting)
+    assert power_sync.sync_instance(ctx, in_step) == "in_sync"
+    assert (counting.readers, counting.writers) == (1, 0)  # no write lock taken
+
+    hypervisor.power_off(in_step)  # then the guest goes down behind novaq's back
+    assert power_sync.sync_instance(ctx, in_step) == "stop"
+    assert _power(db_url, in_step) == SHUTDOWN
+    assert (counting.readers, counting.writers) == (2, 1)

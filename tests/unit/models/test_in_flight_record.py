@@ -1,0 +1,80 @@
+"""``compute.in_flight.record`` of an instance that may have a record already (the API's
+delete, a step's start that finds none): inserted, or replaced in one statement, on
+SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select
+
+from compute import in_flight
+from models import OperationInFlight
+from models.db import get_engine, session_scope
+from models.migrate import upgrade
+
+UUID = "0f6c3a52-8d0b-4c2e-9f7a-2b1d5e4c3a10"
+
+
+@pytest.fixture
+def sqlite_url(empty_sqlite_url: str) -> str:
+    upgrade(empty_sqlite_url)
+    return empty_sqlite_url
+
+
+@pytest.fixture
+def pg_url(empty_pg_url: str) -> str:
+    upgrade(empty_pg_url)
+    return empty_pg_url
+
+
+def _message(task_id: str, request_id: str) -> dict[str, Any]:
+    signature = {
+        "task": "compute.terminate_instance",
+        "args": [],
+        "kwargs": {"instance_uuid": UUID, "request_id": request_id, "host": "host1"},
+        "options": {"task_id": task_id},
+    }
+    return in_flight.message_of_signature(signature)
+
+
+def _record(url: str, task_id: str, request_id: str, task_state: str) -> list[str]:
+    """Record the message; returns the statements that wrote it (SQLite's BEGIN aside)."""
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not statement.startswith("BEGIN"):
+            statements.append(statement.split(None, 1)[0].upper())
+
+    event.listen(get_engine(url), "before_cursor_execute", seen)
+    try:
+        with session_scope(url) as session:
+            in_flight.record(session, _message(task_id, request_id), task_states={UUID: task_state})
+    finally:
+        event.remove(get_engine(url), "before_cursor_execute", seen)
+    return statements
+
+
+def _row(url: str) -> OperationInFlight:
+    with session_scope(url) as session:
+        row = session.scalars(select(OperationInFlight)).one()
+        session.expunge(row)
+        return row
+
+
+def test_a_record_is_inserted_or_replaced_in_one_statement(url: str) -> None:
+    assert _record(url, "task-1", "req-1", "deleting") == ["INSERT"]
+    first = _row(url)
+    with session_scope(url) as session:  # the reaper sent it twice
+        session.get_one(OperationInFlight, UUID).resent = 2
+
+    assert _record(url, "task-2", "req-1", "deleting") == ["INSERT"]  # the same request
+    again = _row(url)
+    assert (again.task_id, again.resent, again.created_at) == ("task-2", 2, first.created_at)
+    assert again.message["signature"]["options"]["task_id"] == "task-2"
+
+    _record(url, "task-3", "req-2", "powering-off")  # another request: its count starts over
+    other = _row(url)
+    assert (other.request_id, other.task_state, other.resent) == ("req-2", "powering-off", 0)
+    assert other.created_at == first.created_at and other.host_down_since is None
