@@ -99,3 +99,29 @@ def test_stock_kombu_still_fails_there_so_the_workaround_is_still_needed(
 )
 def test_the_workaround_transport_serves_redis_urls_only(url: str, transport: str | None) -> None:
     assert transport_for(url) == transport
+
+
+def test_a_channel_makes_one_client_per_pool_and_still_delivers(
+    server: fakeredis.FakeRedis,
+) -> None:
+    """Publishes, gets and acks share the channel's one synchronous client; a channel
+    whose pool is made again (after a close of its clients) gets a new one."""
+    conn, channel, message = deliver(on_fakeredis(redis_transport))
+    try:
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second
+            assert first.connection_pool is channel.pool
+        message.ack()
+        producer = Producer(channel)
+        for n in range(3):
+            producer.publish({"step": n}, exchange=QUEUE.exchange, routing_key=QUEUE.name)
+        got = [QUEUE(channel).get(no_ack=True) for _ in range(3)]
+        assert [m.payload["step"] for m in got if m is not None] == [0, 1, 2]
+        channel._pool = None  # as kombu's Channel._disconnect_pools leaves it (a close, a fork)
+        with channel.conn_or_acquire() as again:
+            assert again is not first and again.connection_pool is channel.pool
+        own = server  # a caller's own client is used as it is
+        with channel.conn_or_acquire(own) as given:
+            assert given is own
+    finally:
+        conn.release()
