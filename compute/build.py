@@ -11,10 +11,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import String, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
+from compute import notifications
 from compute.claims import (
     ResourceRequest,
     claim,
@@ -25,11 +26,11 @@ from compute.claims import (
 from compute.guest import guest_spec, instance_name
 from compute.heal import release_orphan
 from compute.instance_state import cas_update, get_instance
-from compute.pci import PciRequest, held_devices
+from compute.pci import PciRequest, held_by
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from compute.steps import DONE, Step, StepContext, StepRun, run_step
-from models import ComputeNode, Instance, utcnow
+from models import ComputeNode, Instance, PciDevice, utcnow
 from models.alternate import Alternate
 from novaq.exceptions import (
     DatabaseUnavailable,
@@ -48,6 +49,8 @@ BUILD_EVENT = "compute__do_build_and_run_instance"
 #: A build's outcome once its step is done (what the build task returns).
 DONE_OUTCOME = "active"
 SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
+#: The action of a build's versioned notifications (``instance.create.*``).
+CREATE = "create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +87,19 @@ class Rescheduled(Exception):
         self.next_host, self.remaining = next_host, remaining
 
 
+#: The addresses of the PCI devices an instance holds (``held_devices``' rows, in its
+#: order): a Core statement built once (issue 16: the ORM load was built at every build).
+_HELD_ADDRESSES = (
+    select(PciDevice.address)
+    .where(*held_by(bindparam("uuid", type_=String)))
+    .order_by(PciDevice.address)
+)
+
+
 def _guest(session: Session, instance: Instance) -> GuestSpec:
     """The guest to spawn, read in begin's transaction (``Step.prepare``)."""
-    devices = held_devices(session, instance.uuid)
-    return guest_spec(session, instance, tuple(d.address for d in devices))
+    addresses = session.scalars(_HELD_ADDRESSES, {"uuid": instance.uuid}).all()
+    return guest_spec(session, instance, tuple(addresses))
 
 
 def _spawn(ctx: StepContext, run: StepRun) -> int:
@@ -165,21 +177,51 @@ def build_and_run_instance(
     instance_uuid: str,
     attempt: BuildAttempt = BuildAttempt(),
     track_failures: bool = True,
+    notify: bool = False,
 ) -> BuildResult:
     """Spawn the claimed instance on this host. A spawn failure is rescheduled to the next
     alternate (claim moved with it) while attempts remain, else the build is errored out.
-    Idempotent under redelivery: a second delivery finds the state moved on (``skipped``)."""
+    Idempotent under redelivery: a second delivery finds the state moved on (``skipped``).
+
+    ``notify``: Nova's ``instance.create.start`` (every delivery), ``.end`` (once
+    ACTIVE) and ``.error`` (a failure, or a reschedule), the first two read in the
+    step's own transactions (``run_step``'s ``notices``)."""
     host = ctx.host
+    notices = (
+        notifications.step_notices(CREATE, instance_uuid, host, ctx.request_id) if notify else None
+    )
     try:
         outcome = run_step(
-            ctx, BUILD, instance_uuid, attempt=attempt, track_failures=track_failures
+            ctx,
+            BUILD,
+            instance_uuid,
+            notices=notices,
+            attempt=attempt,
+            track_failures=track_failures,
         )
     except Rescheduled as moved:
+        # Nova: a reschedule is a create.error.
+        _create_error(ctx, instance_uuid, notify)
         return BuildResult(instance_uuid, "rescheduled", host, moved.next_host, moved.remaining)
+    except Exception:
+        _create_error(ctx, instance_uuid, notify)
+        raise
     if outcome != DONE:
         return BuildResult(instance_uuid, "skipped", host)
     LOG.info("Instance %s is ACTIVE on %s", instance_uuid, host)
     return BuildResult(instance_uuid, DONE_OUTCOME, host)
+
+
+def _create_error(ctx: StepContext, instance_uuid: str, notify: bool) -> None:
+    if notify:
+        notifications.emit(
+            ctx.sessions,
+            f"instance.{CREATE}.error",
+            instance_uuid,
+            ctx.host,
+            ctx.request_id,
+            "ERROR",
+        )
 
 
 def _finish_event(sessions: Sessions, event_id: int | None, exc: BaseException | None) -> None:

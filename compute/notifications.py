@@ -16,6 +16,7 @@ import datetime as dt
 import logging
 import uuid as uuid_module
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from kombu import Exchange
@@ -75,19 +76,22 @@ def instance_payload(session: Any, instance: Instance, request_id: str | None) -
     return _payload(instance, None if fault is None else fault.message, request_id)
 
 
+#: The message of the instance's latest fault, a column to read with the instance (a
+#: payload then takes one statement: ``instance_payload`` reads them one after the other).
+LATEST_FAULT = (
+    select(InstanceFault.message)
+    .where(InstanceFault.instance_uuid == Instance.uuid)
+    .order_by(InstanceFault.id.desc())
+    .limit(1)
+    .correlate(Instance)
+    .scalar_subquery()
+)
+
+
 def _read_payload(session: Session, instance_uuid: str, request_id: str | None) -> dict[str, Any]:
-    """The payload of ``instance_uuid`` in one statement: the instance with the message of
-    its latest fault (``instance_payload`` reads them one after the other)."""
-    fault = (
-        select(InstanceFault.message)
-        .where(InstanceFault.instance_uuid == Instance.uuid)
-        .order_by(InstanceFault.id.desc())
-        .limit(1)
-        .correlate(Instance)
-        .scalar_subquery()
-    )
+    """The payload of ``instance_uuid`` in one statement (``LATEST_FAULT``)."""
     row = session.execute(
-        select(Instance, fault)
+        select(Instance, LATEST_FAULT)
         .where(Instance.uuid == instance_uuid)
         .execution_options(populate_existing=True)
     ).first()
@@ -187,6 +191,61 @@ def publish(
         LOG.exception("Could not emit %s", event_type)
         return False
     return True
+
+
+def wanted() -> bool:
+    """Whether notifications go anywhere (a publisher is installed)."""
+    return _publisher is not None
+
+
+@dataclass(slots=True)
+class Notice:
+    """One notification about an instance whose payload is read in the transaction of
+    the step it reports on, from the row that step locked (``read``), and published once
+    that transaction has committed (``send``): no transaction of its own (issue 16: a
+    notification's own read-only transaction cost as much as the step's work)."""
+
+    event_type: str
+    instance_uuid: str
+    host: str | None
+    request_id: str | None
+    payload: dict[str, Any] | None = None
+
+    def read(self, instance: Instance, fault: str | None) -> None:
+        """The payload as ``instance`` (and its latest ``fault`` message) is now; read
+        again by a transaction that is tried again."""
+        self.payload = _payload(instance, fault, self.request_id)
+
+    def send(self) -> None:
+        """Publish what was read, once (best effort, as ``emit``); nothing if nothing was."""
+        payload, self.payload = self.payload, None
+        if payload is None or _publisher is None:
+            return
+        try:
+            _publisher(_message(self.event_type, payload, self.host, "INFO"), "INFO")
+        except Exception:  # noqa: BLE001 - a notification never fails the operation
+            LOG.exception("Could not emit %s for %s", self.event_type, self.instance_uuid)
+
+
+@dataclass(frozen=True, slots=True)
+class StepNotices:
+    """``instance.<action>.start`` read in a step's begin, ``.end`` in its finish."""
+
+    start: Notice
+    end: Notice
+
+
+def step_notices(
+    action: str, instance_uuid: str, host: str | None, request_id: str | None
+) -> StepNotices | None:
+    """The ``.start`` and ``.end`` of ``action`` to read in a step's transactions; None
+    when no publisher is installed (nothing to read)."""
+    if _publisher is None:
+        return None
+    return StepNotices(
+        Notice(f"instance.{action}.start", instance_uuid, host, request_id),
+        Notice(f"instance.{action}.end", instance_uuid, host, request_id),
+    )
 
 
 @contextlib.contextmanager

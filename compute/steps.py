@@ -37,6 +37,7 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from compute import delivery_ledger, notifications
 from compute import instance_actions as actions
@@ -45,6 +46,7 @@ from compute.failure_policies import FailurePolicy, keep_vm_state
 from compute.instance_state import cas_update
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.sessions import Sessions
+from compute.step_cas import step_cas
 from models import Instance, outage
 from novaq import fault_points
 from novaq.exceptions import (
@@ -102,6 +104,8 @@ class StepRun:
     #: How many times the finish was begun (a re-run after an outage checks whether an
     #: earlier one committed).
     finish_runs: int = 0
+    #: The notifications read in begin's and finish's transactions (``run_step``'s).
+    notices: notifications.StepNotices | None = None
 
     def advance(
         self,
@@ -181,9 +185,21 @@ class Step:
     prepare: Prepare | None = None
 
 
-def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) -> str:
+def run_step(
+    ctx: StepContext,
+    step: Step,
+    instance_uuid: str,
+    *,
+    notices: notifications.StepNotices | None = None,
+    **params: Any,
+) -> str:
     """Run ``step`` on ``instance_uuid``: ``done``, ``skipped`` or ``superseded``; a
     failure of its act is undone and re-raised.
+
+    ``notices``: the step's ``.start`` is read in begin's transaction (the row as the
+    message found it, before begin's change) and sent once begin has ended, skipped or
+    not, before ``act``; its ``.end`` is read in the finish's transaction (the row as
+    the finish left it) and sent once the finish has committed.
 
     A database outage is waited out phase by phase (``models.outage``, inside a worker's
     task), because only here is it known what has committed: a begin or a finish cut
@@ -194,7 +210,15 @@ def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) ->
     """
     label = f"{step.name} of {instance_uuid}"
     fault_points.reach(f"{step.name}:begin")
-    run = outage.ride_out(lambda: _begin(ctx, step, instance_uuid, params), f"{label}: begin")
+    try:
+        run = outage.ride_out(
+            lambda: _begin(ctx, step, instance_uuid, params, notices), f"{label}: begin"
+        )
+    finally:
+        # NOTE: sent even when begin failed after reading it, as it was sent before
+        # begin when it had a transaction of its own.
+        if notices is not None:
+            notices.start.send()
     if run is None:
         return SKIPPED
     try:
@@ -202,7 +226,10 @@ def run_step(ctx: StepContext, step: Step, instance_uuid: str, **params: Any) ->
         _act(ctx, step, run)
         fault_points.reach(f"{step.name}:finish")
         try:
-            return outage.ride_out(lambda: _finish(ctx, step, run), f"{label}: finish")
+            outcome = outage.ride_out(lambda: _finish(ctx, step, run), f"{label}: finish")
+            if notices is not None:
+                notices.end.send()
+            return outcome
         except DatabaseUnavailable as exc:
             LOG.error(
                 "Instance %s on %s: %s could not finish: %s",
@@ -235,26 +262,53 @@ def locked(session: Session, instance_uuid: str) -> Instance:
     return instance
 
 
+#: ``_LOCKED`` with the message of the instance's latest fault, for a notification's
+#: payload read in the same statement.
+_LOCKED_WITH_FAULT = (
+    select(Instance, notifications.LATEST_FAULT)
+    .where(Instance.uuid == bindparam("uuid"))
+    .with_for_update(of=Instance)
+    .execution_options(populate_existing=True)
+)
+
+
+def _locked_noting(
+    session: Session, instance_uuid: str, notices: notifications.StepNotices | None
+) -> tuple[Instance, str | None]:
+    """``locked``, and with ``notices`` the message of the latest fault (else None)."""
+    if notices is None:
+        return locked(session, instance_uuid), None
+    row = session.execute(_LOCKED_WITH_FAULT, {"uuid": instance_uuid}).first()
+    if row is None:
+        raise InstanceNotFound(uuid=instance_uuid)
+    return row[0], row[1]
+
+
 def _begin(
-    ctx: StepContext, step: Step, instance_uuid: str, params: Mapping[str, Any]
+    ctx: StepContext,
+    step: Step,
+    instance_uuid: str,
+    params: Mapping[str, Any],
+    notices: notifications.StepNotices | None,
 ) -> StepRun | None:
     values = step.begin_values(ctx, instance_uuid) if step.begin_values else {}
     try:
         # The delivery's start rides this transaction, the step's first change
         # (``compute.delivery_ledger``): written once it committed, skipped or not.
         with delivery_ledger.start_riding() as ride, ctx.sessions() as session:
-            instance = locked(session, instance_uuid)
+            instance, fault = _locked_noting(session, instance_uuid, notices)
+            if notices is not None:
+                notices.start.read(instance, fault)
             ride(session)
             if _skipped(session, ctx, step, instance, instance_uuid):
                 return None
             vm_state = instance.vm_state
             if not step.any_task:
-                expected = step.begin_tasks or (step.task,)
-                cas_update(session, instance_uuid, expected_task_state=expected, **values)
+                step_cas(session, instance_uuid, step.begin_tasks or (step.task,), values)
             event_id = actions.start_event(
                 session, instance_uuid, ctx.request_id, step.event, ctx.host
             )
-            run = StepRun(ctx, instance_uuid, event_id, vm_state, params)
+            run = StepRun(ctx, instance_uuid, event_id, vm_state, params, notices=notices)
             if step.prepare is not None:
                 _prepare(session, step.prepare, instance, run)
             return run
@@ -350,7 +404,7 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
     rerun = run.finish_runs > 1
 
     def work(session: Session, ride: delivery_ledger.Ride) -> dict[str, Any] | None:
-        instance = locked(session, uuid)
+        instance, fault = _locked_noting(session, uuid, run.notices)
         if (
             rerun
             and run.event_id is not None
@@ -358,12 +412,14 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
         ):
             # An earlier try of this finish committed; only its answer was lost.
             ride(session)
+            _read_end(run, instance, fault, None)
             return {"vm_state": instance.vm_state, "task_state": instance.task_state}
         values = step.final(session, instance, run)
         if values is not None:
             if step.read_power:
                 values.setdefault("power_state", run.power)
-            cas_update(session, uuid, expected_task_state=expected, task_state=None, **values)
+            step_cas(session, uuid, expected, {**values, "task_state": None})
+        _read_end(run, instance, fault, values)
         if run.event_id is not None:
             actions.finish_event(
                 session, run.event_id, actions.SUCCESS, finish_action=step.finish_action
@@ -379,6 +435,22 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
         raise Superseded(exc) from exc
     LOG.info("Instance %s on %s: %s done, now %s", uuid, ctx.host, step.name, values)
     return DONE
+
+
+def _read_end(
+    run: StepRun, instance: Instance, fault: str | None, written: dict[str, Any] | None
+) -> None:
+    """The ``.end`` notice's payload, from the row the finish locked and what it wrote.
+
+    NOTE: the finish's UPDATE left the loaded row as it was; what it wrote is set on it
+    as committed state (nothing to flush), so the payload is the row a read would see.
+    """
+    if run.notices is None:
+        return
+    if written is not None:
+        for key, value in {**written, "task_state": None}.items():
+            set_committed_value(instance, key, value)
+    run.notices.end.read(instance, fault)
 
 
 def _superseded(ctx: StepContext, step: Step, run: StepRun, exc: BaseException) -> str:

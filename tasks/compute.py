@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compute import build, delete, notifications, operations, resource_tracker
+from compute import build, delete, operations, resource_tracker
 from compute.steps import notified_step
 from models.alternate import load_alternates
 from novaq.celery_app import app
@@ -47,22 +47,9 @@ def build_and_run_instance(
     )
     threshold = context.settings().compute.consecutive_build_service_disable_threshold
     ctx = context.step_context(request_id, host)
-    notifications.emit(ctx.sessions, "instance.create.start", instance_uuid, host, request_id)
-    try:
-        result = build.build_and_run_instance(
-            ctx, instance_uuid, tries, track_failures=threshold != 0
-        )
-    except Exception:
-        notifications.emit(
-            ctx.sessions, "instance.create.error", instance_uuid, host, request_id, "ERROR"
-        )
-        raise
-    if result.outcome == "active":
-        notifications.emit(ctx.sessions, "instance.create.end", instance_uuid, host, request_id)
-    elif result.outcome == "rescheduled":  # Nova: a reschedule is a create.error
-        notifications.emit(
-            ctx.sessions, "instance.create.error", instance_uuid, host, request_id, "ERROR"
-        )
+    result = build.build_and_run_instance(
+        ctx, instance_uuid, tries, track_failures=threshold != 0, notify=True
+    )
     if result.outcome == "rescheduled" and result.next_host is not None:
         next_host, next_node, next_id = result.next_host
         selection = Selection(next_host, next_node, next_id, result.alternates, instance_uuid)

@@ -234,14 +234,20 @@ class SimulatedHostDriver:
 
     def spawn(self, spec: GuestSpec) -> GuestInfo:
         """Define and start ``spec``; may fail by chaos (``profile.spawn_failure_rate``)."""
-        with self._persisting(spec.uuid):
-            # NOTE: a guest that exists is never failed by chaos: spawn must stay
-            # idempotent for a redelivered build (see ``virt.driver``).
-            if not self._driver.instance_exists(spec.uuid) and self._chaos_strikes():
-                LOG.warning("host %s: chaos refuses guest %s", self.profile.name, spec.uuid)
-                raise HypervisorError(reason=CHAOS_SPAWN_FAILURE)
-            self._delay_start(spec.uuid)
-            return self._driver.spawn(spec)
+        with self._lock_for(spec.uuid):
+            info: GuestInfo | None = None
+            try:
+                # NOTE: a guest that exists is never failed by chaos: spawn must stay
+                # idempotent for a redelivered build (see ``virt.driver``).
+                if not self._driver.instance_exists(spec.uuid) and self._chaos_strikes():
+                    LOG.warning("host %s: chaos refuses guest %s", self.profile.name, spec.uuid)
+                    raise HypervisorError(reason=CHAOS_SPAWN_FAILURE)
+                self._delay_start(spec.uuid)
+                info = self._driver.spawn(spec)
+                return info
+            finally:
+                # As ``_persisting``, from the view spawn just read (issue 16: not read twice).
+                self._persist(spec.uuid, info)
 
     def _delay_start(self, uuid: str) -> None:
         """``profile.spawn_delay_s``: a guest that is not defined yet takes that long to
@@ -354,12 +360,14 @@ class SimulatedHostDriver:
                 if not lock.users:
                     del self._locks[uuid]
 
-    def _persist(self, uuid: str) -> None:
+    def _persist(self, uuid: str, info: GuestInfo | None = None) -> None:
+        """Write what guest ``uuid`` is now (``info``: its view just read, under its lock)."""
         canonical = canonical_uuid(uuid)
         if canonical is None:
             return  # no guest can have it, and it must not become a file name
         try:
-            info = self._driver.get_info(canonical)
+            if info is None:
+                info = self._driver.get_info(canonical)
             managed_save = self._has_managed_save(canonical)
         except DomainNotFound:
             self.record_path(canonical).unlink(missing_ok=True)

@@ -34,6 +34,7 @@ from typing import Final
 from novaq.exceptions import HypervisorError, ImageUnacceptable
 from virt.driver import GuestSpec, ImageSpec
 from virt.libvirt import qemu_img
+from virt.libvirt.base_info import BaseInfoCache
 from virt.libvirt.imagecache import ImageCache
 
 LOG = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class ImageBackend:
     def __init__(self, cache: ImageCache, options: DiskOptions) -> None:
         self.cache = cache
         self.options = options
+        self._base_info = BaseInfoCache()
 
     # -- bases --------------------------------------------------------------
 
@@ -132,12 +134,11 @@ class ImageBackend:
         if base is None:
             _atomically(path, lambda tmp: qemu_img.create(tmp, root_gb * GIB))
             return
-        data = qemu_img.info(base)
-        image_size = int(data["virtual-size"])
-        size = root_gb * GIB or image_size
-        if size < image_size:
-            raise DiskTooSmall(flavor_size=size, image_size=image_size)
-        self._create_from(path, base, str(data["format"]), size)
+        data = self._base_info.info(base)
+        size = root_gb * GIB or data.virtual_size
+        if size < data.virtual_size:
+            raise DiskTooSmall(flavor_size=size, image_size=data.virtual_size)
+        self._create_from(path, base, data.format, size)
 
     def _create_from(self, path: Path, base: Path, base_format: str, size: int) -> None:
         if path.exists():

@@ -13,8 +13,9 @@ from compute.instance_state import get_instance
 from compute.resource_tracker import update_available_resource
 from compute.sessions import sessions_for
 from compute.steps import StepContext
-from models import Image, InstanceAction
+from models import Image, InstanceAction, PciDevice
 from models.db import session_scope
+from models.pci_device import ALLOCATED, AVAILABLE, CLAIMED
 from novaq.exceptions import HypervisorError, ImageNotFound, ImageUnacceptable, NoValidHost
 from novaq.settings import get_settings
 from tests.factories import (
@@ -26,6 +27,7 @@ from tests.factories import (
     make_settings,
     node_row,
 )
+from virt.driver import GuestInfo, GuestSpec
 from virt.fake import FakeDriver, SpawnFailingDriver
 from virt.host_profile import HostProfile
 from virt.simulated import SimulatedHostDriver
@@ -234,3 +236,40 @@ def test_a_build_whose_image_fails_its_checksum_is_aborted_not_rescheduled(
     assert node_row(db_url, node_id).memory_mb_used == 512  # the reserved amount only
     assert node_row(db_url, alternate_node).memory_mb_used == 512
     assert (node_row(db_url, node_id).stats or {}).get("failed_builds", 0) == 0
+
+
+def test_the_guest_gets_the_pci_devices_the_instance_holds_in_address_order(
+    db_url: str,
+) -> None:
+    uuid, node_id = _placed_instance(db_url)
+    rows = [
+        ("0000:0b:00.0", ALLOCATED, uuid, 0),
+        ("0000:0a:00.0", CLAIMED, uuid, 0),
+        ("0000:0c:00.0", ALLOCATED, uuid, 1),  # a deleted row
+        ("0000:0d:00.0", ALLOCATED, "someone-else", 0),
+        ("0000:0e:00.0", AVAILABLE, None, 0),
+    ]
+    with session_scope(db_url) as session:
+        for address, status, consumer, deleted in rows:
+            session.add(
+                PciDevice(
+                    compute_node_id=node_id,
+                    address=address,
+                    vendor_id="10de",
+                    product_id="1eb8",
+                    status=status,
+                    consumer_uuid=consumer,
+                    instance_uuid=consumer,
+                    deleted=deleted,
+                )
+            )
+    specs: list[GuestSpec] = []
+
+    class Recording(FakeDriver):
+        def spawn(self, spec: GuestSpec) -> GuestInfo:
+            specs.append(spec)
+            return super().spawn(spec)
+
+    driver = Recording(host_resources("host1"))
+    build_and_run_instance(StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid)
+    assert [spec.pci_addresses for spec in specs] == [("0000:0a:00.0", "0000:0b:00.0")]

@@ -16,6 +16,7 @@ import pytest
 from tests.disk_images import MIB, make_qcow2_image, make_raw_image, qemu_img_info
 from virt.driver import GuestSpec, ImageSpec
 from virt.host_profile import HostProfile
+from virt.libvirt import qemu_img
 from virt.libvirt.driver import LibvirtDriver
 from virt.libvirt.image_fetch import ImageChecksumError, ImageFetchError
 from virt.libvirt.imagebackend import DiskOptions, DiskTooSmall, ephemeral_base_name
@@ -205,7 +206,9 @@ def test_a_missing_qemu_img_is_a_clear_error_and_keeps_the_cached_base(
     with pytest.raises(DiskCommandError, match="qemu-img is not installed") as raised:
         driver.spawn(_spec(image, n=1))
 
-    assert "qemu-img info --output=json" in str(raised.value)
+    # The base's info was asked at the first spawn (``virt.libvirt.base_info``): the
+    # first tool the second one runs is the overlay's create.
+    assert "qemu-img create -q -f qcow2" in str(raised.value)
     assert not (driver.instances_path / UUIDS[1]).exists()
     assert _base(driver, image).is_file()
 
@@ -265,3 +268,32 @@ def test_concurrent_builds_fetch_an_http_image_once(driver: LibvirtDriver, tmp_p
 
     assert handler.gets == 1
     assert sorted(driver.list_instance_uuids()) == UUIDS[:4]
+
+
+# -- the base's info, asked once ------------------------------------------------------------
+
+
+def test_a_base_files_info_is_asked_once_until_the_file_is_replaced(
+    driver: LibvirtDriver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[Path] = []
+    real_info = qemu_img.info
+
+    def counting_info(path: Path, backing_chain: bool = False) -> object:
+        asked.append(path)
+        return real_info(path, backing_chain)
+
+    monkeypatch.setattr(qemu_img, "info", counting_info)
+    image = make_raw_image(tmp_path / "store")
+    base = _base(driver, image)
+    driver.spawn(_spec(image, n=0))
+    driver.spawn(_spec(image, n=1))  # its base touched, not changed: not asked again
+    assert asked.count(base) == 1
+
+    # A base fetched again (a new file renamed into place) is asked again.
+    replacement = base.with_name(".replacement")
+    replacement.write_bytes(base.read_bytes())
+    os.replace(replacement, base)
+    driver.spawn(_spec(image, n=2))
+    assert asked.count(base) == 2
+    assert qemu_img_info(driver.instances_path / UUIDS[2] / "disk")["virtual-size"] == GIB
