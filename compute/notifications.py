@@ -193,11 +193,6 @@ def publish(
     return True
 
 
-def wanted() -> bool:
-    """Whether notifications go anywhere (a publisher is installed)."""
-    return _publisher is not None
-
-
 @dataclass(slots=True)
 class Notice:
     """One notification about an instance whose payload is read in the transaction of

@@ -33,6 +33,10 @@ def step_cas(
         return
     statement = _statement(expected, tuple(sorted(written)))
     params = {f"v_{key}": value for key, value in written.items()}
+    # The ORM's pending writes first, as ``cas_update``'s ORM statement autoflushed them:
+    # a Core statement does not, and a pending write flushed at the commit would land
+    # after the compare-and-swap instead of before it.
+    session.flush()
     result = session.execute(statement, {"v_uuid": uuid, **params})
     if result.rowcount != 1:  # type: ignore[attr-defined]
         # NOTE: the step holds the row's lock, so ``cas_update`` matches nothing either

@@ -216,8 +216,9 @@ class _Seen:
 
 
 #: The first look's columns of a live instance (``:uuid``).
-_FIRST_LOOK = select(Instance.task_state, Instance.host, Instance.vm_state, Instance.power_state)
-_FIRST_LOOK = _FIRST_LOOK.where(Instance.uuid == bindparam("uuid"), Instance.deleted == 0)
+_FIRST_LOOK = select(
+    Instance.task_state, Instance.host, Instance.vm_state, Instance.power_state
+).where(Instance.uuid == bindparam("uuid"), Instance.deleted == 0)
 
 
 def _first_look(ctx: PeriodicContext, uuid: str) -> _Seen | str:
