@@ -1,17 +1,21 @@
 """Fixtures shared by the compute tests: two simulated hosts, ``src`` and ``dst``, each with
-its own real instances directory under ``tmp_path`` (the move and delete tests)."""
+its own real instances directory under ``tmp_path`` (the move and delete tests), and the
+notifications a test sent."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from compute import notifications
 from virt.host_profile import HostProfile
 from virt.simulated import SimulatedHostDriver
 
 Hosts = dict[str, SimulatedHostDriver]
+Sent = list[tuple[dict[str, Any], str]]
 
 
 @pytest.fixture
@@ -27,3 +31,12 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
     yield drivers
     for driver in drivers.values():
         driver.close()
+
+
+@pytest.fixture
+def sent() -> Iterator[Sent]:
+    """The notifications sent during the test, as (message, priority), in order."""
+    messages: Sent = []
+    notifications.install(lambda message, priority: messages.append((message, priority)))
+    yield messages
+    notifications.install(None)

@@ -4,12 +4,10 @@ their own), the same payloads a read of their own would give."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from compute import notifications
 from compute.build import build_and_run_instance
 from compute.claims import ResourceRequest
 from compute.instance_actions import add_fault
@@ -20,17 +18,8 @@ from models.db import session_scope
 from novaq.exceptions import HypervisorError
 from tests.costs import counting_sql
 from tests.factories import claim, host_resources, make_compute_node, make_instance
+from tests.unit.compute.conftest import Sent
 from virt.fake import FakeDriver, SpawnFailingDriver
-
-Sent = list[tuple[dict[str, Any], str]]
-
-
-@pytest.fixture
-def sent() -> Iterator[Sent]:
-    messages: Sent = []
-    notifications.install(lambda message, priority: messages.append((message, priority)))
-    yield messages
-    notifications.install(None)
 
 
 def _placed(db_url: str, node_id: int) -> str:

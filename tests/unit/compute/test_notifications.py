@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,14 +9,6 @@ from compute.sessions import sessions_for
 from novaq.exceptions import ConfigError
 from novaq.settings import load_settings
 from tests.factories import make_instance
-
-
-@pytest.fixture
-def sent() -> Iterator[list[tuple[dict[str, Any], str]]]:
-    messages: list[tuple[dict[str, Any], str]] = []
-    notifications.install(lambda message, priority: messages.append((message, priority)))
-    yield messages
-    notifications.install(None)
 
 
 def test_notified_wraps_a_step_in_start_and_end(db_url: str, sent: list) -> None:

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from compute import notifications
 from virt.host_profile import default_profiles
 from virt.simulated import SimulatedHostDriver
-
-Sent = list[tuple[dict[str, Any], str]]
 
 
 @pytest.fixture
@@ -27,12 +23,3 @@ def hypervisor(tmp_path: Path) -> Iterator[SimulatedHostDriver]:
     driver.init_host("host1")
     yield driver
     driver.close()
-
-
-@pytest.fixture
-def sent() -> Iterator[Sent]:
-    """The notifications sent during the test, as (message, priority), in order."""
-    messages: Sent = []
-    notifications.install(lambda message, priority: messages.append((message, priority)))
-    yield messages
-    notifications.install(None)

@@ -23,7 +23,7 @@ from models import TaskLog
 from models.db import session_scope
 from novaq.exceptions import ConfigError
 from tests.factories import make_instance, make_settings
-from tests.unit.compute.periodic.conftest import Sent
+from tests.unit.compute.conftest import Sent
 
 D = dt.datetime
 

@@ -19,7 +19,7 @@ from models import VolumeUsage, utcnow
 from models.db import session_scope
 from novaq.exceptions import DomainNotFound
 from tests.factories import flavor_dict, host_resources, make_instance, make_settings
-from tests.unit.compute.periodic.conftest import Sent
+from tests.unit.compute.conftest import Sent
 from virt.driver import ComputeDriver
 from virt.fake import FakeDriver
 from virt.simulated import SimulatedHostDriver
