@@ -133,7 +133,7 @@ def test_models_db_makes_a_new_sqlite_database_and_its_wal_private(
         with session_scope(url) as session:
             session.execute(text("CREATE TABLE t (x INTEGER)"))
         assert (tmp_path / "db.sqlite-wal").exists()
-        for name in ("db.sqlite", "db.sqlite-wal", "db.sqlite-shm"):
+        for name in ("db.sqlite", "db.sqlite-wal", "db.sqlite-shm", "db.sqlite-gate"):
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
     finally:
         dispose_all()
