@@ -41,7 +41,8 @@ class Gate:
     NOTE: ``flock`` locks belong to an open file description, so the writers' side and
     the heartbeats' side each open the file (two descriptions: a heartbeat's exclusive
     lock then shuts out this process's own writers too), and each process opens it anew
-    (a description inherited through fork is shared with the parent)."""
+    (a description inherited through fork is shared with the parent: a child that
+    opened the gate through it would open its parent's; ``forget_inherited``)."""
 
     def __init__(self, database: str) -> None:
         self.path = f"{database}-gate"
@@ -56,11 +57,22 @@ class Gate:
         with self._lock:
             known = self._fds.get(side)
             if known is None or known[0] != pid:
-                # NOTE: the inherited descriptor (if any) is left open: closing it would
-                # drop a lock the parent holds through the same description.
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 known = self._fds[side] = (pid, fd)
             return known[1]
+
+    def forget_inherited(self) -> None:
+        """In a child just forked: close the descriptions inherited from the parent.
+
+        NOTE: a lock on a description lasts until the last descriptor of it is closed, so
+        a child that kept its parent's would keep the gate closed (writers slowed by
+        ``HOLD_S`` each) after a parent killed while it held it. Closing a copy does not
+        drop the parent's lock."""
+        for _pid, fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+        self._lock = threading.Lock()  # another thread may have held it at the fork
 
     def wait_until_open(self) -> None:
         """Return once no heartbeat holds the gate, or after ``HOLD_S`` at most."""
@@ -117,6 +129,16 @@ class ClosedGate:
 
 _GATES: dict[str, Gate] = {}
 _GATES_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _GATES_LOCK
+    _GATES_LOCK = threading.Lock()
+    for gate in _GATES.values():
+        gate.forget_inherited()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def gate_of(database: str | None) -> Gate | None:

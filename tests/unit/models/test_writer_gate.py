@@ -184,3 +184,33 @@ def test_an_in_memory_database_has_no_gate() -> None:
     assert gate_of(None) is None
     assert gate_of(":memory:") is None
     assert gate_of("/some/where.sqlite") is gate_of("/some/where.sqlite")
+
+
+def _die_holding_the_gate_with_a_child_alive(path: str, pid_file: str) -> None:
+    gate = gate_of(path.removesuffix("-gate"))
+    assert gate is not None
+    with gate.closed():
+        pid = os.fork()
+        if pid == 0:  # the child: lives on, as a pool child outlives a killed worker a while
+            time.sleep(60)  # killed by the test
+            os._exit(0)
+        Path(pid_file).write_text(str(pid))
+        os._exit(0)  # killed while it holds the gate: no LOCK_UN
+
+
+def test_a_process_that_dies_holding_the_gate_leaves_it_open_even_with_children_alive(
+    tmp_path: Path,
+) -> None:
+    path, pid_file = str(tmp_path / "db.sqlite-gate"), str(tmp_path / "orphan.pid")
+    parent = mp.get_context("fork").Process(
+        target=_die_holding_the_gate_with_a_child_alive, args=(path, pid_file)
+    )
+    parent.start()
+    # NOTE: not join(): the orphan inherited the sentinel that join() waits on.
+    _until(lambda: parent.exitcode is not None, "the holder dies")
+    orphan = int(Path(pid_file).read_text())
+    try:
+        os.kill(orphan, 0)  # still alive, with whatever it inherited
+        assert not _is_closed(path)
+    finally:
+        os.kill(orphan, 9)
