@@ -98,7 +98,9 @@ _HELD_ADDRESSES = (
 
 def _guest(session: Session, instance: Instance) -> GuestSpec:
     """The guest to spawn, read in begin's transaction (``Step.prepare``)."""
-    addresses = session.scalars(_HELD_ADDRESSES, {"uuid": instance.uuid}).all()
+    # NOTE: on the connection: no ORM result to build for a column of strings, and
+    # nothing pending in this transaction touches ``pci_devices`` (no flush needed).
+    addresses = session.connection().scalars(_HELD_ADDRESSES, {"uuid": instance.uuid}).all()
     return guest_spec(session, instance, tuple(addresses))
 
 
