@@ -98,7 +98,9 @@ _HELD_ADDRESSES = (
 
 def _guest(session: Session, instance: Instance) -> GuestSpec:
     """The guest to spawn, read in begin's transaction (``Step.prepare``)."""
-    addresses = session.scalars(_HELD_ADDRESSES, {"uuid": instance.uuid}).all()
+    # NOTE: on the connection: no ORM result to build for a column of strings, and
+    # nothing pending in this transaction touches ``pci_devices`` (no flush needed).
+    addresses = session.connection().scalars(_HELD_ADDRESSES, {"uuid": instance.uuid}).all()
     return guest_spec(session, instance, tuple(addresses))
 
 
@@ -299,7 +301,8 @@ def note_build_result(session: Session, host: str, succeeded: bool) -> None:
     """Nova's ``build_failed``/``build_succeeded``: a count of consecutive failed builds in
     the node's stats, read by the BuildFailureWeigher. (Nothing written when the count
     stays: a success on a host with none.)"""
-    for node_id, current in session.execute(_HOST_STATS, {"host": host}).all():
+    # NOTE: on the connection, as ``_guest``'s read: nothing pending touches the nodes.
+    for node_id, current in session.connection().execute(_HOST_STATS, {"host": host}).all():
         stats = dict(current or {})
         failed = 0 if succeeded else int(stats.get("failed_builds", 0)) + 1
         if stats.get("failed_builds", 0) != failed:

@@ -160,9 +160,33 @@ def emit(
     try:
         with sessions(read_only=True) as session:
             payload = _read_payload(session, instance_uuid, request_id)
-        _publisher(_message(event_type, payload, host, priority), priority)
     except Exception:  # noqa: BLE001 - a notification never fails the operation
         LOG.exception("Could not emit %s for %s", event_type, instance_uuid)
+        return
+    _send(event_type, payload, host, priority, instance_uuid)
+
+
+def _send(
+    event_type: str,
+    payload: dict[str, Any],
+    host: str | None,
+    priority: str,
+    instance_uuid: str | None = None,
+) -> bool:
+    """The one best-effort publish (``emit``, ``publish``, ``Notice.send``): False if it
+    failed (logged), True if sent or nothing installed."""
+    publisher = _publisher
+    if publisher is None:
+        return True
+    try:
+        publisher(_message(event_type, payload, host, priority), priority)
+    except Exception:  # noqa: BLE001 - a notification never fails the operation
+        if instance_uuid is None:
+            LOG.exception("Could not emit %s", event_type)
+        else:
+            LOG.exception("Could not emit %s for %s", event_type, instance_uuid)
+        return False
+    return True
 
 
 def _message(
@@ -183,14 +207,7 @@ def publish(
 ) -> bool:
     """Publish one versioned notification whose payload the caller built (``instance.exists``,
     ``volume.usage``). False if publishing failed (logged); True if sent or nothing installed."""
-    if _publisher is None:
-        return True
-    try:
-        _publisher(_message(event_type, payload, host, priority), priority)
-    except Exception:  # noqa: BLE001 - a notification never fails the operation
-        LOG.exception("Could not emit %s", event_type)
-        return False
-    return True
+    return _send(event_type, payload, host, priority)
 
 
 @dataclass(slots=True)
@@ -214,12 +231,8 @@ class Notice:
     def send(self) -> None:
         """Publish what was read, once (best effort, as ``emit``); nothing if nothing was."""
         payload, self.payload = self.payload, None
-        if payload is None or _publisher is None:
-            return
-        try:
-            _publisher(_message(self.event_type, payload, self.host, "INFO"), "INFO")
-        except Exception:  # noqa: BLE001 - a notification never fails the operation
-            LOG.exception("Could not emit %s for %s", self.event_type, self.instance_uuid)
+        if payload is not None:
+            _send(self.event_type, payload, self.host, "INFO", self.instance_uuid)
 
 
 @dataclass(frozen=True, slots=True)

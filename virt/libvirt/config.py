@@ -348,6 +348,17 @@ class LibvirtConfigGuest(LibvirtConfigObject):
     def hostdevs(self) -> tuple[LibvirtConfigGuestHostdevPCI, ...]:
         return tuple(d for d in self.devices if isinstance(d, LibvirtConfigGuestHostdevPCI))
 
+    @staticmethod
+    def pci_addresses_in(xml: str) -> tuple[str, ...]:
+        """``from_xml(xml).hostdevs``' addresses, reading only the ``<hostdev>`` elements
+        (issue 16: a guest's info read the whole domain at every spawn for them)."""
+        devices = etree.fromstring(xml.encode()).find("devices")
+        return tuple(
+            LibvirtConfigGuestHostdevPCI.from_element(child).address
+            for child in (devices if devices is not None else ())
+            if child.tag == "hostdev" and child.get("type") == "pci"
+        )
+
     @property
     def disks(self) -> tuple[LibvirtConfigGuestDisk, ...]:
         return tuple(d for d in self.devices if isinstance(d, LibvirtConfigGuestDisk))

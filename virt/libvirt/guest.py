@@ -125,7 +125,7 @@ class Guest:
 
     def pci_addresses(self) -> tuple[str, ...]:
         """Addresses (``0000:08:00.0``) of the host PCI devices passed to the guest."""
-        return tuple(hostdev.address for hostdev in self.get_config().hostdevs)
+        return LibvirtConfigGuest.pci_addresses_in(self.get_xml())
 
     def block_stats(self, disk: str) -> dict[str, int]:
         """I/O counters of one disk (target dev or source path) since the domain started;
@@ -148,7 +148,6 @@ class Guest:
 def guest_info(guest: Guest) -> GuestInfo:
     """The live view of ``guest``."""
     xml = guest.get_xml()
-    config = LibvirtConfigGuest.from_xml(xml)
     vcpus, memory_mb = guest.get_resources()
     return GuestInfo(
         uuid=guest.uuid,
@@ -156,7 +155,7 @@ def guest_info(guest: Guest) -> GuestInfo:
         power_state=guest.get_power_state(),
         vcpus=vcpus,
         memory_mb=memory_mb,
-        pci_addresses=tuple(hostdev.address for hostdev in config.hostdevs),
+        pci_addresses=LibvirtConfigGuest.pci_addresses_in(xml),
         xml=xml,
     )
 

@@ -8,7 +8,8 @@ an overlay of ``_base/ephemeral_<GiB>_<fs hash>``, a raw file formatted as Nova 
 it (vfat labelled ``ephemeral0``, ext4 for ``os_type=linux``, ntfs for ``windows``);
 ``disk.swap`` when it has swap MiB, an overlay of ``_base/swap_<MiB>`` (mkswap). With
 ``use_cow_images`` off each disk is instead a standalone qcow2 copy of its base, grown
-to size. ``disk.info`` lists each disk and its format.
+to size. ``disk.info`` lists each disk and its format. An overlay of a kind already made
+(same base, format and size) is a copy of that one's bytes (``virt.libvirt.overlays``).
 
 Differs from Nova, and why: without copy-on-write Nova's Flat backend keeps raw files;
 novaq keeps qcow2 (a full copy, no backing file) so every disk has one format whatever
@@ -36,6 +37,7 @@ from virt.driver import GuestSpec, ImageSpec
 from virt.libvirt import qemu_img
 from virt.libvirt.base_info import BaseInfoCache
 from virt.libvirt.imagecache import ImageCache
+from virt.libvirt.overlays import OverlayMaker
 
 LOG = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class ImageBackend:
         self.cache = cache
         self.options = options
         self._base_info = BaseInfoCache()
+        self._overlays = OverlayMaker()
 
     # -- bases --------------------------------------------------------------
 
@@ -144,7 +147,7 @@ class ImageBackend:
         if path.exists():
             return
         if self.options.use_cow_images:
-            _atomically(path, lambda tmp: qemu_img.create(tmp, size, base, base_format))
+            _atomically(path, lambda tmp: self._overlays.create(tmp, size, base, base_format))
             return
 
         def copy(tmp: Path) -> None:

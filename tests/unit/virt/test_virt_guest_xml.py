@@ -253,6 +253,21 @@ def test_config_round_trips(gpu_spec: GuestSpec) -> None:
     assert LibvirtConfigGuest.from_xml(config.to_xml()) == config
 
 
+@pytest.mark.parametrize("golden", sorted(GOLDEN_DIR.glob("guest_*.xml")), ids=lambda p: p.stem)
+def test_the_pci_addresses_in_a_domain_are_its_configs_hostdevs(golden: Path) -> None:
+    xml = golden.read_text(encoding="utf-8")
+
+    addresses = LibvirtConfigGuest.pci_addresses_in(xml)
+
+    assert addresses == tuple(h.address for h in LibvirtConfigGuest.from_xml(xml).hostdevs)
+
+
+def test_the_pci_addresses_in_the_two_gpu_domain_are_in_device_order() -> None:
+    xml = (GOLDEN_DIR / "guest_two_gpus.xml").read_text(encoding="utf-8")
+
+    assert LibvirtConfigGuest.pci_addresses_in(xml) == ("0000:08:00.0", "0000:88:00.0")
+
+
 @pytest.mark.parametrize("address", ["0000:08:00.0", "0001:ff:1f.7", "0000:3b:00.1"])
 def test_hostdev_address_round_trips(address: str) -> None:
     hostdev = LibvirtConfigGuestHostdevPCI.from_address(address)

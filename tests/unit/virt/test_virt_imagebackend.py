@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,10 +205,11 @@ def test_a_missing_qemu_img_is_a_clear_error_and_keeps_the_cached_base(
     monkeypatch.setenv("PATH", str(empty))
 
     with pytest.raises(DiskCommandError, match="qemu-img is not installed") as raised:
-        driver.spawn(_spec(image, n=1))
+        driver.spawn(_spec(image, n=1, root_gb=2))
 
     # The base's info was asked at the first spawn (``virt.libvirt.base_info``): the
-    # first tool the second one runs is the overlay's create.
+    # first tool the second one runs is the create of an overlay of a new size (one of
+    # the first's size is a copy of it: ``virt.libvirt.overlays``).
     assert "qemu-img create -q -f qcow2" in str(raised.value)
     assert not (driver.instances_path / UUIDS[1]).exists()
     assert _base(driver, image).is_file()
@@ -297,3 +299,38 @@ def test_a_base_files_info_is_asked_once_until_the_file_is_replaced(
     driver.spawn(_spec(image, n=2))
     assert asked.count(base) == 2
     assert qemu_img_info(driver.instances_path / UUIDS[2] / "disk")["virtual-size"] == GIB
+
+
+# -- overlays of a kind already made ---------------------------------------------------------
+
+
+def test_an_overlay_of_a_kind_already_made_is_qemu_imgs_bytes_without_running_it(
+    driver: LibvirtDriver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created: list[Path] = []
+    real_create = qemu_img.create
+
+    def counting_create(path: Path, *args: Any) -> None:
+        created.append(path)
+        real_create(path, *args)
+
+    monkeypatch.setattr(qemu_img, "create", counting_create)
+    image = make_raw_image(tmp_path / "store")
+    driver.spawn(_spec(image, n=0))
+    driver.spawn(_spec(image, n=1))
+    assert len(created) == 1
+    first, second = (driver.instances_path / UUIDS[n] / "disk" for n in (0, 1))
+    assert second.read_bytes() == first.read_bytes()
+    assert oct(second.stat().st_mode & 0o777) == oct(first.stat().st_mode & 0o777)
+    overlay, base = qemu_img_info(second, chain=True)
+    assert (overlay["format"], overlay["virtual-size"]) == ("qcow2", GIB)
+    assert base["filename"] == str(_base(driver, image))
+
+    # Another size, or a base fetched again (a new file), is qemu-img's to make again.
+    driver.spawn(_spec(image, n=2, root_gb=2))
+    replacement = _base(driver, image).with_name(".replacement")
+    replacement.write_bytes(_base(driver, image).read_bytes())
+    os.replace(replacement, _base(driver, image))
+    driver.spawn(_spec(image, n=3))
+    assert len(created) == 3
+    assert qemu_img_info(driver.instances_path / UUIDS[2] / "disk")["virtual-size"] == 2 * GIB
