@@ -508,7 +508,7 @@ def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts
         before_sleep=before_sleep_log(LOG, logging.DEBUG),
         reraise=True,
     )
-    return after_first_try(retrying, once, first)
+    return after_first_try(retrying, first, once)
 
 
 @dataclass(frozen=True, slots=True)

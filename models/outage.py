@@ -110,7 +110,7 @@ def ride_out(fn: Callable[[], T], what: str) -> T:
         return fn()
     except DatabaseUnavailable as exc:
         first = exc
-    return after_first_try(_retrying(budget, what), fn, first)
+    return after_first_try(_retrying(budget, what), first, fn)
 
 
 def _retrying(budget: _Budget, what: str) -> Retrying:

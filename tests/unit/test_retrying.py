@@ -42,7 +42,7 @@ def test_the_first_failure_counts_as_the_first_attempt() -> None:
     except ConnectionError as exc:
         first = exc
     slept: list[int] = []
-    assert after_first_try(_retrying(5, slept), flaky, first) == "answer"
+    assert after_first_try(_retrying(5, slept), first, flaky) == "answer"
     assert flaky.calls == 3 and slept == [1, 2]  # a wait after each failed try
 
 
@@ -54,5 +54,5 @@ def test_the_attempts_include_the_first_try() -> None:
         first = exc
     slept: list[int] = []
     with pytest.raises(ConnectionError, match=r"down \(3\)"):
-        after_first_try(_retrying(3, slept), flaky, first)
+        after_first_try(_retrying(3, slept), first, flaky)
     assert flaky.calls == 3 and slept == [1, 2]
