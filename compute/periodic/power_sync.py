@@ -66,8 +66,6 @@ LOG = logging.getLogger(__name__)
 STOP, FORCE_STOP = "stop", "force_stop"
 WARN_PAUSED, WARN_MISSING, WARN_DELETED = "warn_paused", "warn_missing", "warn_deleted"
 IN_SYNC, PENDING_TASK, MOVED, GONE, FAILED = "in_sync", "pending_task", "moved", "gone", "failed"
-#: A lifecycle event the guest has moved on from (``sync_instance``'s ``event_power_state``).
-STALE = "stale"
 OUTCOMES = (
     STOP,
     FORCE_STOP,
@@ -166,9 +164,9 @@ def _instances_of(session: Session, host: str) -> list[str]:
     )
 
 
-def _sync_safely(ctx: PeriodicContext, uuid: str, event_power_state: int | None = None) -> _Synced:
+def _sync_safely(ctx: PeriodicContext, uuid: str) -> _Synced:
     try:
-        return _sync_one(ctx, uuid, event_power_state)
+        return _sync_one(ctx, uuid)
     except Exception:  # noqa: BLE001 - one instance must not end the pass (as Nova)
         LOG.exception(
             "Periodic sync_power_state task had an error while processing instance %s on %s.",
@@ -178,33 +176,18 @@ def _sync_safely(ctx: PeriodicContext, uuid: str, event_power_state: int | None 
         return _Synced(FAILED)
 
 
-def sync_instance(ctx: PeriodicContext, uuid: str, event_power_state: int | None = None) -> str:
+def sync_instance(ctx: PeriodicContext, uuid: str) -> str:
     """Nova's ``_sync_instance_power_state`` for one instance, as the pass does it (the
-    lifecycle-event handler's entry); returns the outcome. ``event_power_state``: the
-    power state a lifecycle event implies; when the guest's differs now, the event is
-    ``STALE`` (a later change happened) and changes nothing."""
-    return _sync_safely(ctx, uuid, event_power_state).outcome
+    lifecycle-event handler's entry); returns the outcome."""
+    return _sync_safely(ctx, uuid).outcome
 
 
-def _sync_one(ctx: PeriodicContext, uuid: str, event_power_state: int | None = None) -> _Synced:
-    """Nova's ``_query_driver_power_state_and_sync`` for one instance.
-
-    NOTE: the database's first look comes before the hypervisor is asked, for an event
-    too: most events (every boot's Started) find a task in flight, and asking costs a
-    parse of the guest's whole domain XML."""
+def _sync_one(ctx: PeriodicContext, uuid: str) -> _Synced:
+    """Nova's ``_query_driver_power_state_and_sync`` for one instance."""
     seen = _first_look(ctx, uuid)
     if isinstance(seen, str):
         return _Synced(seen)
-    vm_power_state = _guest_power_state(ctx, uuid, event_power_state)
-    if event_power_state is not None and vm_power_state != event_power_state:
-        LOG.debug(
-            "Instance %s on %s: %s event is stale, the guest is %s now",
-            uuid,
-            ctx.host,
-            power_state.NAMES.get(event_power_state, str(event_power_state)),
-            power_state.NAMES.get(vm_power_state, str(vm_power_state)),
-        )
-        return _Synced(STALE)
+    vm_power_state = guest_power_state(ctx.hypervisor, uuid)
     if vm_power_state == seen.power_state and decide(seen.vm_state, vm_power_state) == IN_SYNC:
         # NOTE: in step as first read, nothing to write nor to ask: Nova's ``refresh`` would
         # only find the same or, had a request begun since, leave the instance alone too.
@@ -222,18 +205,6 @@ def _sync_one(ctx: PeriodicContext, uuid: str, event_power_state: int | None = N
     else:
         _log(outcome, uuid, ctx.host)
     return _Synced(outcome, updated)
-
-
-def _guest_power_state(ctx: PeriodicContext, uuid: str, event_power_state: int | None) -> int:
-    """The guest's power state. For an event, a hypervisor that cannot answer makes it
-    NOSTATE (the event stale, unless it says NOSTATE: then asked again, and its error
-    raised, as for the pass)."""
-    if event_power_state is None:
-        return guest_power_state(ctx.hypervisor, uuid)
-    current = guest_power_state(ctx.hypervisor, uuid, quiet=True)
-    if current == power_state.NOSTATE == event_power_state:
-        return guest_power_state(ctx.hypervisor, uuid)
-    return current
 
 
 @dataclass(frozen=True, slots=True)
