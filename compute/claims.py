@@ -53,6 +53,7 @@ from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
 from models.flavor import FlavorSnapshot
 from models.pci_device import ALLOCATED, CLAIMED
 from novaq.exceptions import GenerationConflict, NoValidHost, ResourcesUnavailable
+from novaq.retrying import after_first_try
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -492,6 +493,14 @@ def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts
         with sessions() as session:
             return work(session)
 
+    # The first try bare: a ``Retrying`` is built only after a conflict (issue 16: every
+    # claim comes through here, and almost every one succeeds at once).
+    try:
+        return once()
+    except RETRYABLE as exc:
+        if attempts <= 1:
+            raise
+        first = exc
     retrying = Retrying(
         retry=retry_if_exception_type(RETRYABLE),
         stop=stop_after_attempt(attempts),
@@ -499,7 +508,7 @@ def retry_on_conflict(sessions: Sessions, work: Callable[[Session], T], attempts
         before_sleep=before_sleep_log(LOG, logging.DEBUG),
         reraise=True,
     )
-    return retrying(once)
+    return after_first_try(retrying, first, once)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,13 +81,6 @@ def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
     """One more delivery: (the count now, whether a former delivery's row was there)."""
     first = 2 if delivery.redelivered else 1
     now = utcnow()
-    again = {
-        "attempts": TaskDelivery.attempts + 1,
-        "last_at": now,
-        "worker": delivery.worker,
-        "host": delivery.host,
-        "orphaned_at": None,
-    }
     new = {
         "task_id": delivery.task_id,
         "task_name": delivery.task_name,
@@ -101,6 +94,20 @@ def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
         params = {f"p_{key}": value for key, value in new.items()}
         attempts, last_at = session.execute(upsert, params).one()
         return int(attempts), last_at is not None  # (a first row has no last_at)
+    return _count_apart(session, delivery, new)
+
+
+def _count_apart(session: Session, delivery: Delivery, new: dict[str, Any]) -> tuple[int, bool]:
+    """``_count`` where the dialect has no upsert: an UPDATE, then an INSERT in a
+    savepoint. (Its statements are built here, not in ``_count``: building them cost
+    more than the upsert that runs instead everywhere else.)"""
+    again = {
+        "attempts": TaskDelivery.attempts + 1,
+        "last_at": new["first_at"],
+        "worker": delivery.worker,
+        "host": delivery.host,
+        "orphaned_at": None,
+    }
     mine = (TaskDelivery.task_id == delivery.task_id) & (
         TaskDelivery.task_name == delivery.task_name
     )
@@ -110,7 +117,7 @@ def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
         try:
             with session.begin_nested():
                 session.execute(insert(TaskDelivery).values(**new))
-            return first, False
+            return int(new["attempts"]), False
         except IntegrityError:  # another delivery inserted it meanwhile: count on it
             continue
     raise RuntimeError(f"could not count the delivery of {delivery.task_name}[{delivery.task_id}]")

@@ -89,12 +89,12 @@ def _text(name: str) -> Any:
 _REDELIVERED = (
     update(_TABLE)
     .where(
-        StepRecord.task_id == _text("p_task_id"),
-        StepRecord.instance_uuid.in_(bindparam("p_uuids", type_=String(), expanding=True)),
+        _TABLE.c.task_id == _text("p_task_id"),
+        _TABLE.c.instance_uuid.in_(bindparam("p_uuids", type_=String(), expanding=True)),
     )
     .values(
-        deliveries=StepRecord.deliveries + 1,
-        delivery_log=StepRecord.delivery_log + _text("p_line"),
+        deliveries=_TABLE.c.deliveries + 1,
+        delivery_log=_TABLE.c.delivery_log + _text("p_line"),
         worker=_text("p_worker"),
         host=_text("p_host"),
         queue=_text("p_queue"),
@@ -168,20 +168,27 @@ def _first_params(start: StepStart, now: dt.datetime, line: str) -> dict[str, An
     }
 
 
+_INSTANCES: Table = Instance.__table__  # type: ignore[assignment]
+
+
 def _now_of(column: Any) -> Any:
-    return select(column).where(Instance.uuid == StepRecord.instance_uuid).scalar_subquery()
+    return select(column).where(_INSTANCES.c.uuid == _TABLE.c.instance_uuid).scalar_subquery()
 
 
+#: NOTE: the tables' columns, not the mapped classes' attributes, here and in
+#: ``_REDELIVERED``: an UPDATE whose criteria name a mapped attribute runs as the ORM's
+#: bulk UPDATE (its compile state, the session's synchronisation), about 110 µs more
+#: per step for the same SQL.
 _ENDED = (
     update(_TABLE)
-    .where(StepRecord.task_id == _text("p_task_id"))
+    .where(_TABLE.c.task_id == _text("p_task_id"))
     .values(
         ended_at=bindparam("p_ended_at", type_=_TABLE.c.ended_at.type),
         outcome=bindparam("p_outcome", type_=_TABLE.c.outcome.type),
         detail=bindparam("p_detail", type_=_TABLE.c.detail.type),
-        vm_state_after=_now_of(Instance.vm_state),
-        task_state_after=_now_of(Instance.task_state),
-        power_state_after=_now_of(Instance.power_state),
+        vm_state_after=_now_of(_INSTANCES.c.vm_state),
+        task_state_after=_now_of(_INSTANCES.c.task_state),
+        power_state_after=_now_of(_INSTANCES.c.power_state),
     )
 )
 

@@ -22,7 +22,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
+
 from novaq.exceptions import DatabaseUnavailable
+from novaq.retrying import after_first_try
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -96,32 +99,43 @@ def ride_out(fn: Callable[[], T], what: str) -> T:
     The waits double from ``first_wait_s`` up to ``max_wait_s``, and the last one lands
     on the deadline, not past it; each is logged with the error that caused it.
 
-    NOTE: a plain loop, not a ``tenacity.Retrying``: every transaction of every task
-    comes through here (``models.db.session_scope``), and building a ``Retrying`` per
-    call cost more CPU than the transaction's own Python; the database almost always
-    answers the first try."""
+    NOTE: the first try is a plain call, and the ``tenacity.Retrying`` built only after
+    it failed: every transaction of every task comes through here
+    (``models.db.session_scope``), building a ``Retrying`` per call cost more CPU than
+    the transaction's own Python, and the database almost always answers the first try."""
     budget = _BUDGET.get()
     if budget is None or budget.remaining_s() <= 0:
         return fn()
-    attempt = 0
-    while True:
-        try:
-            return fn()
-        except DatabaseUnavailable as exc:
-            attempt += 1
-            remaining = budget.remaining_s()
-            if remaining <= 0:
-                raise
-            sleep = min(_backoff_s(budget.patience, attempt), remaining)
-            LOG.warning(
-                "%s%s: %s; trying again in %.1f s (waiting at most %.0f s more)",
-                f"{budget.owner}: " if budget.owner else "",
-                what,
-                exc,
-                sleep,
-                remaining,
-            )
-            time.sleep(sleep)
+    try:
+        return fn()
+    except DatabaseUnavailable as exc:
+        first = exc
+    return after_first_try(_retrying(budget, what), first, fn)
+
+
+def _retrying(budget: _Budget, what: str) -> Retrying:
+    """Tries of ``what`` after a ``DatabaseUnavailable`` until ``budget``'s deadline."""
+
+    def wait(state: RetryCallState) -> float:
+        return min(_backoff_s(budget.patience, state.attempt_number), budget.remaining_s())
+
+    def log(state: RetryCallState) -> None:
+        LOG.warning(
+            "%s%s: %s; trying again in %.1f s (waiting at most %.0f s more)",
+            f"{budget.owner}: " if budget.owner else "",
+            what,
+            state.outcome.exception() if state.outcome is not None else None,
+            state.upcoming_sleep,
+            budget.remaining_s(),
+        )
+
+    return Retrying(
+        retry=retry_if_exception_type(DatabaseUnavailable),
+        stop=lambda state: budget.remaining_s() <= 0,
+        wait=wait,
+        before_sleep=log,
+        reraise=True,
+    )
 
 
 def _backoff_s(patience: Patience, attempt: int) -> float:

@@ -32,6 +32,7 @@ from compute.sessions import Sessions, sessions_for
 from novaq import fault_points
 from novaq.celery_app import app
 from novaq.exceptions import ServiceUnavailable
+from novaq.retrying import after_first_try
 from novaq.settings import get_settings
 
 LOG = logging.getLogger(__name__)
@@ -159,6 +160,21 @@ def send(signature: Signature, record: bool = True, recorded: Recorded | None = 
     if recorded is None:
         recorded = _record(signature) if record else Recorded()
     errors = broker_errors()
+    try:
+        return _publish_with_retries(signature, errors)
+    except errors as exc:
+        _forget(recorded)
+        raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+
+
+def _publish_with_retries(signature: Signature, errors: tuple[type[BaseException], ...]) -> Any:
+    """``_publish_once`` up to ``PUBLISH_ATTEMPTS`` times. The first try is a plain call:
+    a ``Retrying`` is built only after it failed (issue 16: every step's publish and
+    every API call comes through here)."""
+    try:
+        return _publish_once(signature)
+    except errors as exc:
+        first = exc
     retrying = Retrying(
         stop=stop_after_attempt(PUBLISH_ATTEMPTS),
         wait=wait_exponential(multiplier=PUBLISH_BACKOFF_S, max=PUBLISH_BACKOFF_MAX_S),
@@ -166,11 +182,7 @@ def send(signature: Signature, record: bool = True, recorded: Recorded | None = 
         before_sleep=before_sleep_log(LOG, logging.WARNING),
         reraise=True,
     )
-    try:
-        return retrying(_publish_once, signature)
-    except errors as exc:
-        _forget(recorded)
-        raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+    return after_first_try(retrying, first, _publish_once, signature)
 
 
 def _message(signature: Signature) -> in_flight.Message:

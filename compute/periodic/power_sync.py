@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.instance_state import cas_update, get_instance
@@ -216,9 +216,11 @@ class _Seen:
 
 
 #: The first look's columns of a live instance (``:uuid``).
+_INSTANCES: Table = Instance.__table__  # type: ignore[assignment]
+#: On the table's columns: the same SQL without the ORM's compile state and result.
 _FIRST_LOOK = select(
-    Instance.task_state, Instance.host, Instance.vm_state, Instance.power_state
-).where(Instance.uuid == bindparam("uuid"), Instance.deleted == 0)
+    _INSTANCES.c.task_state, _INSTANCES.c.host, _INSTANCES.c.vm_state, _INSTANCES.c.power_state
+).where(_INSTANCES.c.uuid == bindparam("uuid"), _INSTANCES.c.deleted == 0)
 
 
 def _first_look(ctx: PeriodicContext, uuid: str) -> _Seen | str:
