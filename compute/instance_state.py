@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import Any, NoReturn, cast
+from typing import Any, Final, NoReturn
 
-from sqlalchemy import ColumnElement, Table, Update, bindparam, or_, select, update
+from sqlalchemy import ClauseElement, ColumnElement, Update, bindparam, inspect, or_, select, update
 from sqlalchemy.orm import Session
 
 from compute.fresh_claim import Placing
 from models import Instance, utcnow
+from models.tables import table_of
 from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
 
 
@@ -51,21 +52,85 @@ def cas_update(
     expected_vm_state: Iterable[str] | _Unchecked = _ANY,
     **values: Any,
 ) -> None:
-    """Update the instance only if its task_state / vm_state are among the expected ones."""
-    query = update(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)
-    if not isinstance(expected_task_state, _Unchecked):
-        expected = list(expected_task_state)
-        named = [s for s in expected if s is not None]
-        clause: ColumnElement[bool] = Instance.task_state.in_(named)
-        if None in expected:
-            clause = or_(clause, Instance.task_state.is_(None))
-        query = query.where(clause)
-    if not isinstance(expected_vm_state, _Unchecked):
-        query = query.where(Instance.vm_state.in_(list(expected_vm_state)))
+    """Update the instance only if its task_state / vm_state are among the expected ones.
+
+    The UPDATE is built once per shape (the expected states, the columns written) and run
+    with the values as parameters: building it cost about five times what running it
+    costs (issue 16: two per step). A value that is an SQL expression is part of the
+    statement, not a parameter: that UPDATE is built for the call."""
     values.setdefault("updated_at", utcnow())
-    result = session.execute(query.values(**values).execution_options(synchronize_session=False))
+    tasks = _expected(expected_task_state)
+    vms = _expected(expected_vm_state)
+    statement = _cas_statement(tasks, vms, tuple(sorted(values)), _has_expression(values))
+    if statement is None:
+        statement = _build_cas(tasks, vms, values)
+        params: dict[str, Any] = {"c_uuid": uuid}
+    else:
+        params = {f"v_{key}": value for key, value in values.items()}
+        params["c_uuid"] = uuid
+    # The ORM's pending writes first, as an ORM statement's autoflush did: a pending
+    # write flushed at the commit would land after the compare-and-swap, not before.
+    session.flush()
+    result = session.execute(statement, params)
     if result.rowcount != 1:  # type: ignore[attr-defined]
-        _refused(session, uuid, expected_task_state, expected_vm_state)
+        _refused(session, uuid, _ANY if tasks is None else tasks, _ANY if vms is None else vms)
+
+
+def _expected(states: Iterable[Any] | _Unchecked) -> tuple[Any, ...] | None:
+    """The expected states as a key of the statement's shape; None: not checked."""
+    return None if isinstance(states, _Unchecked) else tuple(states)
+
+
+def _has_expression(values: dict[str, Any]) -> bool:
+    return any(isinstance(value, ClauseElement) for value in values.values())
+
+
+_INSTANCES: Final = table_of(Instance)
+#: The instance's columns by attribute name (what ``cas_update``'s keywords name).
+_COLUMNS: Final = dict(inspect(Instance).columns.items())
+
+
+@functools.cache
+def _cas_statement(
+    tasks: tuple[str | None, ...] | None,
+    vms: tuple[str, ...] | None,
+    keys: tuple[str, ...],
+    expression: bool,
+) -> Update | None:
+    """The compare-and-swap of one shape, every value a parameter ``v_<key>``; None when
+    a value is an expression (or a key no column of the table: the ORM's statement then
+    says what is wrong, as before)."""
+    if expression or not all(key in _COLUMNS for key in keys):
+        return None
+    return _where(update(_INSTANCES), tasks, vms).values(
+        {_COLUMNS[key]: bindparam(f"v_{key}", type_=_COLUMNS[key].type) for key in keys}
+    )
+
+
+def _build_cas(
+    tasks: tuple[str | None, ...] | None, vms: tuple[str, ...] | None, values: dict[str, Any]
+) -> Update:
+    """The compare-and-swap of values that hold an expression, built for the call."""
+    statement = _where(update(Instance), tasks, vms).values(**values)
+    return statement.execution_options(synchronize_session=False)
+
+
+def _where(
+    statement: Update, tasks: tuple[str | None, ...] | None, vms: tuple[str, ...] | None
+) -> Update:
+    column = _INSTANCES.c
+    statement = statement.where(
+        column.uuid == bindparam("c_uuid", type_=column.uuid.type), column.deleted == 0
+    )
+    if tasks is not None:
+        named = [state for state in tasks if state is not None]
+        clause: ColumnElement[bool] = column.task_state.in_(named)
+        if None in tasks:
+            clause = or_(clause, column.task_state.is_(None))
+        statement = statement.where(clause)
+    if vms is not None:
+        statement = statement.where(column.vm_state.in_(list(vms)))
+    return statement
 
 
 def place(
@@ -107,7 +172,7 @@ def _place_params(
 
 @functools.cache
 def _place_statement(returning: bool) -> Update:
-    table = cast(Table, Instance.__table__)
+    table = _INSTANCES
     column = table.c
     statement = (
         update(table)
