@@ -14,14 +14,13 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar, cast
+from typing import Final, Generic, TypeVar
 
 from sqlalchemy import (
     Insert,
     Integer,
     Select,
     String,
-    Table,
     Update,
     bindparam,
     case,
@@ -52,6 +51,7 @@ from models import Allocation, ComputeNode, PciDevice
 from models.allocation import DISK_GB, MEMORY_MB, RESOURCE_CLASSES, VCPU
 from models.flavor import FlavorSnapshot
 from models.pci_device import ALLOCATED, CLAIMED
+from models.tables import table_of
 from novaq.exceptions import GenerationConflict, NoValidHost, ResourcesUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -193,8 +193,8 @@ def store_usage(
 #: The node's columns derived from its allocations.
 _USAGE_COLUMNS = USAGE_COLUMNS
 #: The tables the usage compare-and-swap and the release write, as Core statements.
-_NODES: Final = cast(Table, ComputeNode.__table__)
-_ALLOCATIONS: Final = cast(Table, Allocation.__table__)
+_NODES: Final = table_of(ComputeNode)
+_ALLOCATIONS: Final = table_of(Allocation)
 
 
 def _usage_values(node: ComputeNode, usage: Mapping[str, int], consumers: int) -> dict[str, int]:
@@ -334,7 +334,7 @@ def _claim_in_one_statement(
 def _insert_allocations() -> Insert:
     # NOTE: Core, on the table: the ORM's bulk insert of the same rows cost a claim more
     # than the statement's round trip (it sorts and splits them by mapper first).
-    return insert(Allocation.__table__)  # type: ignore[arg-type]
+    return insert(_ALLOCATIONS)
 
 
 #: The resource class of the row that counts a consumer's PCI devices in ``_claim_view``.

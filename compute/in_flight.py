@@ -42,9 +42,9 @@ import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final
 
-from sqlalchemy import Table, case, delete, insert, select, update
+from sqlalchemy import case, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -52,6 +52,7 @@ from sqlalchemy.orm import Session
 from compute.servicegroup import is_up
 from compute.sessions import Sessions
 from models import Instance, OperationInFlight, Service, TaskDelivery, utcnow
+from models.tables import table_of
 from novaq.exceptions import NovaqError
 from novaq.settings import Settings
 
@@ -68,7 +69,7 @@ class OperationLost(NovaqError):
 #: statements on the table rather than the mapped class are the same SQL without the
 #: ORM's bulk-persistence pass (about 70 us each); the ORM's pending writes are flushed
 #: before them, as an ORM statement's autoflush did.
-_RECORDS: Final = cast(Table, OperationInFlight.__table__)
+_RECORDS: Final = table_of(OperationInFlight)
 
 
 # -- messages -------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def _resent(request_id: str) -> Any:
 
 
 def _task_state_of_record() -> Any:
-    instances = cast(Table, Instance.__table__).c
+    instances = table_of(Instance).c
     return (
         select(instances.task_state)
         .where(instances.uuid == _RECORDS.c.instance_uuid)

@@ -14,13 +14,14 @@ import datetime as dt
 import functools
 import traceback as tb_module
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Insert, Select, Table, Update, bindparam, func, insert, select, update
+from sqlalchemy import Insert, Select, Update, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from compute.sessions import Sessions
 from models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
+from models.tables import table_of
 from novaq.exceptions import NovaqError
 
 SUCCESS = "Success"
@@ -95,7 +96,7 @@ def start_event(
 @functools.cache
 def _start_event_statement() -> Insert:
     """One INSERT ... SELECT: the event row under the request's latest action, if any."""
-    table = _table(InstanceActionEvent)
+    table = table_of(InstanceActionEvent)
     columns = table.c
     latest = (
         select(
@@ -157,7 +158,7 @@ def _finish_event_statement() -> Update:
 
     NOTE: on the table, not the mapped class: the same SQL without the ORM's bulk-update
     pass (about 70 us a statement, twice in every step's finish)."""
-    table = _table(InstanceActionEvent)
+    table = table_of(InstanceActionEvent)
     return (
         update(table)
         .where(table.c.id == bindparam("b_event_id"))
@@ -182,12 +183,8 @@ def _end_action_statement(error: bool, finish: bool) -> Update | None:
         values["finish_time"] = bindparam("b_finish_time")
     if not values:
         return None
-    table = _table(InstanceAction)
+    table = table_of(InstanceAction)
     return update(table).where(table.c.id == bindparam("b_action_id")).values(**values)
-
-
-def _table(model: type[Any]) -> Table:
-    return cast(Table, model.__table__)
 
 
 def close_open_events(session: Session, instance_uuid: str, exc: BaseException) -> int:
