@@ -15,6 +15,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
+from compute import notifications
 from compute.claims import release, retry_on_conflict
 from compute.instance_state import get_instance
 from compute.moves import drop_moves
@@ -102,14 +103,44 @@ TERMINATE = Step(
 )
 
 
-def terminate_instance(ctx: StepContext, instance_uuid: str) -> str:
+def terminate_instance(
+    ctx: StepContext, instance_uuid: str, notification: str | None = None
+) -> str:
     """Destroy and undefine the guest, release the allocations, soft-delete the row.
-    Idempotent: a redelivered terminate finds the row deleted and returns ``skipped``."""
-    outcome = run_step(ctx, TERMINATE, instance_uuid)
+    Idempotent: a redelivered terminate finds the row deleted and returns ``skipped``.
+
+    ``notification``: Nova's ``instance.<notification>.start`` (every delivery), ``.end``
+    and ``.error`` (a failure); the first two read in the step's own transactions
+    (``run_step``'s ``notices``), ``.end`` of a run that did not finish (skipped,
+    superseded) in one of its own, as it was sent after every run."""
+    notices = None
+    if notification is not None:
+        notices = notifications.step_notices(notification, instance_uuid, ctx.host, ctx.request_id)
+    try:
+        outcome = run_step(ctx, TERMINATE, instance_uuid, notices=notices)
+    except Exception:
+        _notify(ctx, notification, instance_uuid, "error", "ERROR")
+        raise
     if outcome != DONE:
+        _notify(ctx, notification, instance_uuid, "end")
         return outcome
     LOG.info("Instance %s deleted on %s", instance_uuid, ctx.host)
     return DONE_OUTCOME
+
+
+def _notify(
+    ctx: StepContext,
+    notification: str | None,
+    instance_uuid: str,
+    phase: str,
+    priority: str = "INFO",
+) -> None:
+    """``instance.<notification>.<phase>`` read in a transaction of its own."""
+    if notification is not None:
+        event_type = f"instance.{notification}.{phase}"
+        notifications.emit(
+            ctx.sessions, event_type, instance_uuid, ctx.host, ctx.request_id, priority
+        )
 
 
 def release_and_mark(
