@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest, move_consumer, release
@@ -113,6 +113,15 @@ def pop_old_vm_state(instance: Instance) -> None:
     instance.old_vm_state = None
 
 
+#: The ids of an instance's unfinished moves (``drop_moves``), built once: the ORM's
+#: load of the (almost always no) migrations cost a delete about 1 ms.
+_MOVING = (
+    select(Migration.id)
+    .where(Migration.instance_uuid == bindparam("uuid"), Migration.status.in_(IN_PROGRESS))
+    .order_by(Migration.id)
+)
+
+
 def drop_moves(session: Session, instance_uuid: str) -> None:
     """A deleted server ends its moves: what their migrations hold is released.
 
@@ -129,11 +138,10 @@ def drop_moves(session: Session, instance_uuid: str) -> None:
     unacked until the visibility timeout would leave the server in ``deleting``); the
     source's periodic pass is the durable cleanup.
     """
-    for migration in session.scalars(
-        select(Migration).where(
-            Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS)
-        )
-    ):
+    moving = session.scalars(_MOVING, {"uuid": instance_uuid}).all()
+    if not moving:
+        return  # every delete of a server that is not moving: one plain SELECT, no ORM load
+    for migration in session.scalars(select(Migration).where(Migration.id.in_(moving))):
         release(session, migration.uuid)
         same_host = migration.source_compute == migration.dest_compute
         confirmed = migration.status in UNCONFIRMED and same_host
