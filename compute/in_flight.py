@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import case, delete, insert, select, update
+from sqlalchemy import Delete, Update, bindparam, case, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -182,11 +182,8 @@ def record(
         return
     if replacing and uuids:
         session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
-        replaced = session.execute(
-            update(_RECORDS)
-            .where(_RECORDS.c.instance_uuid.in_(uuids))
-            .values(resent=_resent(request_id), task_state=_task_state_of_record(), **values)
-        )
+        params = {f"r_{key}": value for key, value in values.items()}
+        replaced = session.execute(_replace_statement(), {"r_uuids": uuids, **params})
         if replaced.rowcount == len(uuids):  # type: ignore[attr-defined]
             return
     for uuid in uuids:
@@ -210,6 +207,30 @@ def _insert_created(
         ]
         session.flush()
         session.execute(insert(_RECORDS), rows)
+
+
+#: The columns every write of a record sets (``record``'s ``values``).
+_WRITTEN = ("request_id", "message", "task_id", "updated_at", "host_down_since")
+
+
+@functools.cache
+def _replace_statement() -> Update:
+    """The records of ``:r_uuids`` replaced by a step's start, built once (building it
+    cost more than running it, at every step): ``r_<column>`` for each of ``_WRITTEN``,
+    the count of sends kept within the request, the instance's task_state read along."""
+    columns = _RECORDS.c
+    request_id = bindparam("r_request_id", type_=columns.request_id.type)
+    return (
+        update(_RECORDS)
+        .where(columns.instance_uuid.in_(bindparam("r_uuids", expanding=True)))
+        .values(
+            {name: bindparam(f"r_{name}", type_=columns[name].type) for name in _WRITTEN}
+            | {
+                "resent": case((columns.request_id == request_id, columns.resent), else_=0),
+                "task_state": _task_state_of_record(),
+            }
+        )
+    )
 
 
 def _resent(request_id: str) -> Any:
@@ -288,15 +309,39 @@ def _upsert(dialect: str) -> Any:
 def step_ended(session: Session, task_id: str, successor: Message | None) -> None:
     """The step ``task_id`` returned: its records pass to ``successor`` or go. Only the
     records this step owns: a step that sent another (a reschedule) has handed over."""
-    owned = _RECORDS.c.task_id == task_id
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
     if successor is None:
-        session.execute(delete(_RECORDS).where(owned))
+        session.execute(_ended_statement(), {"e_task_id": task_id})
         return
     session.execute(
+        _passed_statement(),
+        {
+            "e_task_id": task_id,
+            "e_message": successor,
+            "e_next_task_id": task_id_of(successor),
+            "e_updated_at": utcnow(),
+        },
+    )
+
+
+@functools.cache
+def _ended_statement() -> Delete:
+    """``step_ended``'s removal of the records a last step owned, built once."""
+    return delete(_RECORDS).where(_RECORDS.c.task_id == bindparam("e_task_id"))
+
+
+@functools.cache
+def _passed_statement() -> Update:
+    """``step_ended``'s hand-over of the records a step owned to its successor."""
+    columns = _RECORDS.c
+    return (
         update(_RECORDS)
-        .where(owned)
-        .values(message=successor, task_id=task_id_of(successor), updated_at=utcnow())
+        .where(columns.task_id == bindparam("e_task_id"))
+        .values(
+            message=bindparam("e_message", type_=columns.message.type),
+            task_id=bindparam("e_next_task_id", type_=columns.task_id.type),
+            updated_at=bindparam("e_updated_at", type_=columns.updated_at.type),
+        )
     )
 
 
