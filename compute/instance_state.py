@@ -11,8 +11,19 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Final, NoReturn
 
-from sqlalchemy import ClauseElement, ColumnElement, Update, bindparam, inspect, or_, select, update
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Select,
+    Update,
+    bindparam,
+    inspect,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from compute.fresh_claim import Placing
 from models import Instance, utcnow
@@ -33,15 +44,22 @@ def get_instance(
     """The instance row; ``lock`` takes its row lock first (SELECT … FOR UPDATE), so what
     the transaction reads next (its allocations) cannot change under a concurrent claim
     that also writes this row."""
-    query = select(Instance).where(Instance.uuid == uuid)
+    instance = session.scalars(_get_statement(with_deleted, lock), {"g_uuid": uuid}).first()
+    if instance is None:
+        raise InstanceNotFound(uuid=uuid)
+    return instance
+
+
+@functools.cache
+def _get_statement(with_deleted: bool, lock: bool) -> Select[tuple[Instance]]:
+    """``get_instance``'s SELECT, built once per variant (every API call and most steps
+    read an instance with it; building it cost about as much as running it)."""
+    query = select(Instance).where(Instance.uuid == bindparam("g_uuid"))
     if not with_deleted:
         query = query.where(Instance.deleted == 0)
     if lock:
         query = query.with_for_update()
-    instance = session.scalars(query.execution_options(populate_existing=True)).first()
-    if instance is None:
-        raise InstanceNotFound(uuid=uuid)
-    return instance
+    return query.execution_options(populate_existing=True)
 
 
 def cas_update(
@@ -131,6 +149,28 @@ def _where(
     if vms is not None:
         statement = statement.where(column.vm_state.in_(list(vms)))
     return statement
+
+
+def write_columns(session: Session, instance: Instance, values: dict[str, Any]) -> None:
+    """Write ``values`` to the loaded (and locked) ``instance``'s row with an UPDATE built
+    once per set of columns, and set them on ``instance`` as committed state, as a read
+    would see them: no ORM flush of the row (about 1 ms a write). The ORM's pending
+    writes are flushed first, as they would have been before the row's own."""
+    statement = _write_statement(tuple(sorted(values)))
+    session.flush()
+    session.execute(statement, {"w_id": instance.id, **{f"w_{k}": v for k, v in values.items()}})
+    for key, value in values.items():
+        set_committed_value(instance, key, value)
+
+
+@functools.cache
+def _write_statement(keys: tuple[str, ...]) -> Update:
+    column = _INSTANCES.c
+    return (
+        update(_INSTANCES)
+        .where(column.id == bindparam("w_id", type_=column.id.type))
+        .values({_COLUMNS[key]: bindparam(f"w_{key}", type_=_COLUMNS[key].type) for key in keys})
+    )
 
 
 def place(
