@@ -29,7 +29,30 @@ ERROR = "Error"
 
 
 def start_action(session: Session, instance_uuid: str, action: str, request_id: str) -> None:
-    session.add(InstanceAction(instance_uuid=instance_uuid, action=action, request_id=request_id))
+    """Record the request's action, started now, with an INSERT built once (every API
+    request writes one: the ORM's flush of a new row cost about 1 ms). The ORM's pending
+    writes are flushed first, in the order the flush would have written them."""
+    session.flush()
+    session.execute(
+        _start_action_statement(),
+        {
+            "a_uuid": instance_uuid,
+            "a_action": action,
+            "a_request_id": request_id,
+            "a_start_time": utcnow(),
+        },
+    )
+
+
+@functools.cache
+def _start_action_statement() -> Insert:
+    table = table_of(InstanceAction)
+    return insert(table).values(
+        instance_uuid=bindparam("a_uuid", type_=table.c.instance_uuid.type),
+        action=bindparam("a_action", type_=table.c.action.type),
+        request_id=bindparam("a_request_id", type_=table.c.request_id.type),
+        start_time=bindparam("a_start_time", type_=table.c.start_time.type),
+    )
 
 
 def _action(session: Session, instance_uuid: str, request_id: str) -> InstanceAction | None:

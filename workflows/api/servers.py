@@ -13,7 +13,7 @@ from typing_extensions import TypedDict, Unpack
 
 from compute import instance_actions as actions
 from compute.delete import local_delete
-from compute.instance_state import get_instance
+from compute.instance_state import get_instance, write_columns
 from compute.states import TaskState, VmState
 from models import Instance, InstanceAction, utcnow
 from models.db import session_scope
@@ -142,9 +142,9 @@ def _ask_terminate(
     written = Written(
         request_id, (uuid,), TaskState.DELETING, submit.columns(instance, "task_state")
     )
-    instance.task_state = TaskState.DELETING
-    instance.updated_at = utcnow()
     actions.start_action(session, uuid, "delete", request_id)
+    # Core statements, not the ORM's flush (about 1 ms each): the action, then the row.
+    write_columns(session, instance, {"task_state": TaskState.DELETING, "updated_at": utcnow()})
     workflow = delete_workflow(uuid, request_id, host)
     recorded = dispatch.record(session, workflow, {uuid: TaskState.DELETING})
     return workflow, written, recorded
