@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
 from sqlalchemy import (
+    Delete,
     Insert,
     Integer,
     Select,
@@ -517,13 +518,19 @@ def consumer_allocations(
 
 def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> int:
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
-    held = _ALLOCATIONS.c
-    result = session.execute(
-        delete(_ALLOCATIONS).where(
-            held.consumer_uuid == consumer_uuid, held.compute_node_id == node_id
-        )
-    )
+    result = session.execute(_delete_statement(), {"d_consumer": consumer_uuid, "d_node": node_id})
     return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _delete_statement() -> Delete:
+    """``_delete_allocations``'s DELETE, built once (every release and every claim that
+    replaces what it held runs it)."""
+    held = _ALLOCATIONS.c
+    return delete(_ALLOCATIONS).where(
+        held.consumer_uuid == bindparam("d_consumer", type_=held.consumer_uuid.type),
+        held.compute_node_id == bindparam("d_node", type_=held.compute_node_id.type),
+    )
 
 
 #: What ``retry_on_conflict`` tries again (the scheduler's one-transaction claim too).
