@@ -156,11 +156,16 @@ def write_columns(session: Session, instance: Instance, values: dict[str, Any]) 
     once per set of columns, and set them on ``instance`` as committed state, as a read
     would see them: no ORM flush of the row (about 1 ms a write). The ORM's pending
     writes are flushed first, as they would have been before the row's own."""
-    statement = _write_statement(tuple(sorted(values)))
-    session.flush()
-    session.execute(statement, {"w_id": instance.id, **{f"w_{k}": v for k, v in values.items()}})
+    update_columns(session, instance.id, values)
     for key, value in values.items():
         set_committed_value(instance, key, value)
+
+
+def update_columns(session: Session, instance_id: int, values: dict[str, Any]) -> None:
+    """``write_columns`` for a row not loaded as an ``Instance``: by its id."""
+    statement = _write_statement(tuple(sorted(values)))
+    session.flush()
+    session.execute(statement, {"w_id": instance_id, **{f"w_{k}": v for k, v in values.items()}})
 
 
 @functools.cache
