@@ -11,12 +11,14 @@ set only when the files are gone; ``_run_pending_deletes`` retries the others.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
+from compute import notifications
 from compute.claims import release, retry_on_conflict
-from compute.instance_state import get_instance
+from compute.instance_state import get_instance, write_columns
 from compute.moves import drop_moves
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
@@ -32,14 +34,22 @@ DONE_OUTCOME = "deleted"
 
 
 def mark_deleted(instance: Instance) -> None:
+    for key, value in deleted_values(instance).items():
+        setattr(instance, key, value)
+
+
+def deleted_values(instance: Instance) -> dict[str, Any]:
+    """The columns of the soft-deleted row (Nova's soft delete: ``deleted`` = id)."""
     now = utcnow()
-    instance.vm_state = VmState.DELETED
-    instance.task_state = None
-    instance.power_state = PowerState.NOSTATE
-    instance.terminated_at = instance.terminated_at or now
-    instance.deleted_at = now
-    instance.updated_at = now
-    instance.deleted = instance.id
+    return {
+        "vm_state": VmState.DELETED,
+        "task_state": None,
+        "power_state": PowerState.NOSTATE,
+        "terminated_at": instance.terminated_at or now,
+        "deleted_at": now,
+        "updated_at": now,
+        "deleted": instance.id,
+    }
 
 
 def local_delete(sessions: Sessions, instance_uuid: str, request_id: str) -> None:
@@ -102,14 +112,44 @@ TERMINATE = Step(
 )
 
 
-def terminate_instance(ctx: StepContext, instance_uuid: str) -> str:
+def terminate_instance(
+    ctx: StepContext, instance_uuid: str, notification: str | None = None
+) -> str:
     """Destroy and undefine the guest, release the allocations, soft-delete the row.
-    Idempotent: a redelivered terminate finds the row deleted and returns ``skipped``."""
-    outcome = run_step(ctx, TERMINATE, instance_uuid)
+    Idempotent: a redelivered terminate finds the row deleted and returns ``skipped``.
+
+    ``notification``: Nova's ``instance.<notification>.start`` (every delivery), ``.end``
+    and ``.error`` (a failure); the first two read in the step's own transactions
+    (``run_step``'s ``notices``), ``.end`` of a run that did not finish (skipped,
+    superseded) in one of its own, as it was sent after every run."""
+    notices = None
+    if notification is not None:
+        notices = notifications.step_notices(notification, instance_uuid, ctx.host, ctx.request_id)
+    try:
+        outcome = run_step(ctx, TERMINATE, instance_uuid, notices=notices)
+    except Exception:
+        _notify(ctx, notification, instance_uuid, "error", "ERROR")
+        raise
     if outcome != DONE:
+        _notify(ctx, notification, instance_uuid, "end")
         return outcome
     LOG.info("Instance %s deleted on %s", instance_uuid, ctx.host)
     return DONE_OUTCOME
+
+
+def _notify(
+    ctx: StepContext,
+    notification: str | None,
+    instance_uuid: str,
+    phase: str,
+    priority: str = "INFO",
+) -> None:
+    """``instance.<notification>.<phase>`` read in a transaction of its own."""
+    if notification is not None:
+        event_type = f"instance.{notification}.{phase}"
+        notifications.emit(
+            ctx.sessions, event_type, instance_uuid, ctx.host, ctx.request_id, priority
+        )
 
 
 def release_and_mark(
@@ -119,15 +159,17 @@ def release_and_mark(
     instance: Instance | None = None,
 ) -> None:
     """Release everything the instance holds and soft-delete it; ``instance``: its row,
-    when the caller has locked it already (else it is locked here)."""
+    when the caller has locked it already (else it is locked here). The row is written
+    by a statement built once and the loaded row set to it (no ORM flush)."""
     if instance is None:
         instance = get_instance(session, instance_uuid, lock=True)
     release(session, instance_uuid)
     drop_moves(session, instance_uuid)
-    if not instance.deleted:
-        mark_deleted(instance)
+    values = {} if instance.deleted else deleted_values(instance)
     if files_deleted is not None:
-        record_clean_attempt(instance, files_deleted)
+        values.update(clean_attempt_values(instance, files_deleted))
+    if values:
+        write_columns(session, instance, values)
 
 
 def clean_attempts(instance: Instance) -> int:
@@ -138,8 +180,15 @@ def record_clean_attempt(instance: Instance, files_deleted: bool) -> None:
     """Nova's libvirt ``cleanup`` after ``delete_instance_files``: count the attempt in
     system_metadata ``clean_attempts`` (``_run_pending_deletes`` stops at
     ``maximum_instance_delete_attempts``) and set ``cleaned`` once the files are gone."""
+    for key, value in clean_attempt_values(instance, files_deleted).items():
+        setattr(instance, key, value)
+
+
+def clean_attempt_values(instance: Instance, files_deleted: bool) -> dict[str, Any]:
+    """``record_clean_attempt``'s columns."""
     sysmeta = dict(instance.system_metadata or {})
     sysmeta["clean_attempts"] = str(clean_attempts(instance) + 1)
-    instance.system_metadata = sysmeta
+    values: dict[str, Any] = {"system_metadata": sysmeta}
     if files_deleted:
-        instance.cleaned = 1
+        values["cleaned"] = 1
+    return values

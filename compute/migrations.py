@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest, move_consumer, release
@@ -21,6 +21,7 @@ from compute.resource_tracker import get_node
 from models import Instance, Migration, utcnow
 from models.flavor import FlavorSnapshot
 from models.states import MigrationStatus
+from models.tables import table_of
 from novaq.exceptions import NotFound, ResourcesUnavailable
 
 IN_PROGRESS = (
@@ -113,6 +114,20 @@ def pop_old_vm_state(instance: Instance) -> None:
     instance.old_vm_state = None
 
 
+#: The ids of an instance's unfinished moves (``drop_moves``), built once: the ORM's
+#: load of the (almost always no) migrations cost a delete about 1 ms. On the table: no
+#: ORM execution (nor its listeners) for a statement that loads no object.
+_MIGRATIONS = table_of(Migration)
+_MOVING = (
+    select(_MIGRATIONS.c.id)
+    .where(
+        _MIGRATIONS.c.instance_uuid == bindparam("uuid"),
+        _MIGRATIONS.c.status.in_(IN_PROGRESS),
+    )
+    .order_by(_MIGRATIONS.c.id)
+)
+
+
 def drop_moves(session: Session, instance_uuid: str) -> None:
     """A deleted server ends its moves: what their migrations hold is released.
 
@@ -129,11 +144,10 @@ def drop_moves(session: Session, instance_uuid: str) -> None:
     unacked until the visibility timeout would leave the server in ``deleting``); the
     source's periodic pass is the durable cleanup.
     """
-    for migration in session.scalars(
-        select(Migration).where(
-            Migration.instance_uuid == instance_uuid, Migration.status.in_(IN_PROGRESS)
-        )
-    ):
+    moving = session.execute(_MOVING, {"uuid": instance_uuid}).scalars().all()
+    if not moving:
+        return  # every delete of a server that is not moving: one plain SELECT, no ORM load
+    for migration in session.scalars(select(Migration).where(Migration.id.in_(moving))):
         release(session, migration.uuid)
         same_host = migration.source_compute == migration.dest_compute
         confirmed = migration.status in UNCONFIRMED and same_host

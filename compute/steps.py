@@ -46,7 +46,6 @@ from compute.failure_policies import FailurePolicy, keep_vm_state
 from compute.instance_state import cas_update
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.sessions import Sessions
-from compute.step_cas import step_cas
 from models import Instance, outage
 from novaq import fault_points
 from novaq.exceptions import (
@@ -304,7 +303,12 @@ def _begin(
                 return None
             vm_state = instance.vm_state
             if not step.any_task:
-                step_cas(session, instance_uuid, step.begin_tasks or (step.task,), values)
+                cas_update(
+                    session,
+                    instance_uuid,
+                    expected_task_state=step.begin_tasks or (step.task,),
+                    **values,
+                )
             event_id = actions.start_event(
                 session, instance_uuid, ctx.request_id, step.event, ctx.host
             )
@@ -418,7 +422,9 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
         if values is not None:
             if step.read_power:
                 values.setdefault("power_state", run.power)
-            step_cas(session, uuid, expected, {**values, "task_state": None})
+            cas_update(
+                session, uuid, expected_task_state=expected, **{**values, "task_state": None}
+            )
         _read_end(run, instance, fault, values)
         if run.event_id is not None:
             actions.finish_event(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from compute import build, delete, operations, resource_tracker
-from compute.steps import notified_step
 from models.alternate import load_alternates
 from novaq.celery_app import app
 from novaq.exceptions import ConfigError
@@ -62,8 +61,7 @@ def terminate_instance(instance_uuid: str, request_id: str, host: str) -> dict[s
     check_host(host)
     ctx = context.step_context(request_id, host)
     notification = operations.operation("delete").notification or "delete"
-    with notified_step(ctx, notification, instance_uuid):
-        outcome = delete.terminate_instance(ctx, instance_uuid)
+    outcome = delete.terminate_instance(ctx, instance_uuid, notification)
     return {"instance_uuid": instance_uuid, "outcome": outcome}
 
 

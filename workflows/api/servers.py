@@ -7,19 +7,21 @@ import time
 from typing import Annotated, Any
 
 from celery.canvas import Signature
-from sqlalchemy import select
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.orm import Session
 from typing_extensions import TypedDict, Unpack
 
 from compute import instance_actions as actions
 from compute.delete import local_delete
-from compute.instance_state import get_instance
+from compute.instance_state import get_instance, update_columns
 from compute.states import TaskState, VmState
 from models import Instance, InstanceAction, utcnow
 from models.db import session_scope
+from models.tables import table_of
 from novaq.exceptions import (
     InstanceErrored,
     InstanceInvalidState,
+    InstanceNotFound,
     WaitTimeout,
 )
 from workflows import dispatch
@@ -100,7 +102,9 @@ def delete(uuid: str) -> str:
     s = common.settings()
     request_id = common.new_request_id()
     with session_scope(common.db_url()) as session:
-        instance = get_instance(session, uuid, with_deleted=False)
+        instance = session.execute(_DELETE_VIEW, {"uuid": uuid}).first()
+        if instance is None:
+            raise InstanceNotFound(uuid=uuid)
         if instance.task_state in (TaskState.DELETING, TaskState.SOFT_DELETING):
             # Nova ignores a repeated delete while one is in progress.
             previous = common.last_action(session, uuid, "delete")
@@ -133,8 +137,18 @@ def delete(uuid: str) -> str:
     return request_id
 
 
+#: What ``delete`` reads of a live instance: its columns, no ``Instance`` loaded (the ORM's
+#: load of the whole row cost the delete about 0.4 ms).
+_DELETE_VIEW = select(
+    *(
+        table_of(Instance).c[name]
+        for name in ("id", "uuid", "task_state", "vm_state", "host", "launched_at", "updated_at")
+    )
+).where(table_of(Instance).c.uuid == bindparam("uuid"), table_of(Instance).c.deleted == 0)
+
+
 def _ask_terminate(
-    session: Session, instance: Instance, request_id: str, host: str
+    session: Session, instance: Row[Any], request_id: str, host: str
 ) -> tuple[Signature, Written, dispatch.Recorded]:
     """Task ``deleting``, the action and the operation's record, in the caller's
     transaction (they commit together)."""
@@ -142,9 +156,9 @@ def _ask_terminate(
     written = Written(
         request_id, (uuid,), TaskState.DELETING, submit.columns(instance, "task_state")
     )
-    instance.task_state = TaskState.DELETING
-    instance.updated_at = utcnow()
     actions.start_action(session, uuid, "delete", request_id)
+    # Core statements, not the ORM's flush (about 1 ms each): the action, then the row.
+    update_columns(session, instance.id, {"task_state": TaskState.DELETING, "updated_at": utcnow()})
     workflow = delete_workflow(uuid, request_id, host)
     recorded = dispatch.record(session, workflow, {uuid: TaskState.DELETING})
     return workflow, written, recorded
