@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, Table, bindparam, select, update
+from sqlalchemy import String, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from compute import instance_actions as actions
@@ -32,6 +32,7 @@ from compute.states import TaskState, VmState
 from compute.steps import DONE, Step, StepContext, StepRun, run_step
 from models import ComputeNode, Instance, PciDevice, utcnow
 from models.alternate import Alternate
+from models.tables import table_of
 from novaq.exceptions import (
     DatabaseUnavailable,
     ImageNotFound,
@@ -289,7 +290,7 @@ def record_build_result(sessions: Sessions, host: str, succeeded: bool) -> None:
 _HOST_STATS = select(ComputeNode.id, ComputeNode.stats).where(
     ComputeNode.host == bindparam("host"), ComputeNode.deleted == 0
 )
-_NODES: Table = ComputeNode.__table__  # type: ignore[assignment]
+_NODES = table_of(ComputeNode)
 _SET_STATS = (
     update(_NODES)
     .where(_NODES.c.id == bindparam("node_id"))

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    Table,
     bindparam,
     delete,
     insert,
@@ -36,6 +35,7 @@ from sqlalchemy.orm import Session
 from compute import in_flight, step_records
 from compute.sessions import Sessions
 from models import TaskDelivery, utcnow
+from models.tables import table_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,7 @@ def _upsert(dialect: str) -> Any:
     compiled form of a dialect's ``on_conflict_do_update`` (its ``Insert`` has no cache
     key): run as it is built, it was compiled again at every delivery of every step.
     The text keeps the columns' types, for its parameters and for what it returns."""
-    table: Table = TaskDelivery.__table__  # type: ignore[assignment]
+    table = table_of(TaskDelivery)
     if dialect == "postgresql":
         into: Any = postgresql.insert(table)
         compiler: Any = postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
@@ -187,7 +187,7 @@ def _forget() -> Any:
     NOTE: on the table, not the ORM entity, and with parameters: every step runs it, and
     an ORM DELETE built per call pays for its construction, its cache key and the
     session's synchronisation (no ``TaskDelivery`` is ever loaded where a step ends)."""
-    table: Table = TaskDelivery.__table__  # type: ignore[assignment]
+    table = table_of(TaskDelivery)
     c = table.c
     return delete(table).where(
         c.task_id == bindparam("p_task_id", type_=c.task_id.type),

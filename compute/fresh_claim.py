@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     ARRAY,
     Integer,
     Select,
     String,
-    Table,
     bindparam,
     func,
     insert,
@@ -31,9 +30,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from models import Allocation, ComputeNode, utcnow
+from models.tables import table_of
 
-_allocations = cast(Table, Allocation.__table__)
-_nodes = cast(Table, ComputeNode.__table__)
+_allocations = table_of(Allocation)
+_nodes = table_of(ComputeNode)
 
 #: The node's columns derived from its allocations (``compute.claims._USAGE_COLUMNS``).
 USAGE_COLUMNS = (

@@ -20,12 +20,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Insert, String, Table, bindparam, insert, literal, select, update
+from sqlalchemy import Insert, String, bindparam, insert, literal, select, update
 from sqlalchemy.orm import Session
 
 from compute.sessions import Sessions
 from models import Instance, StepOutcome, StepRecord, utcnow
 from models.base import UTCDateTime
+from models.tables import table_of
 
 #: How much of a failure's text a record keeps.
 DETAIL_MAX = 2000
@@ -77,7 +78,7 @@ def started(session: Session, start: StepStart, redelivered: bool = False) -> No
 
 #: The table, not the mapped class: a Core statement with parameters (an ORM one with
 #: parameters would be a bulk INSERT of them).
-_TABLE: Table = StepRecord.__table__  # type: ignore[assignment]
+_TABLE = table_of(StepRecord)
 
 
 def _text(name: str) -> Any:
@@ -168,7 +169,7 @@ def _first_params(start: StepStart, now: dt.datetime, line: str) -> dict[str, An
     }
 
 
-_INSTANCES: Table = Instance.__table__  # type: ignore[assignment]
+_INSTANCES = table_of(Instance)
 
 
 def _now_of(column: Any) -> Any:

@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from compute.instance_state import cas_update, get_instance
@@ -57,6 +57,7 @@ from compute.lifecycle import guest_power_state
 from compute.periodic import PeriodicContext
 from compute.states import VmState
 from models import Instance
+from models.tables import table_of
 from novaq.exceptions import InstanceNotFound, UnexpectedTaskStateError
 from virt import power_state
 
@@ -216,7 +217,7 @@ class _Seen:
 
 
 #: The first look's columns of a live instance (``:uuid``).
-_INSTANCES: Table = Instance.__table__  # type: ignore[assignment]
+_INSTANCES = table_of(Instance)
 #: On the table's columns: the same SQL without the ORM's compile state and result.
 _FIRST_LOOK = select(
     _INSTANCES.c.task_state, _INSTANCES.c.host, _INSTANCES.c.vm_state, _INSTANCES.c.power_state
