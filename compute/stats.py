@@ -46,6 +46,14 @@ def is_instance_stat(name: str) -> bool:
     return name in INSTANCE_STAT_NAMES or name.startswith(INSTANCE_STAT_PREFIXES)
 
 
+def io_weight(vm_state: object, task_state: object) -> int:
+    """What one instance adds to ``io_workload``.
+
+    NOTE: Nova's is a sum of counters (``num_vm_building`` plus each I/O task state's),
+    so an instance building in an I/O task counts twice; so here."""
+    return (vm_state == "building") + (task_state in IO_TASK_STATES)
+
+
 def instance_stats(groups: Iterable[InstanceGroupRow]) -> dict[str, int]:
     """The instance-derived stats of one node from its live instances, grouped."""
     stats: dict[str, int] = {}
@@ -61,8 +69,7 @@ def instance_stats(groups: Iterable[InstanceGroupRow]) -> dict[str, int]:
             f"num_proj_{project_id}",
         ):
             stats[key] = stats.get(key, 0) + count
-        if vm_state == "building" or task_state in IO_TASK_STATES:
-            io_workload += count
+        io_workload += count * io_weight(vm_state, task_state)
     if stats:
         stats["io_workload"] = io_workload
     return stats

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from compute.claims import ResourceRequest
-from compute.stats import IO_TASK_STATES, instance_stats
+from compute.stats import instance_stats, io_weight
 from models import utcnow
 from novaq.settings import Settings
 from scheduler.candidate_sql import (
@@ -289,8 +289,7 @@ def _add_instances(session: Session, states: list[HostState]) -> None:
     for host, uuid, vm_state, task_state in rows:
         uuids, io_ops = found.get(host, (set(), 0))
         uuids.add(uuid)
-        if vm_state == "building" or task_state in IO_TASK_STATES:
-            io_ops += 1
+        io_ops += io_weight(vm_state, task_state)
         found[host] = (uuids, io_ops)
     for state in states:
         uuids, io_ops = found.get(state.host, (set(), 0))

@@ -41,3 +41,9 @@ def test_the_instance_stat_names_are_nova_s() -> None:
         assert is_instance_stat(name)
     for name in ("failed_builds", "num_io_ops", "num_vms", "vcpus_used", "stats"):
         assert not is_instance_stat(name)
+
+
+def test_an_instance_building_in_an_io_task_counts_twice_as_in_nova() -> None:
+    # Nova's io_workload sums its counters: num_vm_building plus num_task_resize_migrating.
+    stats = instance_stats([("building", "resize_migrating", "linux", "p1", 1)])
+    assert stats["io_workload"] == 2

@@ -130,6 +130,18 @@ def test_a_decision_on_a_project_s_count_lands_where_the_project_is(two_hosts: s
     assert not any(_counts_stats(s) for s in statements)
 
 
+def test_an_instance_building_in_an_io_task_counts_twice_as_in_nova(two_hosts: str) -> None:
+    # Nova's io_workload sums its counters (num_vm_building + num_task_resize_migrating).
+    _instance(two_hosts, "host2", vm_state="building", task_state="resize_migrating")
+    for with_stats in (False, True):
+        with session_scope(two_hosts) as session:
+            found = load_candidates(session, make_settings(), with_stats=with_stats).hosts
+        host2 = next(h for h in found if h.host == "host2")
+        assert host2.num_io_ops == 3  # rescuing 1, building and migrating 2
+        if with_stats:
+            assert host2.stats["io_workload"] == 3
+
+
 def test_compute_capabilities_filter_reads_the_counted_stats(two_hosts: str) -> None:
     (flt,) = load_filters(make_settings(), ["ComputeCapabilitiesFilter"])
     with session_scope(two_hosts) as session:
