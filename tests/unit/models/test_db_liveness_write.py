@@ -119,3 +119,21 @@ def test_a_wrong_statement_is_raised_as_it_is(url: str) -> None:
     with pytest.raises(Exception) as raised:
         liveness_write(url, update(table("no_such_table", column("n"))).values(n=1))
     assert not isinstance(raised.value, DatabaseUnavailable)
+
+
+def test_postgresql_liveness_write_sends_no_ping_and_rides_over_a_closed_connection(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = liveness_engine(pg_url)
+    pings: list[object] = []
+    ping = engine.dialect.do_ping
+    monkeypatch.setattr(engine.dialect, "do_ping", lambda conn: pings.append(conn) or ping(conn))
+    assert liveness_write(pg_url, _beat()) == 1
+    with engine.connect() as conn:  # the heartbeat's pooled connection (pool of one)
+        pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    with session_scope(pg_url) as session:  # a restart, an administrator: the backend goes
+        session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    assert liveness_write(pg_url, _beat()) == 1  # found closed, retried on a new one
+    assert liveness_write(pg_url, _beat()) == 1
+    assert _beats(pg_url) == 3
+    assert pings == []
