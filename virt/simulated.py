@@ -247,7 +247,9 @@ class SimulatedHostDriver:
                 return info
             finally:
                 # As ``_persisting``, from the view spawn just read (issue 16: not read twice).
-                self._persist(spec.uuid, info)
+                # NOTE: a guest spawn brought up runs, so it has no managed save (starting
+                # a saved guest consumes its save): not asked of libvirt again.
+                self._persist(spec.uuid, info, managed_save=False if info is not None else None)
 
     def _delay_start(self, uuid: str) -> None:
         """``profile.spawn_delay_s``: a guest that is not defined yet takes that long to
@@ -360,15 +362,19 @@ class SimulatedHostDriver:
                 if not lock.users:
                     del self._locks[uuid]
 
-    def _persist(self, uuid: str, info: GuestInfo | None = None) -> None:
-        """Write what guest ``uuid`` is now (``info``: its view just read, under its lock)."""
+    def _persist(
+        self, uuid: str, info: GuestInfo | None = None, managed_save: bool | None = None
+    ) -> None:
+        """Write what guest ``uuid`` is now (``info``: its view just read, under its lock;
+        ``managed_save``: whether it has one, when the caller knows)."""
         canonical = canonical_uuid(uuid)
         if canonical is None:
             return  # no guest can have it, and it must not become a file name
         try:
             if info is None:
                 info = self._driver.get_info(canonical)
-            managed_save = self._has_managed_save(canonical)
+            if managed_save is None:
+                managed_save = self._has_managed_save(canonical)
         except DomainNotFound:
             self.record_path(canonical).unlink(missing_ok=True)
             return

@@ -351,7 +351,10 @@ class LibvirtConfigGuest(LibvirtConfigObject):
     @staticmethod
     def pci_addresses_in(xml: str) -> tuple[str, ...]:
         """``from_xml(xml).hostdevs``' addresses, reading only the ``<hostdev>`` elements
-        (issue 16: a guest's info read the whole domain at every spawn for them)."""
+        (issue 16: a guest's info read the whole domain at every spawn for them); none
+        without parsing when the XML has no ``<hostdev`` at all (most guests)."""
+        if "<hostdev" not in xml:
+            return ()
         devices = etree.fromstring(xml.encode()).find("devices")
         return tuple(
             LibvirtConfigGuestHostdevPCI.from_element(child).address
