@@ -112,7 +112,8 @@ def delete(uuid: str) -> str:
             if previous is not None:
                 return previous.request_id
         host = instance.host
-        # (the host's service came with the row: one statement less per delete)
+        # (the host's service came with the row, which has the columns ``is_up`` reads of a
+        # Service: one statement less per delete)
         host_up = instance.service_id is not None and is_up(cast(Service, instance), s)
         # Nova's REST layer soft-deletes when reclaim_instance_interval is set and the
         # server has run; a soft-deleted server is then deleted for good (force delete).
