@@ -8,7 +8,10 @@ For an event about guest ``uuid``:
    listen then, as Nova's ``init_host`` does not register);
 2. the guest's power state now differs from the one the event implies: the event is
    stale (a later change happened), ignored, as Nova does;
-3. otherwise the periodic sync's own logic for that one instance
+3. a host step of this worker is acting on the guest (``compute.busy_guests``: its
+   row has a task_state): skipped as the sync skips a pending task, without reading
+   the row;
+4. otherwise the periodic sync's own logic for that one instance
    (``compute.periodic.power_sync.sync_instance``): skipped while a task is in flight
    or when the instance moved or is gone; else ``power_state`` written and the
    vm_state reconciled (an ACTIVE server whose guest stopped by itself is stopped
@@ -23,9 +26,10 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from compute import busy_guests
 from compute.lifecycle import guest_power_state
 from compute.periodic import PeriodicContext
-from compute.periodic.power_sync import sync_instance
+from compute.periodic.power_sync import PENDING_TASK, sync_instance
 from virt import power_state
 from virt.event import LifecycleEvent
 
@@ -50,4 +54,15 @@ def handle_lifecycle_event(ctx: PeriodicContext, event: LifecycleEvent) -> str:
             power_state.NAMES.get(current, str(current)),
         )
         return STALE
+    task_state = busy_guests.task_of(event.uuid)
+    if task_state is not None:
+        # NOTE: a step of this worker is acting on the guest (the event is most likely
+        # its own doing): the row has a task_state, which the sync's first look would
+        # read only to skip. That read was a transaction per boot (issue 16).
+        LOG.info(
+            "During sync_power_state the instance %s has a pending task (%s). Skip.",
+            event.uuid,
+            task_state,
+        )
+        return PENDING_TASK
     return sync_instance(ctx, event.uuid)

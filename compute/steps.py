@@ -39,7 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from compute import delivery_ledger, notifications
+from compute import busy_guests, delivery_ledger, notifications
 from compute import instance_actions as actions
 from compute.claims import retry_on_conflict
 from compute.failure_policies import FailurePolicy, keep_vm_state
@@ -105,6 +105,8 @@ class StepRun:
     finish_runs: int = 0
     #: The notifications read in begin's and finish's transactions (``run_step``'s).
     notices: notifications.StepNotices | None = None
+    #: The task_state begin's compare-and-swap left on the row (None: it checked none).
+    task_state: str | None = None
 
     def advance(
         self,
@@ -313,6 +315,8 @@ def _begin(
                 session, instance_uuid, ctx.request_id, step.event, ctx.host
             )
             run = StepRun(ctx, instance_uuid, event_id, vm_state, params, notices=notices)
+            if not step.any_task:
+                run.task_state = values.get("task_state", instance.task_state)
             if step.prepare is not None:
                 _prepare(session, step.prepare, instance, run)
             return run
@@ -363,15 +367,23 @@ def _act(ctx: StepContext, step: Step, run: StepRun) -> None:
     try:
         if run.prepare_error is not None:
             raise run.prepare_error
-        run.result = step.act(ctx, run)
-        if step.read_power:
-            run.power = guest_power_state(ctx.driver, run.instance_uuid, step.quiet_power)
+        # (``compute.busy_guests``: left before an undo or the finish can clear the task)
+        with _busy(run):
+            run.result = step.act(ctx, run)
+            if step.read_power:
+                run.power = guest_power_state(ctx.driver, run.instance_uuid, step.quiet_power)
     except Superseded:
         raise
     except Exception as exc:
         LOG.warning("Instance %s on %s: %s failed: %s", run.instance_uuid, ctx.host, step.name, exc)
         _undo(ctx, step, run, exc)
         raise
+
+
+def _busy(run: StepRun) -> contextlib.AbstractContextManager[None]:
+    if run.task_state is None:
+        return contextlib.nullcontext()
+    return busy_guests.acting(run.instance_uuid, run.task_state)
 
 
 def _undo(ctx: StepContext, step: Step, run: StepRun, exc: BaseException) -> None:

@@ -4,7 +4,7 @@ delete, and what a server looks like."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from celery.canvas import Signature
 from sqlalchemy import Row, bindparam, select
@@ -14,8 +14,9 @@ from typing_extensions import TypedDict, Unpack
 from compute import instance_actions as actions
 from compute.delete import local_delete
 from compute.instance_state import get_instance, update_columns
+from compute.servicegroup import COMPUTE, is_up
 from compute.states import TaskState, VmState
-from models import Instance, InstanceAction, utcnow
+from models import Instance, InstanceAction, Service, utcnow
 from models.db import session_scope
 from models.tables import table_of
 from novaq.exceptions import (
@@ -111,7 +112,9 @@ def delete(uuid: str) -> str:
             if previous is not None:
                 return previous.request_id
         host = instance.host
-        host_up = host is not None and common.host_is_up(session, host, s)
+        # (the host's service came with the row, which has the columns ``is_up`` reads of a
+        # Service: one statement less per delete)
+        host_up = instance.service_id is not None and is_up(cast(Service, instance), s)
         # Nova's REST layer soft-deletes when reclaim_instance_interval is set and the
         # server has run; a soft-deleted server is then deleted for good (force delete).
         soft = (
@@ -137,14 +140,39 @@ def delete(uuid: str) -> str:
     return request_id
 
 
+_INSTANCES, _SERVICES = table_of(Instance), table_of(Service)
 #: What ``delete`` reads of a live instance: its columns, no ``Instance`` loaded (the ORM's
-#: load of the whole row cost the delete about 0.4 ms).
-_DELETE_VIEW = select(
-    *(
-        table_of(Instance).c[name]
-        for name in ("id", "uuid", "task_state", "vm_state", "host", "launched_at", "updated_at")
+#: load of the whole row cost the delete about 0.4 ms), and what ``is_up`` reads of its
+#: host's compute service (``service_id`` None: no host, or no such service), which
+#: ``common.host_is_up`` read in a statement of its own (at most one row: a service is
+#: unique by host, binary and ``deleted``).
+_DELETE_VIEW = (
+    select(
+        *(
+            _INSTANCES.c[name]
+            for name in (
+                "id",
+                "uuid",
+                "task_state",
+                "vm_state",
+                "host",
+                "launched_at",
+                "updated_at",
+            )
+        ),
+        _SERVICES.c.id.label("service_id"),
+        _SERVICES.c.forced_down,
+        _SERVICES.c.last_seen_up,
+        _SERVICES.c.created_at,
     )
-).where(table_of(Instance).c.uuid == bindparam("uuid"), table_of(Instance).c.deleted == 0)
+    .outerjoin(
+        _SERVICES,
+        (_SERVICES.c.host == _INSTANCES.c.host)
+        & (_SERVICES.c.binary == COMPUTE)
+        & (_SERVICES.c.deleted == 0),
+    )
+    .where(_INSTANCES.c.uuid == bindparam("uuid"), _INSTANCES.c.deleted == 0)
+)
 
 
 def _ask_terminate(

@@ -5,6 +5,7 @@ sync asks of the API are recorded, as in the power-sync tests."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,10 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
+from compute import busy_guests, lifecycle
 from compute.instance_state import get_instance
 from compute.lifecycle_events import IGNORED, STALE, handle_lifecycle_event
 from compute.periodic import PeriodicContext
+from compute.periodic.power_sync import IN_SYNC, PENDING_TASK
+from compute.sessions import sessions_for
+from compute.steps import DONE, StepContext, StepRun, run_step
 from models.db import session_scope
 from tasks.periodic import send_requests
 from tests.unit.compute.periodic.servers import host1_server, periodic_ctx, spawn_guest
@@ -207,6 +214,38 @@ def test_a_server_with_a_task_in_flight_is_left_alone(
 
     assert outcome == "pending_task"
     assert _row(db_url, uuid) == ("active", "powering-off", power_state.RUNNING)
+
+
+def test_an_event_during_this_workers_own_step_reads_no_row(
+    db_url: str, hypervisor: LibvirtDriver
+) -> None:
+    """The guest's event of a step this worker is running (a boot's Started) is skipped as
+    a pending task from ``compute.busy_guests``, without a transaction; once the step
+    is done the same event is synced from the row again."""
+    uuid = host1_server(db_url, "active", task_state="pausing", request_id="req-busy")
+    spawn_guest(hypervisor, uuid)
+    ctx = _ctx(db_url, hypervisor)
+    seen: dict[str, Any] = {}
+
+    def count(*_: Any) -> None:
+        seen["statements"] += 1
+
+    def pause(step_ctx: StepContext, run: StepRun) -> None:
+        step_ctx.driver.pause(run.instance_uuid)
+        seen["statements"] = 0
+        event.listen(Engine, "before_cursor_execute", count)
+        try:
+            seen["outcome"] = handle_lifecycle_event(ctx, LifecycleEvent(uuid, virtevent.PAUSED))
+        finally:
+            event.remove(Engine, "before_cursor_execute", count)
+
+    step_ctx = StepContext(sessions_for(db_url), hypervisor, "host1", "req-busy")
+    assert run_step(step_ctx, dataclasses.replace(lifecycle.PAUSE, act=pause), uuid) == DONE
+
+    assert seen == {"outcome": PENDING_TASK, "statements": 0}
+    assert busy_guests.task_of(uuid) is None
+    assert handle_lifecycle_event(ctx, LifecycleEvent(uuid, virtevent.PAUSED)) == IN_SYNC
+    assert _row(db_url, uuid) == ("paused", None, power_state.PAUSED)
 
 
 def test_a_stale_event_is_ignored(db_url: str, hypervisor: LibvirtDriver) -> None:

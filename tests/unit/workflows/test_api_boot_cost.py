@@ -5,6 +5,7 @@ transaction."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from kombu.connection import Connection
 from sqlalchemy import func, select
 
-from models import Instance, InstanceAction, OperationInFlight
+from models import Instance, InstanceAction, OperationInFlight, Service, utcnow
 from models.db import session_scope
 from tests.costs import Sql, count_broker_connections, counting_sql
 from tests.unit.workflows.servers import clear_queues, placed_server, queued
@@ -94,18 +95,18 @@ def test_a_second_boot_opens_no_broker_connection(
     assert queued("scheduler") == 3
 
 
-def test_a_delete_is_one_write_transaction_of_five_statements(db_url: str, counts: Sql) -> None:
+def test_a_delete_is_one_write_transaction_of_four_statements(db_url: str, counts: Sql) -> None:
     uuid = placed_server(db_url)
     counts.reset()
     api.delete(uuid)
-    # The instance and the host's service read, the action, the task state and the
+    # The instance with its host's service read, the action, the task state and the
     # record written, in one transaction (was a read-only lookup, then a transaction that
     # read the instance again: 2 transactions, 9 statements; then the record's INSERT in
-    # a savepoint: 7 statements; now an INSERT ... ON CONFLICT DO UPDATE).
+    # a savepoint: 7 statements; then an INSERT ... ON CONFLICT DO UPDATE: 5; now the
+    # service in the instance's SELECT).
     assert (counts.commits, counts.rollbacks) == (1, 0)
     assert [s for s in counts.statements if not s.startswith("BEGIN")] == [
         "SELECT INSTANCES.ID,",
-        "SELECT SERVICES.ID,",
         "INSERT INTO",
         "UPDATE INSTANCES",
         "INSERT INTO",
@@ -119,3 +120,28 @@ def test_a_delete_is_one_write_transaction_of_five_statements(db_url: str, count
         assert state == "deleting"
     assert queued("compute.host1") == 1
     clear_queues("compute.host1")
+
+
+@pytest.mark.parametrize("down", ["forced_down", "silent", "no_service"])
+def test_a_delete_on_a_host_that_is_not_up_is_local(db_url: str, down: str) -> None:
+    """The host's service read with the instance decides as ``host_is_up`` did: forced
+    down, not heard from in ``service_down_time``, or missing: Nova's local delete, no
+    message to the host."""
+    uuid = placed_server(db_url)
+    with session_scope(db_url) as session:
+        service = session.scalars(select(Service).where(Service.host == "host1")).one()
+        if down == "forced_down":
+            service.forced_down = True
+        elif down == "silent":
+            service.last_seen_up = utcnow() - dt.timedelta(hours=1)
+        else:
+            service.deleted = service.id
+    api.delete(uuid)
+    with session_scope(db_url) as session:
+        instance = session.scalars(select(Instance).where(Instance.uuid == uuid)).one()
+        assert (instance.vm_state, instance.task_state, instance.deleted) == (
+            "deleted",
+            None,
+            instance.id,
+        )
+    assert queued("compute.host1") == 0
