@@ -506,7 +506,7 @@ def _holdings_query(one_node: bool) -> Select[tuple[int, str, int, int, int, int
         # row lock only to miss the generation and retry its whole transaction (about
         # one terminate in two on PostgreSQL under boot_bench's deletes). Locked here, it
         # waits once, then reads the generation and the allocations the first committed.
-        .with_for_update(of=nodes)
+        .with_for_update(of=_NODES)
     )
     if one_node:
         query = query.where(nodes.id == bindparam("node", type_=Integer))
