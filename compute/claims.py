@@ -84,32 +84,6 @@ class ResourceRequest:
         return {VCPU: self.vcpus, MEMORY_MB: self.memory_mb, DISK_GB: self.disk_gb}
 
 
-class CapacityNode(Protocol):
-    """What a node's capacity is computed from: a ``ComputeNode``, or the columns a
-    claim reads of one (``ClaimNode``)."""
-
-    @property
-    def vcpus(self) -> int: ...
-    @property
-    def memory_mb(self) -> int: ...
-    @property
-    def local_gb(self) -> int: ...
-    @property
-    def hypervisor_hostname(self) -> str: ...
-    @property
-    def reserved_vcpus(self) -> int: ...
-    @property
-    def reserved_memory_mb(self) -> int: ...
-    @property
-    def reserved_disk_gb(self) -> int: ...
-    @property
-    def cpu_allocation_ratio(self) -> float: ...
-    @property
-    def ram_allocation_ratio(self) -> float: ...
-    @property
-    def disk_allocation_ratio(self) -> float: ...
-
-
 def node_totals(node: CapacityNode) -> dict[str, int]:
     return {VCPU: node.vcpus, MEMORY_MB: node.memory_mb, DISK_GB: node.local_gb}
 
@@ -132,6 +106,20 @@ class UsageNode(Protocol):
     def reserved_memory_mb(self) -> int: ...
     @property
     def reserved_disk_gb(self) -> int: ...
+
+
+class CapacityNode(UsageNode, Protocol):
+    """What a node's capacity is computed from: a ``ComputeNode``, or the columns a
+    claim reads of one (``ClaimNode``)."""
+
+    @property
+    def vcpus(self) -> int: ...
+    @property
+    def cpu_allocation_ratio(self) -> float: ...
+    @property
+    def ram_allocation_ratio(self) -> float: ...
+    @property
+    def disk_allocation_ratio(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +163,7 @@ class ClaimNode:
 _CLAIM_NODE_COLUMNS = tuple(ClaimNode.__dataclass_fields__)
 
 
-def node_reserved(node: UsageNode | CapacityNode) -> dict[str, int]:
+def node_reserved(node: UsageNode) -> dict[str, int]:
     return {
         VCPU: node.reserved_vcpus,
         MEMORY_MB: node.reserved_memory_mb,
