@@ -109,8 +109,7 @@ def boot(
     # The lookups, then the write: on PostgreSQL one transaction (models.read_then_write).
     with read_then_write(common.db_url()) as tx:
         with tx.reading() as session:
-            flavor_row = flavors.get_flavor(session, flavor, project)
-            snapshot, flavor_id = FlavorSnapshot.from_row(flavor_row), flavor_row.id
+            snapshot, flavor_id = flavors.get_snapshot(session, flavor, project)
             boot_image = _boot_image(session, image, snapshot)
             for forced in force_hosts:
                 common.check_compute_host(session, forced)
