@@ -9,13 +9,14 @@ Refuses to touch image data: the store (copy, checksum, ``qemu-img``) lives in
 from __future__ import annotations
 
 import uuid as uuid_module
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy import Row, and_, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from models import Image, ImageStatus
 from models.flavor import FlavorSnapshot
+from models.tables import table_of
 from novaq.exceptions import (
     FlavorDiskSmallerThanImage,
     FlavorDiskSmallerThanMinDisk,
@@ -53,16 +54,43 @@ _IMAGE_BY_REF = (
     )
     .order_by(Image.created_at, Image.id)
 )
+#: The same, as the table's rows (an ``Image``'s attributes are its columns' names).
+_IMAGE_ROWS_BY_REF = _IMAGE_BY_REF.with_only_columns(*table_of(Image).c)
+
+#: An image as ``find_image`` gives it, or as ``find_image_row`` does.
+ImageLike = Image | Row[Any]
+_Found = TypeVar("_Found", Image, Row[Any])
 
 
 def find_image(session: Session, ref: Any) -> Image:
     """The image whose id is ``ref`` (deleted ones too: their servers keep their image),
     else the one live image named ``ref``, as the nova client resolves ``--image``. A name
     shared by several live images is refused, naming them."""
+    image_id = _image_id(ref)
+    return _one(
+        list(session.scalars(_IMAGE_BY_REF, {"image_id": image_id, "name": ref})), image_id, ref
+    )
+
+
+def find_image_row(session: Session, ref: Any) -> Row[Any]:
+    """``find_image``'s image as a row of its columns, found and refused alike.
+
+    NOTE: what a boot reads (``workflows.api.boot``): no ``Image`` loaded by the ORM."""
+    image_id = _image_id(ref)
+    return _one(
+        list(session.execute(_IMAGE_ROWS_BY_REF, {"image_id": image_id, "name": ref})),
+        image_id,
+        ref,
+    )
+
+
+def _image_id(ref: Any) -> str:
     if not isinstance(ref, str) or not ref:
         raise InvalidInput(reason=f"image must be a name or an id, got {ref!r}")
-    image_id = str(uuid_module.UUID(ref)) if _is_uuid(ref) else ref
-    found = list(session.scalars(_IMAGE_BY_REF, {"image_id": image_id, "name": ref}))
+    return str(uuid_module.UUID(ref)) if _is_uuid(ref) else ref
+
+
+def _one(found: list[_Found], image_id: str, ref: str) -> _Found:
     by_id = next((image for image in found if image.id == image_id), None)
     if by_id is not None:
         return by_id
@@ -77,7 +105,7 @@ def find_image(session: Session, ref: Any) -> Image:
     return found[0]
 
 
-def check_bootable(image: Image, flavor: FlavorSnapshot) -> None:
+def check_bootable(image: ImageLike, flavor: FlavorSnapshot) -> None:
     """Nova's checks of an image against the flavor at boot, in Nova's order: active,
     memory >= min_ram, then (root_gb > 0 only: 0 means "do not check", as Nova) root disk
     >= the image's size and virtual size, and >= min_disk."""
@@ -99,7 +127,7 @@ def check_bootable(image: Image, flavor: FlavorSnapshot) -> None:
         raise FlavorDiskSmallerThanMinDisk(flavor_size=dest_size, image_min_disk=min_disk)
 
 
-def system_metadata(image: Image, flavor: FlavorSnapshot) -> dict[str, str]:
+def system_metadata(image: ImageLike, flavor: FlavorSnapshot) -> dict[str, str]:
     """What a server booted from ``image`` keeps of it (Nova's
     ``get_system_metadata_from_image``): each property as ``image_<name>``, the inherited
     fields (``image_min_disk`` raised to the flavor's root_gb, as Nova does) and

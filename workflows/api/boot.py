@@ -281,7 +281,7 @@ class _BootImage:
 
 
 def _boot_image(session: Any, ref: str, flavor: FlavorSnapshot) -> _BootImage:
-    image = images.find_image(session, ref)
+    image = images.find_image_row(session, ref)
     images.check_bootable(image, flavor)
     return _BootImage(
         id=image.id,
