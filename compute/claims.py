@@ -458,25 +458,34 @@ def _claim_view(session: Session, consumer_uuid: str, node_id: int) -> _ClaimVie
 
 @functools.cache
 def _claim_view_query() -> Select[tuple[object, ...]]:
+    # NOTE: on the tables (as ``_write_usage_statement``), mapped classes nowhere: a
+    # statement that names one runs through the ORM's execution (its compile state, its
+    # loading), and no ORM object is wanted here.
     consumer = bindparam("consumer", type_=String)
     node = bindparam("node", type_=Integer)
-    mine = Allocation.consumer_uuid == consumer
-    on_node = Allocation.compute_node_id == node
+    allocation, device = _ALLOCATIONS.c, _DEVICES_TABLE.c
+    mine = allocation.consumer_uuid == consumer
+    on_node = allocation.compute_node_id == node
     allocations = (
         select(
-            Allocation.resource_class.label("rc"),
-            func.sum(Allocation.used).label("total"),
-            func.sum(case((mine, Allocation.used), else_=0)).label("own"),
+            allocation.resource_class.label("rc"),
+            func.sum(allocation.used).label("total"),
+            func.sum(case((mine, allocation.used), else_=0)).label("own"),
             func.count(case((mine, 1))).label("own_rows"),
         )
         .where(on_node)
-        .group_by(Allocation.resource_class)
+        .group_by(allocation.resource_class)
     )
     count = func.count()
-    devices = select(literal(_DEVICES), count, count, count).where(*held_by(consumer, node))
+    # ``compute.pci.held_by``'s conditions, on the table.
+    devices = select(literal(_DEVICES), count, count, count).where(
+        device.consumer_uuid == consumer,
+        device.status.in_((CLAIMED, ALLOCATED)),
+        device.deleted == 0,
+        device.compute_node_id == node,
+    )
     view = union_all(allocations, devices).subquery()
-    consumers = select(func.count(func.distinct(Allocation.consumer_uuid))).where(on_node)
-    # NOTE: on the table (as ``_write_usage_statement``): no ORM object to load.
+    consumers = select(func.count(func.distinct(allocation.consumer_uuid))).where(on_node)
     return (
         select(
             *(_NODES.c[name] for name in _CLAIM_NODE_COLUMNS),
@@ -490,6 +499,10 @@ def _claim_view_query() -> Select[tuple[object, ...]]:
         .outerjoin(view, true())
         .where(_NODES.c.id == node)
     )
+
+
+#: The ``pci_devices`` table (``_claim_view_query``).
+_DEVICES_TABLE: Final = table_of(PciDevice)
 
 
 def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:
