@@ -84,7 +84,7 @@ class ResourceRequest:
         return {VCPU: self.vcpus, MEMORY_MB: self.memory_mb, DISK_GB: self.disk_gb}
 
 
-def node_totals(node: ComputeNode) -> dict[str, int]:
+def node_totals(node: CapacityNode) -> dict[str, int]:
     return {VCPU: node.vcpus, MEMORY_MB: node.memory_mb, DISK_GB: node.local_gb}
 
 
@@ -108,6 +108,20 @@ class UsageNode(Protocol):
     def reserved_disk_gb(self) -> int: ...
 
 
+class CapacityNode(UsageNode, Protocol):
+    """What a node's capacity is computed from: a ``ComputeNode``, or the columns a
+    claim reads of one (``ClaimNode``)."""
+
+    @property
+    def vcpus(self) -> int: ...
+    @property
+    def cpu_allocation_ratio(self) -> float: ...
+    @property
+    def ram_allocation_ratio(self) -> float: ...
+    @property
+    def disk_allocation_ratio(self) -> float: ...
+
+
 @dataclass(frozen=True, slots=True)
 class HeldNode:
     """The columns of a node ``release`` needs (no ORM object loaded: about 0.3 ms a
@@ -124,6 +138,31 @@ class HeldNode:
     has_devices: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimNode:
+    """The columns of a node a claim reads (``_claim_view``): its capacity, its
+    generation for the compare-and-swap, and whether it was deleted. Columns, not a
+    ``ComputeNode``: loading the ORM object was about a tenth of a scheduling decision."""
+
+    id: int
+    hypervisor_hostname: str
+    deleted: int
+    generation: int
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    reserved_vcpus: int
+    reserved_memory_mb: int
+    reserved_disk_gb: int
+    cpu_allocation_ratio: float
+    ram_allocation_ratio: float
+    disk_allocation_ratio: float
+
+
+#: The ``compute_nodes`` columns of a ``ClaimNode``, in its fields' order.
+_CLAIM_NODE_COLUMNS = tuple(ClaimNode.__dataclass_fields__)
+
+
 def node_reserved(node: UsageNode) -> dict[str, int]:
     return {
         VCPU: node.reserved_vcpus,
@@ -132,7 +171,7 @@ def node_reserved(node: UsageNode) -> dict[str, int]:
     }
 
 
-def node_capacity(node: ComputeNode) -> dict[str, float]:
+def node_capacity(node: CapacityNode) -> dict[str, float]:
     """Placement's capacity: (total - reserved) * ratio, per resource class."""
     ratios = {
         VCPU: node.cpu_allocation_ratio,
@@ -180,7 +219,7 @@ def _usage_and_consumers_query() -> Select[tuple[str, int, int]]:
     )
 
 
-def check_capacity(node: ComputeNode, usage: Mapping[str, int], request: ResourceRequest) -> None:
+def check_capacity(node: CapacityNode, usage: Mapping[str, int], request: ResourceRequest) -> None:
     """Raise ``ResourcesUnavailable`` if ``request`` does not fit on ``node``."""
     capacity, totals = node_capacity(node), node_totals(node)
     problems = []
@@ -348,7 +387,7 @@ def _in_one_statement(session: Session, request: ResourceRequest) -> bool:
 
 def _claim_in_one_statement(
     session: Session,
-    node: ComputeNode,
+    node: ClaimNode,
     view: _ClaimView,
     request: ResourceRequest,
     consumer_uuid: str,
@@ -383,7 +422,7 @@ _DEVICES = "#pci-devices"
 class _ClaimView:
     """What a claim reads before it writes (``_claim_view``)."""
 
-    node: ComputeNode | None
+    node: ClaimNode | None
     held: dict[str, int]
     devices: int
     usage: dict[str, int]
@@ -391,8 +430,8 @@ class _ClaimView:
 
 
 def _claim_view(session: Session, consumer_uuid: str, node_id: int) -> _ClaimView:
-    """What a claim reads before it writes, in one statement: the node (refreshed: its
-    generation is the compare-and-swap's), the consumer's allocations on it
+    """What a claim reads before it writes, in one statement: the node's columns as they
+    are now (its generation is the compare-and-swap's), the consumer's allocations on it
     (``consumer_allocations``), how many PCI devices it holds there (``held_devices``),
     the node's usage (``allocation_usage``) and how many consumers hold allocations on it
     (the node's ``running_vms``). No row: the node does not exist."""
@@ -400,9 +439,11 @@ def _claim_view(session: Session, consumer_uuid: str, node_id: int) -> _ClaimVie
     held: dict[str, int] = {}
     device_count = 0
     params = {"consumer": consumer_uuid, "node": node_id}
-    options = {"populate_existing": True}
-    rows = session.execute(_claim_view_query(), params, execution_options=options).all()
-    for _node, rc, total, own, own_rows, _consumers in rows:
+    session.flush()  # the ORM's pending writes first, as the ORM query's autoflush did
+    rows = session.execute(_claim_view_query(), params).all()
+    width = len(_CLAIM_NODE_COLUMNS)
+    for row in rows:
+        rc, total, own, own_rows = row[width : width + 4]
         if rc == _DEVICES:
             device_count = int(own)
         elif rc is not None:
@@ -411,42 +452,57 @@ def _claim_view(session: Session, consumer_uuid: str, node_id: int) -> _ClaimVie
                 held[rc] = int(own)
     if not rows:
         return _ClaimView(None, held, device_count, usage, 0)
-    node, consumers = rows[0][0], rows[0][5]
+    node, consumers = ClaimNode(*rows[0][:width]), rows[0][width + 4]
     return _ClaimView(node, held, device_count, usage, int(consumers or 0))
 
 
 @functools.cache
-def _claim_view_query() -> Select[tuple[ComputeNode, str, int, int, int, int]]:
+def _claim_view_query() -> Select[tuple[object, ...]]:
+    # NOTE: on the tables (as ``_write_usage_statement``), mapped classes nowhere: a
+    # statement that names one runs through the ORM's execution (its compile state, its
+    # loading), and no ORM object is wanted here.
     consumer = bindparam("consumer", type_=String)
     node = bindparam("node", type_=Integer)
-    mine = Allocation.consumer_uuid == consumer
-    on_node = Allocation.compute_node_id == node
+    allocation, device = _ALLOCATIONS.c, _DEVICES_TABLE.c
+    mine = allocation.consumer_uuid == consumer
+    on_node = allocation.compute_node_id == node
     allocations = (
         select(
-            Allocation.resource_class.label("rc"),
-            func.sum(Allocation.used).label("total"),
-            func.sum(case((mine, Allocation.used), else_=0)).label("own"),
+            allocation.resource_class.label("rc"),
+            func.sum(allocation.used).label("total"),
+            func.sum(case((mine, allocation.used), else_=0)).label("own"),
             func.count(case((mine, 1))).label("own_rows"),
         )
         .where(on_node)
-        .group_by(Allocation.resource_class)
+        .group_by(allocation.resource_class)
     )
     count = func.count()
-    devices = select(literal(_DEVICES), count, count, count).where(*held_by(consumer, node))
+    # ``compute.pci.held_by``'s conditions, on the table.
+    devices = select(literal(_DEVICES), count, count, count).where(
+        device.consumer_uuid == consumer,
+        device.status.in_((CLAIMED, ALLOCATED)),
+        device.deleted == 0,
+        device.compute_node_id == node,
+    )
     view = union_all(allocations, devices).subquery()
-    consumers = select(func.count(func.distinct(Allocation.consumer_uuid))).where(on_node)
+    consumers = select(func.count(func.distinct(allocation.consumer_uuid))).where(on_node)
     return (
         select(
-            ComputeNode,
+            *(_NODES.c[name] for name in _CLAIM_NODE_COLUMNS),
             view.c.rc,
             view.c.total,
             view.c.own,
             view.c.own_rows,
             consumers.scalar_subquery(),
         )
+        .select_from(_NODES)
         .outerjoin(view, true())
-        .where(ComputeNode.id == node)
+        .where(_NODES.c.id == node)
     )
+
+
+#: The ``pci_devices`` table (``_claim_view_query``).
+_DEVICES_TABLE: Final = table_of(PciDevice)
 
 
 def release(session: Session, consumer_uuid: str, node_id: int | None = None) -> int:

@@ -9,7 +9,6 @@ Refuses to touch image data: the store (copy, checksum, ``qemu-img``) lives in
 from __future__ import annotations
 
 import uuid as uuid_module
-from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from sqlalchemy import Row, and_, bindparam, or_, select
@@ -30,7 +29,7 @@ from virt.driver import ImageSpec
 
 GiB = 1024**3
 
-#: An image as ``find_image`` returns it, or a row of its columns (``image_spec``).
+#: An image as ``find_image`` returns it, or a row of its columns (``find_image_row``).
 _Found = TypeVar("_Found", Image, Row[Any])
 
 # Nova's SM_INHERITABLE_KEYS: image fields (not properties) a server keeps in its
@@ -58,6 +57,11 @@ _IMAGE_BY_REF = (
     )
     .order_by(Image.created_at, Image.id)
 )
+#: The same, as the table's rows (an ``Image``'s attributes are its columns' names).
+_IMAGE_ROWS_BY_REF = _IMAGE_BY_REF.with_only_columns(*table_of(Image).c)
+
+#: An image as ``find_image`` gives it, or as ``find_image_row`` does.
+ImageLike = Image | Row[Any]
 
 
 def find_image(session: Session, ref: Any) -> Image:
@@ -65,31 +69,21 @@ def find_image(session: Session, ref: Any) -> Image:
     else the one live image named ``ref``, as the nova client resolves ``--image``. A name
     shared by several live images is refused, naming them."""
     image_id = _image_id(ref)
-    return _pick(session.scalars(_IMAGE_BY_REF, {"image_id": image_id, "name": ref}), image_id, ref)
+    return _one(
+        list(session.scalars(_IMAGE_BY_REF, {"image_id": image_id, "name": ref})), image_id, ref
+    )
 
 
-#: ``_IMAGE_BY_REF`` on the table: the columns an ``ImageSpec`` is made of, as rows (issue
-#: 16: a build read its image as an ORM object, about 0.3 ms of CPU, for six columns).
-_IMAGES = table_of(Image)
-_SPEC_ROWS_BY_REF = (
-    select(
-        _IMAGES.c.id,
-        _IMAGES.c.name,
-        _IMAGES.c.location,
-        _IMAGES.c.disk_format,
-        _IMAGES.c.os_hash_value,
-        _IMAGES.c.size,
-        _IMAGES.c.virtual_size,
-        _IMAGES.c.properties,
+def find_image_row(session: Session, ref: Any) -> Row[Any]:
+    """``find_image``'s image as a row of its columns, found and refused alike.
+
+    NOTE: what a boot reads (``workflows.api.boot``): no ``Image`` loaded by the ORM."""
+    image_id = _image_id(ref)
+    return _one(
+        list(session.execute(_IMAGE_ROWS_BY_REF, {"image_id": image_id, "name": ref})),
+        image_id,
+        ref,
     )
-    .where(
-        or_(
-            _IMAGES.c.id == bindparam("image_id"),
-            and_(_IMAGES.c.name == bindparam("name"), _IMAGES.c.status != ImageStatus.DELETED),
-        )
-    )
-    .order_by(_IMAGES.c.created_at, _IMAGES.c.id)
-)
 
 
 def _image_id(ref: Any) -> str:
@@ -98,9 +92,7 @@ def _image_id(ref: Any) -> str:
     return str(uuid_module.UUID(ref)) if _is_uuid(ref) else ref
 
 
-def _pick(rows: Iterable[_Found], image_id: str, ref: str) -> _Found:
-    """``find_image``'s choice among the images ``_IMAGE_BY_REF`` found (objects or rows)."""
-    found = list(rows)
+def _one(found: list[_Found], image_id: str, ref: str) -> _Found:
     by_id = next((image for image in found if image.id == image_id), None)
     if by_id is not None:
         return by_id
@@ -115,7 +107,7 @@ def _pick(rows: Iterable[_Found], image_id: str, ref: str) -> _Found:
     return found[0]
 
 
-def check_bootable(image: Image, flavor: FlavorSnapshot) -> None:
+def check_bootable(image: ImageLike, flavor: FlavorSnapshot) -> None:
     """Nova's checks of an image against the flavor at boot, in Nova's order: active,
     memory >= min_ram, then (root_gb > 0 only: 0 means "do not check", as Nova) root disk
     >= the image's size and virtual size, and >= min_disk."""
@@ -137,7 +129,7 @@ def check_bootable(image: Image, flavor: FlavorSnapshot) -> None:
         raise FlavorDiskSmallerThanMinDisk(flavor_size=dest_size, image_min_disk=min_disk)
 
 
-def system_metadata(image: Image, flavor: FlavorSnapshot) -> dict[str, str]:
+def system_metadata(image: ImageLike, flavor: FlavorSnapshot) -> dict[str, str]:
     """What a server booted from ``image`` keeps of it (Nova's
     ``get_system_metadata_from_image``): each property as ``image_<name>``, the inherited
     fields (``image_min_disk`` raised to the flavor's root_gb, as Nova does) and
@@ -178,6 +170,6 @@ def image_spec(session: Session, image_ref: str) -> ImageSpec:
     # NOTE: on the connection, as the build's other reads in its begin: nothing pending in
     # the session touches ``images`` (no flush needed), and no ORM object is built.
     rows = session.connection().execute(
-        _SPEC_ROWS_BY_REF, {"image_id": image_id, "name": image_ref}
+        _IMAGE_ROWS_BY_REF, {"image_id": image_id, "name": image_ref}
     )
-    return spec_from_image(_pick(rows, image_id, image_ref))
+    return spec_from_image(_one(list(rows), image_id, image_ref))
