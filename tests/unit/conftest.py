@@ -53,6 +53,28 @@ def migrated_url() -> str:
 
 
 @pytest.fixture
+def migrated_pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new database on the local PostgreSQL, migrated, named after the test module and
+    this process (xdist workers run side by side), dropped after. Skips the test when no
+    PostgreSQL listens on 127.0.0.1:5432."""
+    from bench.pg_databases import drop_pg, pg_url
+    from models.db import dispose_all
+    from models.migrate import upgrade
+    from tests.tcp_proxy import reachable
+
+    if not reachable(5432):
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    name = f"{request.module.__name__.rsplit('.', 1)[-1]}_{os.getpid()}"
+    url = pg_url(name).replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        dispose_all()
+        drop_pg(name)
+
+
+@pytest.fixture
 def db_url(migrated_url: str) -> Iterator[str]:
     """The unit database with the "cirros" image registered (data in the default image
     store, ``<state_dir>/images``), emptied after each test."""

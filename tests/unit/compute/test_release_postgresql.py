@@ -7,37 +7,19 @@ Skipped when no PostgreSQL listens on 127.0.0.1:5432."""
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
-from collections.abc import Iterator
 
-import pytest
-
-from bench.pg_databases import drop_pg, pg_url
 from compute import claims
 from compute.claims import ResourceRequest
-from models.db import dispose_all, session_scope
-from models.migrate import upgrade
+from models.db import session_scope
 from tests.factories import claim, make_compute_node, node_row
-from tests.tcp_proxy import reachable
 
 
-@pytest.fixture
-def pg_db() -> Iterator[str]:
-    if not reachable(5432):
-        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
-    name = f"test_release_postgresql_{os.getpid()}"
-    url = pg_url(name).replace("postgresql://", "postgresql+psycopg://", 1)
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        dispose_all()
-        drop_pg(name)
-
-
-def test_a_release_waits_for_another_on_the_same_node_and_does_not_conflict(pg_db: str) -> None:
+def test_a_release_waits_for_another_on_the_same_node_and_does_not_conflict(
+    migrated_pg_url: str,
+) -> None:
+    pg_db = migrated_pg_url
     node_id = make_compute_node(pg_db, vcpus=8, memory_mb=8192, local_gb=100)
     first, second = str(uuid.uuid4()), str(uuid.uuid4())
     for consumer in (first, second):

@@ -6,7 +6,6 @@ Skipped when no PostgreSQL listens on 127.0.0.1:5432."""
 
 from __future__ import annotations
 
-import os
 import uuid as uuid_module
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,6 @@ from sqlalchemy import event, insert, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from bench.pg_databases import drop_pg, pg_url
 from compute.claims import ResourceRequest
 from compute.servicegroup import COMPUTE
 from compute.sessions import sessions_for
@@ -32,7 +30,6 @@ from scheduler.candidate_sql import AGGREGATED, PCI_FREE, candidates_query
 from scheduler.candidates import load_candidates
 from scheduler.manager import Scheduler
 from tests.factories import flavor_dict, spec_for, statements_run
-from tests.tcp_proxy import reachable
 
 #: (vm_state, task_state, deleted) of the instances put on each host, in turn: live and
 #: deleted, building, in-flight I/O and idle, so both counts differ from host to host.
@@ -48,17 +45,8 @@ _INSTANCE_KINDS = [
 
 
 @pytest.fixture
-def pg_db() -> Iterator[str]:
-    if not reachable(5432):
-        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
-    name = f"test_candidates_postgresql_{os.getpid()}"
-    url = pg_url(name).replace("postgresql://", "postgresql+psycopg://", 1)
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        dispose_all()
-        drop_pg(name)
+def pg_db(migrated_pg_url: str) -> str:
+    return migrated_pg_url
 
 
 @pytest.fixture
