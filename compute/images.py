@@ -77,13 +77,12 @@ def find_image(session: Session, ref: Any) -> Image:
 def find_image_row(session: Session, ref: Any) -> Row[Any]:
     """``find_image``'s image as a row of its columns, found and refused alike.
 
-    NOTE: what a boot reads (``workflows.api.boot``): no ``Image`` loaded by the ORM."""
+    NOTE: what a boot and a build read (``workflows.api.boot``, ``image_spec``): no
+    ``Image`` loaded by the ORM. On the connection: nothing pending in a session touches
+    ``images`` when they read it (no flush needed)."""
     image_id = _image_id(ref)
-    return _one(
-        list(session.execute(_IMAGE_ROWS_BY_REF, {"image_id": image_id, "name": ref})),
-        image_id,
-        ref,
-    )
+    rows = session.connection().execute(_IMAGE_ROWS_BY_REF, {"image_id": image_id, "name": ref})
+    return _one(list(rows), image_id, ref)
 
 
 def _image_id(ref: Any) -> str:
@@ -146,7 +145,7 @@ def system_metadata(image: ImageLike, flavor: FlavorSnapshot) -> dict[str, str]:
     return meta
 
 
-def spec_from_image(image: Image | Row[Any]) -> ImageSpec:
+def spec_from_image(image: ImageLike) -> ImageSpec:
     return ImageSpec(
         id=image.id,
         name=image.name,
@@ -166,10 +165,4 @@ def image_spec(session: Session, image_ref: str) -> ImageSpec:
     ``ImageNotFound``."""
     if not isinstance(image_ref, str) or not image_ref:
         raise ImageNotFound(image_id=image_ref)
-    image_id = _image_id(image_ref)
-    # NOTE: on the connection, as the build's other reads in its begin: nothing pending in
-    # the session touches ``images`` (no flush needed), and no ORM object is built.
-    rows = session.connection().execute(
-        _IMAGE_ROWS_BY_REF, {"image_id": image_id, "name": image_ref}
-    )
-    return spec_from_image(_one(list(rows), image_id, image_ref))
+    return spec_from_image(find_image_row(session, image_ref))

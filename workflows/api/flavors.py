@@ -135,14 +135,19 @@ _FLAVOR_BY_REF = (
 )
 
 
-def get_flavor(session: Session, ref: str, project: str | None = None) -> Flavor:
-    """A live flavor by name or flavor id. Given a ``project``, a private flavor that
-    project has no access to is not found, as Nova hides it from the project; without
-    one the caller is the operator, who sees every flavor (Nova's admin)."""
+def _check_lookup(ref: str, project: str | None) -> None:
+    """The input of a flavor lookup (``get_flavor``, ``get_snapshot``), refused as bad."""
     if not ref:
         raise InvalidInput(reason=f"flavor must be a flavor name or id, got {ref!r}")
     if project is not None:
         check_name(project, "project")
+
+
+def get_flavor(session: Session, ref: str, project: str | None = None) -> Flavor:
+    """A live flavor by name or flavor id. Given a ``project``, a private flavor that
+    project has no access to is not found, as Nova hides it from the project; without
+    one the caller is the operator, who sees every flavor (Nova's admin)."""
+    _check_lookup(ref, project)
     flavor = session.scalars(_FLAVOR_BY_REF, {"ref": ref}).unique().first()
     if flavor is None or flavor.disabled or not may_use(flavor, project):
         raise FlavorNotFound(flavor=ref)
@@ -184,10 +189,7 @@ def get_snapshot(
     NOTE: the rows as columns, no ``Flavor`` loaded with its extra specs: that ORM load
     was about a tenth of a boot's API call. The projects are read only when
     ``may_use`` would read them (a private flavor and a project)."""
-    if not ref:
-        raise InvalidInput(reason=f"flavor must be a flavor name or id, got {ref!r}")
-    if project is not None:
-        check_name(project, "project")
+    _check_lookup(ref, project)
     rows = session.execute(_FLAVOR_ROWS_BY_REF, {"ref": ref}).all()
     if not rows:
         raise FlavorNotFound(flavor=ref)
