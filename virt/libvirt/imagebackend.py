@@ -209,5 +209,7 @@ def _atomically(path: Path, make: Callable[[Path], None]) -> None:
     try:
         make(tmp)
         os.replace(tmp, path)
-    finally:
+    except BaseException:
+        # NOTE: only on failure: once renamed, there is no ``tmp`` to remove.
         tmp.unlink(missing_ok=True)
+        raise

@@ -47,9 +47,16 @@ class InstanceFiles:
     def make_dir(self, uuid: str) -> bool:
         """Make the guest's directory; True if this call created it."""
         directory = self.path(uuid)
-        created = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        return created
+        try:
+            # NOTE: one mkdir, not a stat first (issue 16: made at every spawn).
+            directory.mkdir()
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            return False
+        except FileNotFoundError:  # no instances_path yet
+            directory.mkdir(parents=True, exist_ok=True)
+        return True
 
     def write_disk_info(self, uuid: str, disk_formats: dict[str, str]) -> None:
         """(Re)write ``disk.info`` for the guest's current disks."""
