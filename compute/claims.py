@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from sqlalchemy import (
     Delete,
@@ -193,32 +193,6 @@ def allocation_usage(session: Session, node_id: int) -> dict[str, int]:
     return usage
 
 
-def _usage_and_consumers(session: Session, node_id: int) -> tuple[dict[str, int], int]:
-    """``allocation_usage`` and the number of distinct consumers on the node, in one
-    statement (the consumer count rides along on each resource class's row)."""
-    rows = session.execute(_usage_and_consumers_query(), {"node": node_id}).all()
-    usage = dict.fromkeys(RESOURCE_CLASSES, 0)
-    usage.update({rc: int(total or 0) for rc, total, _ in rows})
-    return usage, int(rows[0][2]) if rows else 0
-
-
-# NOTE: the statements of a claim are built once, with bound parameters: building them
-# cost more than running them (a claim runs for every boot and every move).
-@functools.cache
-def _usage_and_consumers_query() -> Select[tuple[str, int, int]]:
-    node = bindparam("node", type_=Integer)
-    consumers = (
-        select(func.count(func.distinct(Allocation.consumer_uuid)))
-        .where(Allocation.compute_node_id == node)
-        .scalar_subquery()
-    )
-    return (
-        select(Allocation.resource_class, func.sum(Allocation.used), consumers)
-        .where(Allocation.compute_node_id == node)
-        .group_by(Allocation.resource_class)
-    )
-
-
 def check_capacity(node: CapacityNode, usage: Mapping[str, int], request: ResourceRequest) -> None:
     """Raise ``ResourcesUnavailable`` if ``request`` does not fit on ``node``."""
     capacity, totals = node_capacity(node), node_totals(node)
@@ -237,11 +211,61 @@ def check_capacity(node: CapacityNode, usage: Mapping[str, int], request: Resour
 
 def write_usage(session: Session, node: UsageNode, generation: int) -> int:
     """Rewrite the node's derived usage from its allocations and bump its generation,
-    if nobody else did since ``generation`` was read. Returns the new generation."""
-    usage, consumers = _usage_and_consumers(session, node.id)
-    values = _usage_values(node, usage, consumers)
-    _compare_and_swap(session, node, generation, values)
+    if nobody else did since ``generation`` was read. Returns the new generation.
+
+    One statement (``_rewrite_usage_statement``): the usage is summed by the UPDATE
+    itself, in the caller's transaction (issue 16: a release, a claim that is not fresh,
+    a move's re-keying each read it in a SELECT of its own first)."""
+    session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
+    params = {"r_node": node.id, "r_generation": generation}
+    result = session.execute(_rewrite_usage_statement(), params)
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
     return generation + 1
+
+
+@functools.cache
+def _rewrite_usage_statement() -> Update:
+    """``write_usage``'s compare-and-swap, the derived columns computed from the node's
+    allocations in the statement (``UPDATE ... FROM`` one aggregate of them: the values
+    ``_usage_values`` computes from the sums and the count of distinct consumers). On the table, as
+    ``_write_usage_statement``."""
+    allocations, nodes = _ALLOCATIONS.c, _NODES.c
+    node_id = bindparam("r_node", type_=Integer)
+
+    def total(resource_class: str) -> Any:
+        used = case((allocations.resource_class == resource_class, allocations.used), else_=0)
+        return func.coalesce(func.sum(used), 0).label(resource_class.lower())
+
+    usage = (
+        select(
+            node_id.label("node"),  # (one row, even for a node with no allocations)
+            total(VCPU),
+            total(MEMORY_MB),
+            total(DISK_GB),
+            func.count(func.distinct(allocations.consumer_uuid)).label("consumers"),
+        )
+        .where(allocations.compute_node_id == node_id)
+        .subquery("usage")
+    )
+    memory_used = nodes.reserved_memory_mb + usage.c.memory_mb
+    disk_used = nodes.reserved_disk_gb + usage.c.disk_gb
+    return (
+        update(_NODES)
+        .where(
+            nodes.id == usage.c.node,
+            nodes.generation == bindparam("r_generation", type_=Integer),
+        )
+        .values(
+            vcpus_used=nodes.reserved_vcpus + usage.c.vcpu,
+            memory_mb_used=memory_used,
+            local_gb_used=disk_used,
+            free_ram_mb=nodes.memory_mb - memory_used,
+            free_disk_gb=nodes.local_gb - disk_used,
+            running_vms=usage.c.consumers,
+            generation=nodes.generation + 1,
+        )
+    )
 
 
 def store_usage(

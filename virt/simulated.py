@@ -269,11 +269,19 @@ class SimulatedHostDriver:
     def destroy(self, uuid: str) -> None:
         # NOTE: the record goes first: a worker killed between the two steps then loses a
         # guest that was going anyway, instead of bringing a destroyed guest back to life.
-        canonical = canonical_uuid(uuid)
-        if canonical is not None:
-            with self._lock_for(uuid):
+        # A destroy that returned left no guest, so nothing is persisted after it (issue
+        # 16: the lookup that found it gone, its DomainNotFound and a second unlink were
+        # a tenth of the act); one that raised may have left one (stopped, not undefined),
+        # persisted as it is then.
+        with self._lock_for(uuid):
+            canonical = canonical_uuid(uuid)
+            if canonical is not None:
                 self.record_path(canonical).unlink(missing_ok=True)
-        self._mutate(uuid, self._driver.destroy)
+            try:
+                self._driver.destroy(uuid)
+            except BaseException:
+                self._persist(uuid)
+                raise
 
     def power_off(self, uuid: str, timeout_s: float = 0) -> None:
         with self._persisting(uuid):

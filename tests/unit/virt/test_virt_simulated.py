@@ -25,6 +25,7 @@ from novaq.exceptions import ConfigError, HypervisorError, InvalidInput
 from virt import power_state
 from virt.driver import ComputeDriver, GuestSpec
 from virt.host_profile import HostProfile
+from virt.libvirt.guest import Guest
 from virt.simulated import CHAOS_SPAWN_FAILURE, SimulatedHostDriver
 
 RUNNING, PAUSED, SHUTDOWN = power_state.RUNNING, power_state.PAUSED, power_state.SHUTDOWN
@@ -240,6 +241,29 @@ def test_records_are_removed_on_destroy_and_leave_no_temp_files(
     host.destroy(plain_spec.uuid)
 
     assert list((host.state_dir / "domains").iterdir()) == []
+
+
+def test_a_destroy_that_fails_half_way_persists_the_stopped_guest_it_left(
+    host: SimulatedHostDriver,
+    make_host: MakeHost,
+    plain_spec: GuestSpec,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plug pulled, the undefine refused (the hypervisor's failure, injected): the
+    guest is still there, shut off, and so is its record (a restart brings it back off)."""
+    host.spawn(plain_spec)
+
+    def refuse(guest: Guest) -> None:
+        raise HypervisorError(reason="undefine refused")
+
+    monkeypatch.setattr(Guest, "delete_configuration", refuse)
+    with pytest.raises(HypervisorError, match="undefine refused"):
+        host.destroy(plain_spec.uuid)
+    monkeypatch.undo()
+
+    record = json.loads(host.record_path(plain_spec.uuid).read_text(encoding="utf-8"))
+    assert record["power_state"] == SHUTDOWN
+    assert _state(restart(host, make_host), plain_spec.uuid) == SHUTDOWN
 
 
 def test_a_refused_operation_leaves_the_record_as_it_was(
