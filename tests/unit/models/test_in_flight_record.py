@@ -78,3 +78,42 @@ def test_a_record_is_inserted_or_replaced_in_one_statement(url: str) -> None:
     other = _row(url)
     assert (other.request_id, other.task_state, other.resent) == ("req-2", "powering-off", 0)
     assert other.created_at == first.created_at and other.host_down_since is None
+
+
+def _boot_message(task_id: str, uuids: list[str]) -> dict[str, Any]:
+    signature = {
+        "task": "compute.build_and_run_instance",
+        "args": [],
+        "kwargs": {"instance_uuids": uuids, "request_id": "req-1"},
+        "options": {"task_id": task_id},
+    }
+    return in_flight.message_of_signature(signature)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_steps_start_replaces_the_records_of_its_instances_in_one_update(
+    url: str, count: int
+) -> None:
+    """One instance (matched with ``=``) or several (an expanding ``IN``): one UPDATE,
+    and another instance's record left as it was."""
+    uuids = [f"{UUID[:-2]}{n:02d}" for n in range(count)]
+    other = f"{UUID[:-2]}99"
+    with session_scope(url) as session:
+        in_flight.record(session, _boot_message("task-1", uuids), created=True)
+        in_flight.record(session, _boot_message("task-other", [other]), created=True)
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not statement.startswith("BEGIN"):
+            statements.append(statement.split(None, 1)[0].upper())
+
+    event.listen(get_engine(url), "before_cursor_execute", seen)
+    try:
+        with session_scope(url) as session:
+            in_flight.record(session, _boot_message("task-2", uuids), replacing=True)
+    finally:
+        event.remove(get_engine(url), "before_cursor_execute", seen)
+    assert statements == ["UPDATE"]
+    with session_scope(url) as session:
+        rows = {r.instance_uuid: r.task_id for r in session.scalars(select(OperationInFlight))}
+    assert rows == {**dict.fromkeys(uuids, "task-2"), other: "task-other"}
