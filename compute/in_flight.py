@@ -197,8 +197,9 @@ def record(
         params: dict[str, Any] = {f"r_{key}": value for key, value in values.items()}
         single = len(uuids) == 1
         params["r_uuids"] = uuids[0] if single else uuids
-        replaced = session.execute(_replace_statement(single), params)
-        if replaced.rowcount == len(uuids):  # type: ignore[attr-defined]
+        # (on the connection, as every statement of a delivery: ``compute.step_records``)
+        replaced = session.connection().execute(_replace_statement(single), params)
+        if replaced.rowcount == len(uuids):
             return
     for uuid in uuids:
         _insert(session, uuid, values, now, task_states)
@@ -342,9 +343,9 @@ def step_ended(session: Session, task_id: str, successor: Message | None) -> Non
     records this step owns: a step that sent another (a reschedule) has handed over."""
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
     if successor is None:
-        session.execute(_ended_statement(), {"e_task_id": task_id})
+        session.connection().execute(_ended_statement(), {"e_task_id": task_id})
         return
-    session.execute(
+    session.connection().execute(
         _passed_statement(),
         {
             "e_task_id": task_id,
