@@ -4,6 +4,8 @@ SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,6 +43,14 @@ def _message(task_id: str, request_id: str) -> dict[str, Any]:
 
 def _record(url: str, task_id: str, request_id: str, task_state: str) -> list[str]:
     """Record the message; returns the statements that wrote it (SQLite's BEGIN aside)."""
+    with _statements(url) as statements, session_scope(url) as session:
+        in_flight.record(session, _message(task_id, request_id), task_states={UUID: task_state})
+    return statements
+
+
+@contextmanager
+def _statements(url: str) -> Iterator[list[str]]:
+    """The statements run while the block runs (SQLite's BEGIN aside), first words."""
     statements: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
@@ -49,11 +59,9 @@ def _record(url: str, task_id: str, request_id: str, task_state: str) -> list[st
 
     event.listen(get_engine(url), "before_cursor_execute", seen)
     try:
-        with session_scope(url) as session:
-            in_flight.record(session, _message(task_id, request_id), task_states={UUID: task_state})
+        yield statements
     finally:
         event.remove(get_engine(url), "before_cursor_execute", seen)
-    return statements
 
 
 def _row(url: str) -> OperationInFlight:
@@ -101,18 +109,8 @@ def test_a_steps_start_replaces_the_records_of_its_instances_in_one_update(
     with session_scope(url) as session:
         in_flight.record(session, _boot_message("task-1", uuids), created=True)
         in_flight.record(session, _boot_message("task-other", [other]), created=True)
-    statements: list[str] = []
-
-    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if not statement.startswith("BEGIN"):
-            statements.append(statement.split(None, 1)[0].upper())
-
-    event.listen(get_engine(url), "before_cursor_execute", seen)
-    try:
-        with session_scope(url) as session:
-            in_flight.record(session, _boot_message("task-2", uuids), replacing=True)
-    finally:
-        event.remove(get_engine(url), "before_cursor_execute", seen)
+    with _statements(url) as statements, session_scope(url) as session:
+        in_flight.record(session, _boot_message("task-2", uuids), replacing=True)
     assert statements == ["UPDATE"]
     with session_scope(url) as session:
         rows = {r.instance_uuid: r.task_id for r in session.scalars(select(OperationInFlight))}
