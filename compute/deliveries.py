@@ -92,7 +92,7 @@ def _count(session: Session, delivery: Delivery) -> tuple[int, bool]:
     upsert = _upsert(session.get_bind().dialect.name)
     if upsert is not None:
         params = {f"p_{key}": value for key, value in new.items()}
-        attempts, last_at = session.execute(upsert, params).one()
+        attempts, last_at = session.connection().execute(upsert, params).one()
         return int(attempts), last_at is not None  # (a first row has no last_at)
     return _count_apart(session, delivery, new)
 
@@ -177,7 +177,8 @@ def write_end(session: Session, task_id: str, task_name: str, ending: Ending) ->
         in_flight.step_ended(session, task_id, ending.successor)
     if ending.end is not None:
         step_records.ended(session, task_id, ending.end)
-    session.execute(_forget(), {"p_task_id": task_id, "p_task_name": task_name})
+    # (on the connection, as every statement of a delivery: ``compute.step_records``)
+    session.connection().execute(_forget(), {"p_task_id": task_id, "p_task_name": task_name})
 
 
 @functools.cache

@@ -80,16 +80,16 @@ def cas_update(
     tasks = _expected(expected_task_state)
     vms = _expected(expected_vm_state)
     statement = _cas_statement(tasks, vms, tuple(sorted(values)), _has_expression(values))
-    if statement is None:
-        statement = _build_cas(tasks, vms, values)
-        params: dict[str, Any] = {"c_uuid": uuid}
-    else:
-        params = {f"v_{key}": value for key, value in values.items()}
-        params["c_uuid"] = uuid
     # The ORM's pending writes first, as an ORM statement's autoflush did: a pending
     # write flushed at the commit would land after the compare-and-swap, not before.
     session.flush()
-    result = session.execute(statement, params)
+    if statement is None:
+        result = session.execute(_build_cas(tasks, vms, values), {"c_uuid": uuid})
+    else:
+        params = {f"v_{key}": value for key, value in values.items()}
+        params["c_uuid"] = uuid
+        # (a Core statement on the table: on the connection, ``compute.step_records``)
+        result = session.connection().execute(statement, params)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         _refused(session, uuid, _ANY if tasks is None else tasks, _ANY if vms is None else vms)
 
@@ -165,7 +165,8 @@ def update_columns(session: Session, instance_id: int, values: dict[str, Any]) -
     """``write_columns`` for a row not loaded as an ``Instance``: by its id."""
     statement = _write_statement(tuple(sorted(values)))
     session.flush()
-    session.execute(statement, {"w_id": instance_id, **{f"w_{k}": v for k, v in values.items()}})
+    params = {"w_id": instance_id, **{f"w_{k}": v for k, v in values.items()}}
+    session.connection().execute(statement, params)
 
 
 @functools.cache

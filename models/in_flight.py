@@ -28,7 +28,8 @@ class OperationInFlight(Base):
     #: ids (``{}``: none known, e.g. after a ``Task.replace``; the reaper then undoes).
     message: Mapped[dict[str, Any]] = mapped_column(default=dict)
     #: The task id of ``message`` (so a step only clears the row it is the owner of).
-    task_id: Mapped[str | None] = mapped_column(String(255))
+    #: Indexed: every step's end finds its rows by it (a DELETE or an UPDATE).
+    task_id: Mapped[str | None] = mapped_column(String(255), index=True)
     resent: Mapped[int] = mapped_column(default=0)
     #: When the reaper first saw the step's host down (it undoes only after watching it
     #: stay down for a while: heartbeats missed during a database outage do not count).

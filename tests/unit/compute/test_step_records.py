@@ -132,3 +132,22 @@ def test_a_copy_delivered_after_its_step_returned_adds_no_second_row(db_url: str
         with session_scope(db_url) as session:
             step_records.started(session, _start(uuid))
     assert _row(db_url).deliveries == 1
+
+
+def test_a_redelivered_step_of_a_multi_create_counts_on_each_instance_alone(
+    db_url: str,
+) -> None:
+    """Several instances (an expanding ``IN``), as one (``=``): only this step's rows of
+    those instances count the redelivery."""
+    uuids = (make_instance(db_url), make_instance(db_url))
+    lone = make_instance(db_url)
+    start = step_records.StepStart("task-s", "scheduler.select_destinations", "req-test", uuids)
+    with session_scope(db_url) as session:
+        step_records.started(session, start)
+        step_records.started(session, _start(lone))
+    with session_scope(db_url) as session, _counting(session) as statements:
+        step_records.started(session, start, redelivered=True)
+    assert statements == ["UPDATE"]
+    with session_scope(db_url) as session:
+        rows = session.scalars(select(StepRecord)).all()
+        assert {r.instance_uuid: r.deliveries for r in rows} == {uuids[0]: 2, uuids[1]: 2, lone: 1}

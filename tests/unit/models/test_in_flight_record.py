@@ -4,6 +4,8 @@ SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,6 +43,14 @@ def _message(task_id: str, request_id: str) -> dict[str, Any]:
 
 def _record(url: str, task_id: str, request_id: str, task_state: str) -> list[str]:
     """Record the message; returns the statements that wrote it (SQLite's BEGIN aside)."""
+    with _statements(url) as statements, session_scope(url) as session:
+        in_flight.record(session, _message(task_id, request_id), task_states={UUID: task_state})
+    return statements
+
+
+@contextmanager
+def _statements(url: str) -> Iterator[list[str]]:
+    """The statements run while the block runs (SQLite's BEGIN aside), first words."""
     statements: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
@@ -49,11 +59,9 @@ def _record(url: str, task_id: str, request_id: str, task_state: str) -> list[st
 
     event.listen(get_engine(url), "before_cursor_execute", seen)
     try:
-        with session_scope(url) as session:
-            in_flight.record(session, _message(task_id, request_id), task_states={UUID: task_state})
+        yield statements
     finally:
         event.remove(get_engine(url), "before_cursor_execute", seen)
-    return statements
 
 
 def _row(url: str) -> OperationInFlight:
@@ -78,3 +86,32 @@ def test_a_record_is_inserted_or_replaced_in_one_statement(url: str) -> None:
     other = _row(url)
     assert (other.request_id, other.task_state, other.resent) == ("req-2", "powering-off", 0)
     assert other.created_at == first.created_at and other.host_down_since is None
+
+
+def _boot_message(task_id: str, uuids: list[str]) -> dict[str, Any]:
+    signature = {
+        "task": "compute.build_and_run_instance",
+        "args": [],
+        "kwargs": {"instance_uuids": uuids, "request_id": "req-1"},
+        "options": {"task_id": task_id},
+    }
+    return in_flight.message_of_signature(signature)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_steps_start_replaces_the_records_of_its_instances_in_one_update(
+    url: str, count: int
+) -> None:
+    """One instance (matched with ``=``) or several (an expanding ``IN``): one UPDATE,
+    and another instance's record left as it was."""
+    uuids = [f"{UUID[:-2]}{n:02d}" for n in range(count)]
+    other = f"{UUID[:-2]}99"
+    with session_scope(url) as session:
+        in_flight.record(session, _boot_message("task-1", uuids), created=True)
+        in_flight.record(session, _boot_message("task-other", [other]), created=True)
+    with _statements(url) as statements, session_scope(url) as session:
+        in_flight.record(session, _boot_message("task-2", uuids), replacing=True)
+    assert statements == ["UPDATE"]
+    with session_scope(url) as session:
+        rows = {r.instance_uuid: r.task_id for r in session.scalars(select(OperationInFlight))}
+    assert rows == {**dict.fromkeys(uuids, "task-2"), other: "task-other"}
