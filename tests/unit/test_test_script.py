@@ -22,6 +22,7 @@ STEPS = (
     "lint-imports",
     "mypy",
     "tests/unit",
+    "nova-venv",
     "tests/differential",
     "tests/integration",
     "tests/hypervisor",
@@ -48,7 +49,7 @@ def repo(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     shutil.copy2(ROOT / "scripts" / "test", tmp_path / "scripts" / "test")
     record = tmp_path / "ran"
-    for script in ("bootstrap", "hypervisor-up", "build-test-image"):
+    for script in ("bootstrap", "nova-venv", "hypervisor-up", "build-test-image"):
         _stand_in(tmp_path / "scripts" / script, record)
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     for tool in TOOLS:
@@ -69,11 +70,16 @@ def _run(repo: Path, **statuses: int) -> tuple[int, str, list[str]]:
 
 
 def test_every_step_runs_after_failures_and_all_failures_are_listed(repo: Path) -> None:
-    status, out, ran = _run(repo, ruff=1, tests_unit=1, tests_hypervisor=2)
+    status, out, ran = _run(repo, ruff=1, tests_unit=1, nova_venv=1, tests_hypervisor=2)
 
     assert status == 1
-    assert ran == list(STEPS)  # the integration tier ran after the unit tier failed
-    assert out.endswith("3 step(s) failed:\n  - lint: ruff\n  - unit tier\n  - hypervisor tier\n")
+    # The integration tier ran after the unit tier failed; the differential tier after
+    # Nova's virtualenv could not be made (its tests then fail, each saying why).
+    assert ran == list(STEPS)
+    assert out.endswith(
+        "4 step(s) failed:\n  - lint: ruff\n  - unit tier\n"
+        "  - differential set-up (Nova 34's virtualenv)\n  - hypervisor tier\n"
+    )
 
 
 def test_all_passing_exits_0_and_no_tests_collected_is_not_a_failure(repo: Path) -> None:
