@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from compute.sessions import Sessions
 from models import Instance, StepOutcome, StepRecord, utcnow
 from models.base import UTCDateTime
-from models.tables import table_of
+from models.tables import one_or_in, table_of
 
 #: How much of a failure's text a record keeps.
 DETAIL_MAX = 2000
@@ -92,8 +92,7 @@ def _text(name: str) -> Any:
 
 def _single(start: StepStart) -> bool:
     """Whether ``start`` acts on one instance (every step but a multi-server boot's): its
-    statements then match it with ``=``, since an expanding ``IN`` is rendered again at
-    every execution (about 30 us)."""
+    statements then match it with ``=`` (``models.tables.one_or_in``)."""
     return len(start.instance_uuids) == 1
 
 
@@ -102,16 +101,13 @@ def _uuids_param(start: StepStart) -> Any:
     return start.instance_uuids[0] if _single(start) else list(start.instance_uuids)
 
 
-def _uuids_in(column: Any, single: bool) -> Any:
-    if single:
-        return column == _text("p_uuids")
-    return column.in_(bindparam("p_uuids", type_=String(), expanding=True))
-
-
 def _redelivered_statement(single: bool) -> Any:
     return (
         update(_TABLE)
-        .where(_TABLE.c.task_id == _text("p_task_id"), _uuids_in(_TABLE.c.instance_uuid, single))
+        .where(
+            _TABLE.c.task_id == _text("p_task_id"),
+            one_or_in(_TABLE.c.instance_uuid, "p_uuids", single),
+        )
         .values(
             deliveries=_TABLE.c.deliveries + 1,
             delivery_log=_TABLE.c.delivery_log + _text("p_line"),
@@ -154,7 +150,7 @@ def _insert_first_statement(single: bool) -> Insert:
         Instance.vm_state,
         Instance.task_state,
         Instance.power_state,
-    ).where(_uuids_in(Instance.uuid, single), ~recorded)
+    ).where(one_or_in(Instance.uuid, "p_uuids", single), ~recorded)
     columns = [
         "instance_uuid",
         "request_id",
