@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from compute import instance_actions as actions
 from compute import notifications
 from compute.claims import release, retry_on_conflict
+from compute.instance_row import InstanceRow, write_row
 from compute.instance_state import get_instance, write_columns
 from compute.moves import drop_moves
 from compute.sessions import Sessions
@@ -38,7 +39,7 @@ def mark_deleted(instance: Instance) -> None:
         setattr(instance, key, value)
 
 
-def deleted_values(instance: Instance) -> dict[str, Any]:
+def deleted_values(instance: Instance | InstanceRow) -> dict[str, Any]:
     """The columns of the soft-deleted row (Nova's soft delete: ``deleted`` = id)."""
     now = utcnow()
     return {
@@ -75,9 +76,11 @@ def _destroy(ctx: StepContext, run: StepRun) -> bool | None:
     return ctx.driver.delete_instance_files(run.instance_uuid)
 
 
-def _deleted(session: Session, instance: Instance, run: StepRun) -> None:
-    # (the finish has locked the row: ``instance``)
-    release_and_mark(session, run.instance_uuid, run.result, instance=instance)
+def _deleted(session: Session, row: InstanceRow, run: StepRun) -> None:
+    # (the finish has locked the row: ``row``, a light row; ``release_and_mark`` for it)
+    values = _release(session, run.instance_uuid, row, run.result)
+    if values:
+        write_row(session, row, values)
     return None  # the row is written: no compare-and-swap
 
 
@@ -109,6 +112,7 @@ TERMINATE = Step(
     check_host=False,
     read_power=False,
     undo=_error_out,
+    light_row=True,
 )
 
 
@@ -163,16 +167,27 @@ def release_and_mark(
     by a statement built once and the loaded row set to it (no ORM flush)."""
     if instance is None:
         instance = get_instance(session, instance_uuid, lock=True)
+    values = _release(session, instance_uuid, instance, files_deleted)
+    if values:
+        write_columns(session, instance, values)
+
+
+def _release(
+    session: Session,
+    instance_uuid: str,
+    instance: Instance | InstanceRow,
+    files_deleted: bool | None,
+) -> dict[str, Any]:
+    """``release_and_mark``'s release, and the columns it then writes on the locked row."""
     release(session, instance_uuid)
     drop_moves(session, instance_uuid)
     values = {} if instance.deleted else deleted_values(instance)
     if files_deleted is not None:
         values.update(clean_attempt_values(instance, files_deleted))
-    if values:
-        write_columns(session, instance, values)
+    return values
 
 
-def clean_attempts(instance: Instance) -> int:
+def clean_attempts(instance: Instance | InstanceRow) -> int:
     return int((instance.system_metadata or {}).get("clean_attempts", 0))
 
 
@@ -184,7 +199,7 @@ def record_clean_attempt(instance: Instance, files_deleted: bool) -> None:
         setattr(instance, key, value)
 
 
-def clean_attempt_values(instance: Instance, files_deleted: bool) -> dict[str, Any]:
+def clean_attempt_values(instance: Instance | InstanceRow, files_deleted: bool) -> dict[str, Any]:
     """``record_clean_attempt``'s columns."""
     sysmeta = dict(instance.system_metadata or {})
     sysmeta["clean_attempts"] = str(clean_attempts(instance) + 1)

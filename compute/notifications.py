@@ -17,7 +17,7 @@ import logging
 import uuid as uuid_module
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kombu import Exchange
 from sqlalchemy import select
@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from compute.instance_actions import latest_fault
 from compute.sessions import Sessions
 from models import Instance, InstanceFault, utcnow
+from models.flavor import FlavorSnapshot
 from novaq.exceptions import InstanceNotFound
 from virt.power_state import NAMES as POWER_STATE_NAMES
 
@@ -67,6 +68,40 @@ def kombu_publisher(producer_pool: Callable[[], Any]) -> Publisher:
     return publish
 
 
+class PayloadRow(Protocol):
+    """What a payload reads of an instance: the ORM ``Instance`` or a step's light row
+    (``compute.instance_row.InstanceRow``)."""
+
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def display_name(self) -> str | None: ...
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def vm_state(self) -> str: ...
+    @property
+    def task_state(self) -> str | None: ...
+    @property
+    def power_state(self) -> int: ...
+    @property
+    def image_ref(self) -> str | None: ...
+    @property
+    def availability_zone(self) -> str | None: ...
+    @property
+    def flavor(self) -> FlavorSnapshot: ...
+    @property
+    def created_at(self) -> dt.datetime | None: ...
+    @property
+    def launched_at(self) -> dt.datetime | None: ...
+    @property
+    def terminated_at(self) -> dt.datetime | None: ...
+    @property
+    def deleted_at(self) -> dt.datetime | None: ...
+
+
 def _iso(value: dt.datetime | None) -> str | None:
     return value.replace(tzinfo=dt.UTC).isoformat() if value else None
 
@@ -100,7 +135,7 @@ def _read_payload(session: Session, instance_uuid: str, request_id: str | None) 
     return _payload(row[0], row[1], request_id)
 
 
-def _payload(instance: Instance, fault: str | None, request_id: str | None) -> dict[str, Any]:
+def _payload(instance: PayloadRow, fault: str | None, request_id: str | None) -> dict[str, Any]:
     flavor = instance.flavor
     data = {
         "uuid": instance.uuid,
@@ -223,7 +258,7 @@ class Notice:
     request_id: str | None
     payload: dict[str, Any] | None = None
 
-    def read(self, instance: Instance, fault: str | None) -> None:
+    def read(self, instance: PayloadRow, fault: str | None) -> None:
         """The payload as ``instance`` (and its latest ``fault`` message) is now; read
         again by a transaction that is tried again."""
         self.payload = _payload(instance, fault, self.request_id)

@@ -32,7 +32,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -43,6 +43,7 @@ from compute import busy_guests, delivery_ledger, notifications
 from compute import instance_actions as actions
 from compute.claims import retry_on_conflict
 from compute.failure_policies import FailurePolicy, keep_vm_state
+from compute.instance_row import InstanceRow, locked_row, set_row
 from compute.instance_state import cas_update
 from compute.power import DEFAULT_SHUTDOWN_TIMEOUT_S
 from compute.sessions import Sessions
@@ -129,6 +130,10 @@ Act = Callable[[StepContext, StepRun], Any]
 #: The final column values from the row locked in the finishing transaction, or None
 #: when the step wrote the row itself (delete).
 Final = Callable[[Session, Instance, StepRun], dict[str, Any] | None]
+#: ``Final`` of a ``light_row`` step: from the row read as ``InstanceRow``.
+RowFinal = Callable[[Session, InstanceRow, StepRun], dict[str, Any] | None]
+#: The instance as begin and the finish lock it: ``InstanceRow`` for a ``light_row`` step.
+LockedRow = Instance | InstanceRow
 Undo = Callable[[StepContext, StepRun, BaseException], None]
 #: What ``act`` needs from the database, read in begin's transaction (instance locked).
 Prepare = Callable[[Session, Instance], Any]
@@ -154,7 +159,8 @@ class Step:
     #: Every task_state the step owns: what the finish expects and an undo reverts from.
     tasks: tuple[str, ...]
     act: Act
-    final: Final
+    #: A ``RowFinal`` when ``light_row``.
+    final: Final | RowFinal
     on_failure: FailurePolicy = keep_vm_state
     #: task_states begin accepts instead of ``(task,)``; ``any_task``: no check, no CAS.
     begin_tasks: tuple[str | None, ...] = ()
@@ -184,6 +190,14 @@ class Step:
     #: Reads for ``act`` done in begin's transaction (``StepRun.prepared``) rather than
     #: in one of their own.
     prepare: Prepare | None = None
+    #: Begin and the finish read the instance as a Core row (``compute.instance_row``)
+    #: rather than the ORM ``Instance`` (issue 16: half the load's CPU, twice a step);
+    #: ``final`` then takes that row. (No ``prepare``: it reads the ORM row.)
+    light_row: bool = False
+
+    def __post_init__(self) -> None:
+        if self.light_row and self.prepare is not None:
+            raise ValueError(f"step {self.name}: a light_row step has no prepare")
 
 
 def run_step(
@@ -274,9 +288,12 @@ _LOCKED_WITH_FAULT = (
 
 
 def _locked_noting(
-    session: Session, instance_uuid: str, notices: notifications.StepNotices | None
-) -> tuple[Instance, str | None]:
-    """``locked``, and with ``notices`` the message of the latest fault (else None)."""
+    session: Session, step: Step, instance_uuid: str, notices: notifications.StepNotices | None
+) -> tuple[LockedRow, str | None]:
+    """``locked`` (``locked_row`` for a ``light_row`` step), and with ``notices`` the
+    message of the latest fault (else None)."""
+    if step.light_row:
+        return locked_row(session, instance_uuid, with_fault=notices is not None)
     if notices is None:
         return locked(session, instance_uuid), None
     row = session.execute(_LOCKED_WITH_FAULT, {"uuid": instance_uuid}).first()
@@ -297,7 +314,7 @@ def _begin(
         # The delivery's start rides this transaction, the step's first change
         # (``compute.delivery_ledger``): written once it committed, skipped or not.
         with delivery_ledger.start_riding() as ride, ctx.sessions() as session:
-            instance, fault = _locked_noting(session, instance_uuid, notices)
+            instance, fault = _locked_noting(session, step, instance_uuid, notices)
             if notices is not None:
                 notices.start.read(instance, fault)
             ride(session)
@@ -317,7 +334,7 @@ def _begin(
             run = StepRun(ctx, instance_uuid, event_id, vm_state, params, notices=notices)
             if not step.any_task:
                 run.task_state = values.get("task_state", instance.task_state)
-            if step.prepare is not None:
+            if step.prepare is not None and isinstance(instance, Instance):
                 _prepare(session, step.prepare, instance, run)
             return run
     except (InstanceNotFound, UnexpectedTaskStateError):
@@ -325,7 +342,7 @@ def _begin(
 
 
 def _skipped(
-    session: Session, ctx: StepContext, step: Step, instance: Instance, instance_uuid: str
+    session: Session, ctx: StepContext, step: Step, instance: LockedRow, instance_uuid: str
 ) -> bool:
     """Whether begin finds the message a redelivery, or superseded (and says so)."""
     expected = step.begin_tasks or (step.task,)
@@ -420,7 +437,7 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
     rerun = run.finish_runs > 1
 
     def work(session: Session, ride: delivery_ledger.Ride) -> dict[str, Any] | None:
-        instance, fault = _locked_noting(session, uuid, run.notices)
+        instance, fault = _locked_noting(session, step, uuid, run.notices)
         if (
             rerun
             and run.event_id is not None
@@ -430,7 +447,7 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
             ride(session)
             _read_end(run, instance, fault, None)
             return {"vm_state": instance.vm_state, "task_state": instance.task_state}
-        values = step.final(session, instance, run)
+        values = _final(step, session, instance, run)
         if values is not None:
             if step.read_power:
                 values.setdefault("power_state", run.power)
@@ -455,8 +472,17 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
     return DONE
 
 
+def _final(
+    step: Step, session: Session, instance: LockedRow, run: StepRun
+) -> dict[str, Any] | None:
+    """The step's final values, from the row as its kind (``light_row``) was read."""
+    if isinstance(instance, InstanceRow):
+        return cast(RowFinal, step.final)(session, instance, run)
+    return cast(Final, step.final)(session, instance, run)
+
+
 def _read_end(
-    run: StepRun, instance: Instance, fault: str | None, written: dict[str, Any] | None
+    run: StepRun, instance: LockedRow, fault: str | None, written: dict[str, Any] | None
 ) -> None:
     """The ``.end`` notice's payload, from the row the finish locked and what it wrote.
 
@@ -466,8 +492,12 @@ def _read_end(
     if run.notices is None:
         return
     if written is not None:
-        for key, value in {**written, "task_state": None}.items():
-            set_committed_value(instance, key, value)
+        values = {**written, "task_state": None}
+        if isinstance(instance, InstanceRow):
+            set_row(instance, values)
+        else:
+            for key, value in values.items():
+                set_committed_value(instance, key, value)
     run.notices.end.read(instance, fault)
 
 
