@@ -178,9 +178,11 @@ def _release(
     instance: Instance | InstanceRow,
     files_deleted: bool | None,
 ) -> dict[str, Any]:
-    """``release_and_mark``'s release, and the columns it then writes on the locked row."""
+    """``release_and_mark``'s release, and the columns it then writes on the locked row.
+    A light row says whether the instance has a move to drop (read with it)."""
     release(session, instance_uuid)
-    drop_moves(session, instance_uuid)
+    if not isinstance(instance, InstanceRow) or instance.moving:
+        drop_moves(session, instance_uuid)
     values = {} if instance.deleted else deleted_values(instance)
     if files_deleted is not None:
         values.update(clean_attempt_values(instance, files_deleted))

@@ -16,11 +16,12 @@ import datetime as dt
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import Select, bindparam, exists, select
 from sqlalchemy.orm import Session
 
 from compute.instance_state import update_columns
-from models import Instance, InstanceFault
+from compute.migrations import IN_PROGRESS
+from models import Instance, InstanceFault, Migration
 from models.flavor import FlavorSnapshot
 from models.tables import table_of
 from novaq.exceptions import InstanceNotFound
@@ -47,11 +48,28 @@ class InstanceRow:
     terminated_at: dt.datetime | None
     deleted_at: dt.datetime | None
     deleted: int
+    #: Whether the instance has an unfinished move (a migration in progress): not a
+    #: column, read with them, so a terminate of a server that is not moving (nearly
+    #: every one) runs no statement of ``drop_moves``.
+    moving: bool
 
 
 _INSTANCES: Final = table_of(Instance)
 _FAULTS: Final = table_of(InstanceFault)
-_NAMES: Final = tuple(field.name for field in fields(InstanceRow))
+_MIGRATIONS: Final = table_of(Migration)
+#: The row's fields: its columns, then ``moving``.
+_FIELDS: Final = len(fields(InstanceRow))
+_NAMES: Final = tuple(field.name for field in fields(InstanceRow))[:-1]
+
+#: ``InstanceRow.moving``: ``compute.migrations.drop_moves``'s SELECT as an EXISTS.
+_MOVING = (
+    exists()
+    .where(
+        _MIGRATIONS.c.instance_uuid == _INSTANCES.c.uuid,
+        _MIGRATIONS.c.status.in_(IN_PROGRESS),
+    )
+    .correlate(_INSTANCES)
+)
 
 #: The message of the instance's latest fault, read with the row (a notification's
 #: payload carries it): ``compute.notifications.LATEST_FAULT`` on the tables.
@@ -67,6 +85,7 @@ _LATEST_FAULT = (
 
 def _locked_statement(with_fault: bool) -> Select[Any]:
     columns: list[Any] = [_INSTANCES.c[name] for name in _NAMES]
+    columns.append(_MOVING.label("moving"))
     if with_fault:
         columns.append(_LATEST_FAULT.label("latest_fault"))
     return (
@@ -94,7 +113,7 @@ def locked_row(
     if row is None:
         raise InstanceNotFound(uuid=instance_uuid)
     fault = row[-1] if with_fault else None
-    return InstanceRow(*row[: len(_NAMES)]), fault
+    return InstanceRow(*row[:_FIELDS]), fault
 
 
 def write_row(session: Session, row: InstanceRow, values: dict[str, Any]) -> None:

@@ -1,0 +1,88 @@
+"""``compute.instance_row``: the light row a ``light_row`` step (the terminate) is begun
+and finished on. It reads what the ORM ``Instance`` reads (the runner's checks, the
+notifications' payload and the terminate's values give the same answers from either),
+says whether the instance has an unfinished move, and writes through one UPDATE."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from compute.delete import TERMINATE
+from compute.instance_actions import add_fault
+from compute.instance_row import InstanceRow, locked_row, write_row
+from compute.instance_state import get_instance
+from compute.notifications import _payload
+from models.db import session_scope
+from novaq.exceptions import HypervisorError, InstanceNotFound
+from tests.factories import make_instance, make_migration
+
+
+def _row(db_url: str, uuid: str, with_fault: bool = False) -> tuple[InstanceRow, str | None]:
+    with session_scope(db_url) as session:
+        return locked_row(session, uuid, with_fault=with_fault)
+
+
+def test_the_row_holds_what_the_orm_instance_holds(db_url: str) -> None:
+    uuid = make_instance(db_url, host="host1", node="host1", display_name="vm")
+    row, fault = _row(db_url, uuid)
+
+    assert fault is None and row.moving is False
+    with session_scope(db_url, read_only=True) as session:
+        instance = get_instance(session, uuid)
+        for field in dataclasses.fields(InstanceRow):
+            if field.name != "moving":
+                assert getattr(row, field.name) == getattr(instance, field.name), field.name
+        # A notification's payload is the same from either.
+        assert _payload(row, None, "req") == _payload(instance, None, "req")
+
+
+def test_the_latest_fault_is_read_with_the_row(db_url: str) -> None:
+    uuid = make_instance(db_url, host="host1", node="host1")
+    with session_scope(db_url) as session:
+        add_fault(session, uuid, HypervisorError(reason="first"), "host1")
+    with session_scope(db_url) as session:
+        add_fault(session, uuid, HypervisorError(reason="second"), "host1")
+
+    _, fault = _row(db_url, uuid, with_fault=True)
+
+    assert fault is not None and "second" in fault
+    assert _row(db_url, uuid)[1] is None  # not read unless asked for
+
+
+@pytest.mark.parametrize(
+    ("status", "moving"),
+    [("pre-migrating", True), ("finished", True), ("confirmed", False), ("error", False)],
+)
+def test_moving_says_whether_a_migration_is_in_progress(
+    db_url: str, status: str, moving: bool
+) -> None:
+    uuid = make_instance(db_url, host="host1", node="host1")
+    other = make_instance(db_url, host="host1", node="host1")
+    make_migration(db_url, uuid, status=status, dest_compute="host2")
+    make_migration(db_url, other)  # another instance's move is not this one's
+
+    assert _row(db_url, uuid)[0].moving is moving
+
+
+def test_write_row_writes_the_instance_and_sets_the_row(db_url: str) -> None:
+    uuid = make_instance(db_url, host="host1", node="host1")
+    with session_scope(db_url) as session:
+        row, _ = locked_row(session, uuid)
+        write_row(session, row, {"vm_state": "error", "system_metadata": {"a": "1"}})
+        assert (row.vm_state, row.system_metadata) == ("error", {"a": "1"})
+
+    with session_scope(db_url, read_only=True) as session:
+        instance = get_instance(session, uuid)
+        assert (instance.vm_state, instance.system_metadata) == ("error", {"a": "1"})
+
+
+def test_a_missing_instance_is_not_found(db_url: str) -> None:
+    with pytest.raises(InstanceNotFound):
+        _row(db_url, "00000000-0000-0000-0000-000000000000")
+
+
+def test_a_light_row_step_reads_nothing_with_the_orm() -> None:
+    with pytest.raises(ValueError, match="no prepare"):
+        dataclasses.replace(TERMINATE, prepare=lambda session, instance: None)
