@@ -218,8 +218,9 @@ def write_usage(session: Session, node: UsageNode, generation: int) -> int:
     a move's re-keying each read it in a SELECT of its own first)."""
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
     params = {"r_node": node.id, "r_generation": generation}
-    result = session.execute(_rewrite_usage_statement(), params)
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    # (a Core statement on the table: on the connection, no ORM execution layer)
+    result = session.connection().execute(_rewrite_usage_statement(), params)
+    if result.rowcount != 1:
         raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
     return generation + 1
 
@@ -537,7 +538,11 @@ def release(session: Session, consumer_uuid: str, node_id: int | None = None) ->
     removed = 0
     params = {"consumer": consumer_uuid, "node": node_id}
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
-    held = [HeldNode(*row) for row in session.execute(_holdings_query(node_id is not None), params)]
+    # (Core statements on the tables, as every one of a release: on the connection)
+    connection = session.connection()
+    held = [
+        HeldNode(*row) for row in connection.execute(_holdings_query(node_id is not None), params)
+    ]
     for node in held:
         removed += _delete_allocations(session, consumer_uuid, node.id)
         if node.has_devices:
@@ -606,8 +611,9 @@ def consumer_allocations(
 
 def _delete_allocations(session: Session, consumer_uuid: str, node_id: int) -> int:
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
-    result = session.execute(_delete_statement(), {"d_consumer": consumer_uuid, "d_node": node_id})
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    params = {"d_consumer": consumer_uuid, "d_node": node_id}
+    result = session.connection().execute(_delete_statement(), params)
+    return int(result.rowcount)
 
 
 @functools.cache
