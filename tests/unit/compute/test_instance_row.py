@@ -6,17 +6,33 @@ says whether the instance has an unfinished move, and writes through one UPDATE.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
-from compute.delete import TERMINATE
-from compute.instance_actions import add_fault
+from compute.build import build_and_run_instance
+from compute.claims import ResourceRequest
+from compute.delete import TERMINATE, terminate_instance
+from compute.instance_actions import add_fault, start_action
 from compute.instance_row import InstanceRow, locked_row, write_row
 from compute.instance_state import get_instance
+from compute.migrations import get_migration
 from compute.notifications import _payload
+from compute.sessions import sessions_for
+from compute.steps import StepContext
 from models.db import session_scope
 from novaq.exceptions import HypervisorError, InstanceNotFound
-from tests.factories import make_instance, make_migration
+from tests.factories import (
+    claim,
+    host_resources,
+    make_compute_node,
+    make_instance,
+    make_migration,
+    node_row,
+    register_cirros,
+)
+from tests.unit.compute.conftest import Sent
+from virt.fake import FakeDriver
 
 
 def _row(db_url: str, uuid: str, with_fault: bool = False) -> tuple[InstanceRow, str | None]:
@@ -86,3 +102,38 @@ def test_a_missing_instance_is_not_found(db_url: str) -> None:
 def test_a_light_row_step_reads_nothing_with_the_orm() -> None:
     with pytest.raises(ValueError, match="no prepare"):
         dataclasses.replace(TERMINATE, prepare=lambda session, instance: None)
+
+
+def test_a_terminate_on_postgresql_reads_and_writes_the_light_row(
+    migrated_pg_url: str, state_dir: Path, sent: Sent
+) -> None:
+    """The row's statement (``FOR UPDATE OF instances`` with the fault's subquery and the
+    move's EXISTS) on PostgreSQL, through a whole terminate: the server is deleted, its
+    allocations released, its move ended, its notifications' payloads read from the row.
+    Skipped when no PostgreSQL listens on 127.0.0.1:5432."""
+    pg_db = migrated_pg_url
+    register_cirros(pg_db, state_dir / "images")
+    driver = FakeDriver(host_resources("host1"))
+    node_id = make_compute_node(pg_db, "host1")
+    uuid = make_instance(pg_db, host="host1", node="host1")
+    claim(pg_db, node_id, uuid, ResourceRequest(1, 512, 1))
+    sessions = sessions_for(pg_db)
+    build_and_run_instance(StepContext(sessions, driver, "host1", "req-boot"), uuid)
+    migration = make_migration(pg_db, uuid)
+    with session_scope(pg_db) as session:
+        start_action(session, uuid, "delete", "req-delete")
+    with session_scope(pg_db) as session:
+        assert locked_row(session, uuid)[0].moving is True
+    sent.clear()
+
+    ctx = StepContext(sessions, driver, "host1", "req-delete")
+    assert terminate_instance(ctx, uuid, "delete") == "deleted"
+
+    assert [m["event_type"] for m, _ in sent] == ["instance.delete.start", "instance.delete.end"]
+    assert sent[1][0]["payload"]["nova_object.data"]["state"] == "deleted"
+    with session_scope(pg_db, read_only=True) as session:
+        instance = get_instance(session, uuid)
+        assert (instance.vm_state, instance.deleted) == ("deleted", instance.id)
+        assert instance.system_metadata["clean_attempts"] == "1"
+        assert get_migration(session, migration).status == "error"
+    assert node_row(pg_db, node_id).vcpus_used == 0
