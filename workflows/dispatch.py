@@ -116,7 +116,24 @@ def record(
     commit together; then ``send(signature, recorded=...)``. ``task_states``: what the
     caller just set on each instance; ``created``: the caller created the instances in
     this transaction (``in_flight.record``)."""
-    return _write(session, _message(signature), task_states, created)
+    return record_message(session, _message(signature), task_states, created)
+
+
+def message_of(signature: Signature) -> in_flight.Message:
+    """The record of the operation ``signature`` starts, made (its task ids frozen into
+    it) before the write that ``record_message`` puts it in: a caller holding SQLite's
+    write lock for that write holds it for the statements alone."""
+    return _message(signature)
+
+
+def record_message(
+    session: Session,
+    message: in_flight.Message,
+    task_states: Mapping[str, str | None] | None = None,
+    created: bool = False,
+) -> Recorded:
+    """``record`` of a message made by ``message_of``."""
+    return _write(session, message, task_states, created)
 
 
 def _write(
