@@ -165,11 +165,12 @@ def boot(
             aggregates.add_members(
                 aggregates.get_server_group(session, group_uuid), [s.instance_uuid for s in specs]
             )
-        recorded = dispatch.record_message(
+        recorded = dispatch.record(
             session,
-            message,
+            workflow,
             {s.instance_uuid: TaskState.SCHEDULING for s in specs},
             created=True,
+            message=message,
         )
     created = tuple(s.instance_uuid for s in specs)
     submit.publish(workflow, Written(request_id, created, created=True), recorded)
