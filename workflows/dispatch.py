@@ -110,13 +110,24 @@ def record(
     signature: Signature,
     task_states: Mapping[str, str | None] | None = None,
     created: bool = False,
+    message: in_flight.Message | None = None,
 ) -> Recorded:
     """Write the record of the operation ``signature`` starts (the instances it acts on)
     in the caller's transaction, so the write that asks for the operation and its record
     commit together; then ``send(signature, recorded=...)``. ``task_states``: what the
     caller just set on each instance; ``created``: the caller created the instances in
-    this transaction (``in_flight.record``)."""
-    return _write(session, _message(signature), task_states, created)
+    this transaction (``in_flight.record``); ``message``: the record, made by
+    ``message_of`` before the transaction began."""
+    return _write(
+        session, message if message is not None else _message(signature), task_states, created
+    )
+
+
+def message_of(signature: Signature) -> in_flight.Message:
+    """The record of the operation ``signature`` starts (its task ids frozen into it),
+    made before the write that ``record`` puts it in: a caller holding SQLite's write
+    lock for that write then holds it for the statements alone."""
+    return _message(signature)
 
 
 def _write(

@@ -79,6 +79,7 @@ from virt.libvirt.imagecache import DEFAULT_SUBDIRECTORY, ImageCache
 from virt.libvirt.instance_files import InstanceFiles
 from virt.libvirt.options import GuestOptions
 from virt.libvirt.power import soft_reboot
+from virt.libvirt.xml_templates import GuestXmlTemplates
 
 LOG = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class LibvirtDriver(DiskOperations, PowerOperations):
         self._owner: str | None = None
         self._platform: GuestPlatform | None = None
         self._platform_lock = threading.Lock()
+        self._xml_templates = GuestXmlTemplates(self._design_xml)
         self._events: DomainEventSource | None = None
         #: A ``test:`` URI's CPU counters (the test driver's are constants).
         self._cpu_clock = SimulatedCpuClock() if uri.startswith("test:") else None
@@ -287,7 +289,12 @@ class LibvirtDriver(DiskOperations, PowerOperations):
         return tail_lines(read_tail(path), length)
 
     def guest_xml(self, spec: GuestSpec) -> str:
-        """The domain XML ``spawn`` defines for ``spec`` on this hypervisor."""
+        """The domain XML ``spawn`` defines for ``spec`` on this hypervisor (from the
+        template of its shape, ``xml_templates``: the designer's XML, built once a shape)."""
+        platform, owner = self._guest_platform(), self._owner
+        return self._xml_templates.xml(spec, (platform, self.options, owner, self.instances_path))
+
+    def _design_xml(self, spec: GuestSpec) -> str:
         config = design_guest(
             spec,
             self._guest_platform(),
