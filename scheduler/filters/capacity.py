@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import ClassVar
 
 from scheduler.filters.base import BaseFilter
@@ -25,6 +26,9 @@ LOG = logging.getLogger(__name__)
 class CapacityFilter(BaseFilter):
     #: What the log calls the class ("vCPUs", "MB of RAM", "GB of disk").
     unit: ClassVar[str]
+    #: The HostState fields of the class: (total, reserved, used, allocation ratio), as
+    #: ``HostState._free`` reads them (``filter_all`` reads them in one call per host).
+    fields: ClassVar[tuple[str, str, str, str]]
 
     def requested(self, spec: RequestSpec) -> int:
         raise NotImplementedError
@@ -62,10 +66,15 @@ class CapacityFilter(BaseFilter):
         requested = self.requested(spec)
         if not requested:
             return list(hosts)
-        # NOTE: the hosts without room go through host_passes, which logs why.
-        passes, free, total = self.host_passes, self.free, self.total
-        return [
-            h
-            for h in hosts
-            if (not requested > free(h) and not requested > total(h)) or passes(h, spec)
-        ]
+        # NOTE: ``total`` and ``free`` inline (the same arithmetic as HostState._free):
+        # three calls per host cost more than the check itself, for each of up to
+        # max_placement_results candidates and three filters. The hosts without room go
+        # through host_passes, which logs why (and decides as this check does).
+        capacity, passes = attrgetter(*self.fields), self.host_passes
+        kept = []
+        for host in hosts:
+            total, reserved, used, ratio = capacity(host)
+            free = (total - reserved) * ratio - (used - reserved)
+            if (not requested > free and not requested > total) or passes(host, spec):
+                kept.append(host)
+        return kept

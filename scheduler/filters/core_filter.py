@@ -12,6 +12,7 @@ class CoreFilter(CapacityFilter):
     """Placement's check of one class (``scheduler.filters.capacity``)."""
 
     unit = "vCPUs"
+    fields = ("vcpus_total", "reserved_vcpus", "vcpus_used", "cpu_allocation_ratio")
 
     def requested(self, spec: RequestSpec) -> int:
         return spec.resources.vcpus

@@ -12,6 +12,7 @@ class DiskFilter(CapacityFilter):
     """Placement's check of one class (``scheduler.filters.capacity``)."""
 
     unit = "GB of disk"
+    fields = ("local_gb", "reserved_disk_gb", "local_gb_used", "disk_allocation_ratio")
 
     def requested(self, spec: RequestSpec) -> int:
         return spec.resources.disk_gb

@@ -12,6 +12,7 @@ class RamFilter(CapacityFilter):
     """Placement's check of one class (``scheduler.filters.capacity``)."""
 
     unit = "MB of RAM"
+    fields = ("memory_mb", "reserved_memory_mb", "memory_mb_used", "ram_allocation_ratio")
 
     def requested(self, spec: RequestSpec) -> int:
         return spec.resources.memory_mb

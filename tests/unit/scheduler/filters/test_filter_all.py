@@ -10,6 +10,7 @@ import pytest
 from compute.pci import PciRequest
 from novaq.settings import Settings
 from scheduler.filters import _registry, load_filters
+from scheduler.filters.capacity import CapacityFilter
 from scheduler.host_state import HostState
 from scheduler.request_spec import InstanceGroup, RequestSpec
 from tests.unit.scheduler.filters.conftest import build_host, build_spec
@@ -80,3 +81,33 @@ def test_a_filter_that_ignores_the_request_asks_no_host() -> None:
     assert asked == []
     flt.filter_all(_hosts(), _spec({"availability_zone": "z"}))
     assert len(asked) == len(_hosts())
+
+
+@pytest.mark.parametrize("name", ["CoreFilter", "RamFilter", "DiskFilter"])
+def test_a_capacity_filter_reads_the_fields_its_free_and_total_read(name: str) -> None:
+    """``CapacityFilter.filter_all`` computes the free amount from ``fields`` inline: they
+    must be the class's own (a host just inside and one just outside its free amount)."""
+    (flt,) = load_filters(Settings(), [name])
+    assert isinstance(flt, CapacityFilter)
+    host = build_host(
+        "odd",
+        vcpus_used=5,
+        memory_mb_used=3000,
+        local_gb_used=37,
+        reserved_vcpus=1,
+        reserved_memory_mb=700,
+        reserved_disk_gb=3,
+        cpu_allocation_ratio=1.5,
+        ram_allocation_ratio=1.25,
+        disk_allocation_ratio=0.9,
+    )
+    total, reserved, used, ratio = (getattr(host, f) for f in flt.fields)
+    assert total == flt.total(host)
+    assert (total - reserved) * ratio - (used - reserved) == flt.free(host)
+    free = int(flt.free(host))
+    for requested, kept in ((free, [host]), (free + 1, [])):
+        sizes = {"CoreFilter": "vcpus", "RamFilter": "memory_mb", "DiskFilter": "root_gb"}
+        spec = _spec({sizes[name]: requested})
+        assert (
+            flt.filter_all([host], spec) == kept == [h for h in [host] if flt.host_passes(h, spec)]
+        )
