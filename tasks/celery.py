@@ -6,9 +6,10 @@ publish retry policy."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from models.db import dispose_after_fork
 from novaq.celery_app import app
@@ -52,6 +53,22 @@ def _publish_until_the_broker_is_back(sender: Any, **_: object) -> None:
 def _dispose_inherited_connections(**_: object) -> None:
     # No pooled database connection may be shared across a fork.
     dispose_after_fork()
+    freeze_start_up_heap()
+
+
+@worker_ready.connect
+def _freeze_when_ready(**_: object) -> None:
+    # The threads pool (compute workers) runs its steps in this process.
+    freeze_start_up_heap()
+
+
+def freeze_start_up_heap() -> None:
+    """Move what the worker holds once started (its modules, models, app: ~130,000
+    objects) out of the cyclic garbage collector's reach. It lives as long as the
+    process, yet every full collection walked it again: ~90 ms of CPU each, a few
+    milliseconds per step on average (issue 16). What steps allocate afterwards is
+    collected as before."""
+    gc.freeze()
 
 
 __all__ = ["app"]
