@@ -37,7 +37,6 @@ def _stand_in(path: Path, record: Path) -> None:
         'name=$(basename "$0")\n'
         'if [ "$name" = python ]; then name=$3; fi\n'  # python -m pytest tests/<tier> ...
         f'echo "$name" >> {record}\n'
-        f'echo "$*" >> {record}.argv\n'  # every call's arguments, one line each
         'var="STATUS_$(echo "$name" | tr -c "a-zA-Z0-9\\n" _)"\n'
         'exit "${!var:-0}"\n'
     )
@@ -96,18 +95,3 @@ def test_a_failed_bootstrap_stops_at_once(repo: Path) -> None:
 
     assert status == 1
     assert ran == []
-
-
-def test_the_integration_tier_runs_in_processes_a_module_per_process(repo: Path) -> None:
-    """Its clusters are per process (Redis and PostgreSQL databases, state directory), and a
-    fault matrix's module-scoped cluster must not be started once in each process."""
-    env = dict(os.environ, NOVAQ_TEST_PROCESSES="3")
-    subprocess.run([str(repo / "scripts" / "test")], env=env, capture_output=True, timeout=60)
-    calls = (repo / "ran.argv").read_text().splitlines()
-    integration = [c for c in calls if c.startswith("-m pytest tests/integration ")]
-
-    assert len(integration) == 1
-    argv = integration[0].split()
-    assert argv[argv.index("-n") + 1] == "3"
-    assert argv[argv.index("--dist") + 1] == "loadscope"
-    assert argv[argv.index("-m", 1) + 1] == "integration"
