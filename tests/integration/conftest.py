@@ -1,7 +1,7 @@
 """Integration tier: real Redis, real PostgreSQL, real ``celery worker`` processes.
 
 Uses Redis database 13 (or ``NOVAQ_IT_REDIS_DB``; one more per pytest-xdist worker) and
-a PostgreSQL database of its own (``novaq_it_<pid>``), both cleaned up at the end. A
+a PostgreSQL database of its own (``novaq_it_<redis db>_<pid>``), both cleaned up at the end. A
 missing server skips the tier locally and fails it in CI.
 """
 
@@ -26,7 +26,9 @@ __all__ = ["Cluster", "Worker", "start_cluster"]
 _XDIST_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 REDIS_DB = int(os.environ.get("NOVAQ_IT_REDIS_DB", "13")) + _XDIST_INDEX
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-PG_DB = f"novaq_it_{os.getpid()}"
+# Named after the Redis database too: runs side by side (CI's on 13, a helper's on another)
+# never share a PostgreSQL database even when their pids coincide (containers).
+PG_DB = f"novaq_it_{REDIS_DB}_{os.getpid()}"
 ROOT = Path(__file__).resolve().parents[2]
 _STATE = Path(tempfile.mkdtemp(prefix="novaq-it-"))
 
