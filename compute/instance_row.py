@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 
 from compute.instance_state import update_columns
 from compute.migrations import IN_PROGRESS
-from models import Instance, InstanceFault, Migration
+from compute.notifications import LATEST_FAULT
+from models import Instance, Migration
 from models.flavor import FlavorSnapshot
 from models.tables import table_of
 from novaq.exceptions import InstanceNotFound
@@ -55,7 +56,6 @@ class InstanceRow:
 
 
 _INSTANCES: Final = table_of(Instance)
-_FAULTS: Final = table_of(InstanceFault)
 _MIGRATIONS: Final = table_of(Migration)
 #: The row's fields: its columns, then ``moving``.
 _FIELDS: Final = len(fields(InstanceRow))
@@ -71,23 +71,14 @@ _MOVING = (
     .correlate(_INSTANCES)
 )
 
-#: The message of the instance's latest fault, read with the row (a notification's
-#: payload carries it): ``compute.notifications.LATEST_FAULT`` on the tables.
-_LATEST_FAULT = (
-    select(_FAULTS.c.message)
-    .where(_FAULTS.c.instance_uuid == _INSTANCES.c.uuid)
-    .order_by(_FAULTS.c.id.desc())
-    .limit(1)
-    .correlate(_INSTANCES)
-    .scalar_subquery()
-)
-
 
 def _locked_statement(with_fault: bool) -> Select[Any]:
     columns: list[Any] = [_INSTANCES.c[name] for name in _NAMES]
     columns.append(_MOVING.label("moving"))
     if with_fault:
-        columns.append(_LATEST_FAULT.label("latest_fault"))
+        # The message of the latest fault (a notification's payload carries it): the same
+        # subquery the ORM path reads, correlated to the same table.
+        columns.append(LATEST_FAULT.label("latest_fault"))
     return (
         select(*columns)
         .where(_INSTANCES.c.uuid == bindparam("uuid", type_=_INSTANCES.c.uuid.type))
