@@ -47,11 +47,7 @@ def faults(two_hosts: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         api.create_flavor(FLAVOR, 1, 512, 1)
     yield directory
     for host in HOSTS:
-        worker = two_hosts.workers.pop(host, None)
-        if worker is not None:
-            worker.stop()
-        with contextlib.suppress(Exception):
-            api.disable_service(host, "fault matrix over")
+        two_hosts.retire(host, "fault matrix over")
 
 
 CASES = [c for c in make_cases("nova", *HOSTS) if c.name != "migrate"]

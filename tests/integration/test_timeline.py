@@ -196,11 +196,7 @@ def fault_hosts(two_hosts: Cluster, tmp_path: Path) -> Iterator[Path]:
     two_hosts.wait_ready({"compute@tl1", "compute@tl2"})
     yield directory
     for host in ("tl1", "tl2"):
-        worker = two_hosts.workers.pop(host, None)
-        if worker is not None:
-            worker.stop()
-        with contextlib.suppress(Exception):
-            api.disable_service(host, "timeline test over")
+        two_hosts.retire(host, "timeline test over")
 
 
 def test_a_step_whose_worker_was_killed_shows_its_redelivery(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -135,6 +136,18 @@ class Cluster:
                 if worker.proc is not None and worker.proc.poll() is not None:
                     _fail(f"worker {worker.name} exited:\n{worker.tail()}")
         _fail(f"workers not ready: {sorted(nodes - seen)}")
+
+    def retire(self, host: str, reason: str) -> None:
+        """Stop ``host``'s worker (if it still runs) and disable its service, so no later
+        test's boot is scheduled onto a stopped host in the ``service_down_time`` before it
+        counts as down (under pytest-xdist the next module can start at once)."""
+        from workflows import api
+
+        worker = self.workers.pop(host, None)
+        if worker is not None:
+            worker.stop()
+        with contextlib.suppress(Exception):  # a teardown: the database may be the fault
+            api.disable_service(host, reason)
 
     def stop(self) -> None:
         for worker in self.workers.values():
