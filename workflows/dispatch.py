@@ -119,15 +119,8 @@ def record(
     this transaction (``in_flight.record``); ``message``: the record, made by
     ``message_of`` before the transaction began."""
     return _write(
-        session, message if message is not None else _message(signature), task_states, created
+        session, message if message is not None else message_of(signature), task_states, created
     )
-
-
-def message_of(signature: Signature) -> in_flight.Message:
-    """The record of the operation ``signature`` starts (its task ids frozen into it),
-    made before the write that ``record`` puts it in: a caller holding SQLite's write
-    lock for that write then holds it for the statements alone."""
-    return _message(signature)
 
 
 def _write(
@@ -196,7 +189,10 @@ def _publish_with_retries(signature: Signature, errors: tuple[type[BaseException
     return after_first_try(retrying, first, _publish_once, signature)
 
 
-def _message(signature: Signature) -> in_flight.Message:
+def message_of(signature: Signature) -> in_flight.Message:
+    """The record of the operation ``signature`` starts (its task ids frozen into it);
+    ``api.boot`` makes it before the write that ``record`` puts it in: a caller holding
+    SQLite's write lock for that write then holds it for the statements alone."""
     signature.freeze()
     return in_flight.message_of_signature(json.loads(json.dumps(signature)))
 
@@ -204,7 +200,7 @@ def _message(signature: Signature) -> in_flight.Message:
 def _record(signature: Signature) -> Recorded:
     """Write the record of the operation ``signature`` starts in a transaction of its own
     (none when it acts on no instance)."""
-    message = _message(signature)
+    message = message_of(signature)
     if not in_flight.instances_of(message):
         return Recorded(task_id=in_flight.task_id_of(message))
     with _sessions()() as session:
