@@ -8,10 +8,11 @@ this module only decides when the broker has failed for good.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,18 +55,27 @@ CONNECT_TIMEOUT_S = 3.0
 #: (``app.pool`` for the configured URL, which Celery's producer pool draws from).
 #: Looked up by the URL string, since making the ``Connection`` kombu's registry is keyed
 #: by costs more than a publish; emptied in a forked child, as kombu empties its own.
-_POOLS: dict[str, Any] = {}
+#: With each pool, what a publish to its broker raises when the broker fails
+#: (``broker_errors``), worked out once.
+_POOLS: dict[str, tuple[Any, tuple[type[BaseException], ...]]] = {}
 os.register_at_fork(after_in_child=_POOLS.clear)
 
 
-def _pool() -> Any:
-    """The connection pool of the broker as configured now (a test may repoint it)."""
+def _broker() -> tuple[Any, tuple[type[BaseException], ...]]:
+    """The connection pool of the broker as configured now (a test may repoint it), and
+    what a publish to it raises when it fails."""
     url = app.conf.broker_write_url
-    pool = _POOLS.get(url)
-    if pool is None:
+    found = _POOLS.get(url)
+    if found is None:
         app.pool  # noqa: B018 - applies broker_pool_limit to kombu's pools first
-        pool = _POOLS[url] = pools.connections[app.connection_for_write()]
-    return pool
+        pool = pools.connections[app.connection_for_write()]
+        found = _POOLS[url] = (pool, (*_BROKER_ERRORS, *pool.connection.channel_errors))
+    return found
+
+
+def _pool() -> Any:
+    """The connection pool of the broker as configured now."""
+    return _broker()[0]
 
 
 def check_broker() -> None:
@@ -93,7 +103,7 @@ def broker_errors() -> tuple[type[BaseException], ...]:
     """What a publish raises when the broker fails: the connection errors (kombu wraps
     them in its ``OperationalError``) and the transport's channel errors, such as Redis
     refusing a write when it is out of memory (a full broker)."""
-    return (*_BROKER_ERRORS, *_pool().connection.channel_errors)
+    return _broker()[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +175,39 @@ def send(signature: Signature, record: bool = True, recorded: Recorded | None = 
         recorded = _record(signature) if record else Recorded()
     errors = broker_errors()
     try:
-        return _publish_with_retries(signature, errors)
+        with _awaited(not record):
+            return _publish_with_retries(signature, errors)
     except errors as exc:
         _forget(recorded)
         raise ServiceUnavailable(service="message broker", reason=str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _awaited(awaited: bool) -> Iterator[None]:
+    """Publish, with the result backend watching the task's result only when the caller
+    waits for it (a query, ``record=False``).
+
+    NOTE: Celery's ``send_task`` subscribes this process to every task's result channel
+    as it publishes (the Redis backend's ``on_task_call``: a SUBSCRIBE, then an
+    UNSUBSCRIBE when the ``AsyncResult`` is dropped), for a ``get()`` that an operation's
+    publish never makes: about a tenth of ``send_task``'s CPU in the API (issue 16). A
+    worker skips it already (``task_join_will_block``). Its result is stored all the same;
+    a ``get()`` made later subscribes then and reads the stored result first. Skipped on
+    the backend of this thread alone (a backend that is not thread-safe is one a thread);
+    a thread-safe one, shared, is left as it is."""
+    backend = app.backend
+    if awaited or getattr(backend, "thread_safe", True):
+        yield
+        return
+    backend.on_task_call = _unwatched
+    try:
+        yield
+    finally:
+        del backend.on_task_call
+
+
+def _unwatched(producer: Any, task_id: str) -> None:
+    """``on_task_call`` for a result nobody waits for: no subscription."""
 
 
 def _publish_with_retries(signature: Signature, errors: tuple[type[BaseException], ...]) -> Any:
