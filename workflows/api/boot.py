@@ -343,8 +343,10 @@ def _instance_row(
 
 def _insert_instance(session: Session, row: dict[str, Any], metadata: dict[str, str]) -> None:
     """Write the server's row, then its user metadata (as ``server_metadata.replace``
-    adds it to a new server: one row a key, in key order, flushed after the server)."""
-    session.execute(_INSERT_INSTANCE, row)
+    adds it to a new server: one row a key, in key order, flushed after the server).
+    The INSERT on the session's connection (no ORM execution layer: about 30 us): nothing
+    is pending in the session before a server's row (its metadata follows it)."""
+    session.connection().execute(_INSERT_INSTANCE, row)
     session.add_all(
         InstanceMetadata(instance_uuid=row["uuid"], key=key, value=metadata[key])
         for key in sorted(metadata)

@@ -103,7 +103,8 @@ def delete(uuid: str) -> str:
     s = common.settings()
     request_id = common.new_request_id()
     with session_scope(common.db_url()) as session:
-        instance = session.execute(_DELETE_VIEW, {"uuid": uuid}).first()
+        # (on the connection: a Core row, nothing pending; no ORM execution layer)
+        instance = session.connection().execute(_DELETE_VIEW, {"uuid": uuid}).first()
         if instance is None:
             raise InstanceNotFound(uuid=uuid)
         if instance.task_state in (TaskState.DELETING, TaskState.SOFT_DELETING):
