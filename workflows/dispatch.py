@@ -199,11 +199,15 @@ def _awaited(awaited: bool) -> Iterator[None]:
     if awaited or getattr(backend, "thread_safe", True):
         yield
         return
+    shadowed = vars(backend).get("on_task_call")  # (a publish within a publish)
     backend.on_task_call = _unwatched
     try:
         yield
     finally:
-        del backend.on_task_call
+        if shadowed is None:
+            del backend.on_task_call
+        else:
+            backend.on_task_call = shadowed
 
 
 def _unwatched(producer: Any, task_id: str) -> None:

@@ -54,6 +54,14 @@ def test_the_backend_is_restored_when_the_publish_fails(
     assert "on_task_call" not in vars(app.backend)
 
 
+def test_a_publish_within_a_publish_leaves_the_backend_as_it_was(watched: list[str]) -> None:
+    with dispatch._awaited(False):
+        with dispatch._awaited(False):
+            pass
+        assert "on_task_call" in vars(app.backend)  # the outer one's, still
+    assert "on_task_call" not in vars(app.backend)
+
+
 def test_broker_errors_are_the_connection_and_channel_errors_every_time() -> None:
     errors = dispatch.broker_errors()
     assert ConnectionError in errors and OSError in errors
