@@ -16,6 +16,7 @@ import contextlib
 import cProfile
 import os
 import pstats
+import shutil
 import statistics
 import sys
 import tempfile
@@ -177,6 +178,7 @@ def main() -> int:
             for queue in ("scheduler", "compute.host1"):
                 conn.SimpleQueue(queue).clear()
         dispose_all()
+        shutil.rmtree(STATE, ignore_errors=True)
     return 0
 
 
