@@ -3,11 +3,12 @@ row under the instance's row lock, instead of the ORM ``Instance``.
 
 Issue 16 (eighth pass): the locked ORM load cost 220-300 µs against 100-120 µs for the
 same columns as a Core row, twice per step (begin and finish). A step declared
-``light_row`` (the terminate) is begun and finished on this row: the runner's checks,
-its compare-and-swap, the notifications' payload (``compute.notifications``) and the
-step's final values read it; its writes go through one UPDATE built once per set of
-columns (``compute.instance_state.update_columns``) and are set on the row as a read
-would see them.
+``light_row`` (the terminate; the build since the ninth pass) is begun and finished on
+this row: the runner's checks, its compare-and-swap, the notifications' payload
+(``compute.notifications``), the step's ``prepare`` (the build's guest,
+``compute.guest``) and its final values read it; its writes go through one UPDATE
+built once per set of columns (``compute.instance_state.update_columns``) and are set on
+the row as a read would see them.
 """
 
 from __future__ import annotations

@@ -137,6 +137,8 @@ LockedRow = Instance | InstanceRow
 Undo = Callable[[StepContext, StepRun, BaseException], None]
 #: What ``act`` needs from the database, read in begin's transaction (instance locked).
 Prepare = Callable[[Session, Instance], Any]
+#: ``Prepare`` of a ``light_row`` step: from the row read as ``InstanceRow``.
+RowPrepare = Callable[[Session, InstanceRow], Any]
 #: (sessions, step, instance_uuid, request_id, host, exc) -> whether it undid anything.
 Abort = Callable[[Sessions, "Step", str, str, str, BaseException], bool]
 
@@ -188,16 +190,12 @@ class Step:
     #: being finished (no state can tell), and the errback undoes only an open action.
     once_per_request: bool = False
     #: Reads for ``act`` done in begin's transaction (``StepRun.prepared``) rather than
-    #: in one of their own.
-    prepare: Prepare | None = None
+    #: in one of their own (a ``RowPrepare`` when ``light_row``).
+    prepare: Prepare | RowPrepare | None = None
     #: Begin and the finish read the instance as a Core row (``compute.instance_row``)
     #: rather than the ORM ``Instance`` (issue 16: half the load's CPU, twice a step);
-    #: ``final`` then takes that row. (No ``prepare``: it reads the ORM row.)
+    #: ``final`` and ``prepare`` then take that row.
     light_row: bool = False
-
-    def __post_init__(self) -> None:
-        if self.light_row and self.prepare is not None:
-            raise ValueError(f"step {self.name}: a light_row step has no prepare")
 
 
 def run_step(
@@ -334,7 +332,7 @@ def _begin(
             run = StepRun(ctx, instance_uuid, event_id, vm_state, params, notices=notices)
             if not step.any_task:
                 run.task_state = values.get("task_state", instance.task_state)
-            if step.prepare is not None and isinstance(instance, Instance):
+            if step.prepare is not None:
                 _prepare(session, step.prepare, instance, run)
             return run
     except (InstanceNotFound, UnexpectedTaskStateError):
@@ -369,11 +367,17 @@ def _skipped(
     return True
 
 
-def _prepare(session: Session, prepare: Prepare, instance: Instance, run: StepRun) -> None:
-    """``run.prepared``; an error of the step's own (not the database's, which ends the
-    transaction) is kept for ``act``, as it would have been raised there."""
+def _prepare(
+    session: Session, prepare: Prepare | RowPrepare, instance: LockedRow, run: StepRun
+) -> None:
+    """``run.prepared``, from the row as its kind (``light_row``) was read; an error of
+    the step's own (not the database's, which ends the transaction) is kept for ``act``,
+    as it would have been raised there."""
     try:
-        run.prepared = prepare(session, instance)
+        if isinstance(instance, InstanceRow):
+            run.prepared = cast(RowPrepare, prepare)(session, instance)
+        else:
+            run.prepared = cast(Prepare, prepare)(session, instance)
     except (SQLAlchemyError, DatabaseUnavailable):
         raise
     except Exception as exc:  # noqa: BLE001 - handled by act's failure path
