@@ -100,7 +100,9 @@ _HELD_ADDRESSES = (
 
 def _guest(session: Session, instance: InstanceRow) -> GuestSpec:
     """The guest to spawn, read in begin's transaction (``Step.prepare``) from its light
-    row."""
+    row: the addresses of its PCI devices only when the row says it holds some."""
+    if instance.holds_pci is False:
+        return guest_spec(session, instance, ())
     # NOTE: on the connection: no ORM result to build for a column of strings, and
     # nothing pending in this transaction touches ``pci_devices`` (no flush needed).
     addresses = session.connection().scalars(_HELD_ADDRESSES, {"uuid": instance.uuid}).all()
@@ -175,6 +177,7 @@ BUILD = Step(
     undo=_spawn_failed,
     on_superseded=_deleted_while_spawning,
     light_row=True,
+    reads_pci=True,
 )
 
 

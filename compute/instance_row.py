@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from compute.instance_state import update_columns
 from compute.migrations import IN_PROGRESS
 from compute.notifications import LATEST_FAULT
+from compute.pci import held_by
 from models import Instance, Migration
 from models.flavor import FlavorSnapshot
 from models.tables import table_of
@@ -54,13 +55,18 @@ class InstanceRow:
     #: column, read with them, so a terminate of a server that is not moving (nearly
     #: every one) runs no statement of ``drop_moves``.
     moving: bool
+    #: Whether the instance holds PCI devices (``compute.pci.held_by``), read with the
+    #: row when asked for (``locked_row``'s ``with_pci``: the build's begin, whose guest
+    #: names them), else None: a build of a server with none (nearly every one) runs no
+    #: statement for its devices' addresses.
+    holds_pci: bool | None = None
 
 
 _INSTANCES: Final = table_of(Instance)
 _MIGRATIONS: Final = table_of(Migration)
-#: The row's fields: its columns, then ``moving``.
-_FIELDS: Final = len(fields(InstanceRow))
-_NAMES: Final = tuple(field.name for field in fields(InstanceRow))[:-1]
+#: The row's columns (its fields but ``moving`` and ``holds_pci``), then ``moving``.
+_NAMES: Final = tuple(field.name for field in fields(InstanceRow))[:-2]
+_FIELDS: Final = len(_NAMES) + 1
 
 #: ``InstanceRow.moving``: ``compute.migrations.drop_moves``'s SELECT as an EXISTS.
 _MOVING = (
@@ -71,11 +77,15 @@ _MOVING = (
     )
     .correlate(_INSTANCES)
 )
+#: ``InstanceRow.holds_pci``: the devices ``compute.build``'s guest reads, as an EXISTS.
+_HOLDS_PCI = exists().where(*held_by(_INSTANCES.c.uuid)).correlate(_INSTANCES)
 
 
-def _locked_statement(with_fault: bool) -> Select[Any]:
+def _locked_statement(with_fault: bool, with_pci: bool) -> Select[Any]:
     columns: list[Any] = [_INSTANCES.c[name] for name in _NAMES]
     columns.append(_MOVING.label("moving"))
+    if with_pci:
+        columns.append(_HOLDS_PCI.label("holds_pci"))
     if with_fault:
         # The message of the latest fault (a notification's payload carries it): the same
         # subquery the ORM path reads, correlated to the same table.
@@ -87,25 +97,31 @@ def _locked_statement(with_fault: bool) -> Select[Any]:
     )
 
 
-#: Built once per variant (building a statement cost about as much as running it).
-_LOCKED: Final = _locked_statement(False)
-_LOCKED_WITH_FAULT: Final = _locked_statement(True)
+#: Built once per variant (building a statement cost about as much as running it),
+#: by (``with_fault``, ``with_pci``).
+_LOCKED: Final = {
+    (fault, pci): _locked_statement(fault, pci) for fault in (False, True) for pci in (False, True)
+}
 
 
 def locked_row(
-    session: Session, instance_uuid: str, with_fault: bool = False
+    session: Session, instance_uuid: str, with_fault: bool = False, with_pci: bool = False
 ) -> tuple[InstanceRow, str | None]:
     """The instance's row, locked until the transaction ends (SQLite: BEGIN IMMEDIATE),
-    and with ``with_fault`` the message of its latest fault (else None). On the session's
-    connection: no ORM object is loaded, so the ORM's pending writes are flushed first,
-    as an ORM statement's autoflush would have."""
+    and with ``with_fault`` the message of its latest fault (else None); with
+    ``with_pci`` its ``holds_pci`` is read too. On the session's connection: no ORM
+    object is loaded, so the ORM's pending writes are flushed first, as an ORM
+    statement's autoflush would have."""
     session.flush()
-    statement = _LOCKED_WITH_FAULT if with_fault else _LOCKED
+    statement = _LOCKED[with_fault, with_pci]
     row = session.connection().execute(statement, {"uuid": instance_uuid}).first()
     if row is None:
         raise InstanceNotFound(uuid=instance_uuid)
     fault = row[-1] if with_fault else None
-    return InstanceRow(*row[:_FIELDS]), fault
+    instance = InstanceRow(*row[:_FIELDS])
+    if with_pci:
+        instance.holds_pci = bool(row[_FIELDS])
+    return instance, fault
 
 
 def write_row(session: Session, row: InstanceRow, values: dict[str, Any]) -> None:

@@ -196,6 +196,9 @@ class Step:
     #: rather than the ORM ``Instance`` (issue 16: half the load's CPU, twice a step);
     #: ``final`` and ``prepare`` then take that row.
     light_row: bool = False
+    #: Begin's light row also says whether the instance holds PCI devices
+    #: (``InstanceRow.holds_pci``: the build's guest names them).
+    reads_pci: bool = False
 
 
 def run_step(
@@ -286,12 +289,17 @@ _LOCKED_WITH_FAULT = (
 
 
 def _locked_noting(
-    session: Session, step: Step, instance_uuid: str, notices: notifications.StepNotices | None
+    session: Session,
+    step: Step,
+    instance_uuid: str,
+    notices: notifications.StepNotices | None,
+    with_pci: bool = False,
 ) -> tuple[LockedRow, str | None]:
-    """``locked`` (``locked_row`` for a ``light_row`` step), and with ``notices`` the
-    message of the latest fault (else None)."""
+    """``locked`` (``locked_row`` for a ``light_row`` step, ``with_pci`` its
+    ``holds_pci`` read), and with ``notices`` the message of the latest fault (else
+    None)."""
     if step.light_row:
-        return locked_row(session, instance_uuid, with_fault=notices is not None)
+        return locked_row(session, instance_uuid, notices is not None, with_pci)
     if notices is None:
         return locked(session, instance_uuid), None
     row = session.execute(_LOCKED_WITH_FAULT, {"uuid": instance_uuid}).first()
@@ -312,7 +320,7 @@ def _begin(
         # The delivery's start rides this transaction, the step's first change
         # (``compute.delivery_ledger``): written once it committed, skipped or not.
         with delivery_ledger.start_riding() as ride, ctx.sessions() as session:
-            instance, fault = _locked_noting(session, step, instance_uuid, notices)
+            instance, fault = _locked_noting(session, step, instance_uuid, notices, step.reads_pci)
             if notices is not None:
                 notices.start.read(instance, fault)
             ride(session)

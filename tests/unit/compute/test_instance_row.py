@@ -54,7 +54,7 @@ def test_the_row_holds_what_the_orm_instance_holds(db_url: str) -> None:
     with session_scope(db_url, read_only=True) as session:
         instance = get_instance(session, uuid)
         for field in dataclasses.fields(InstanceRow):
-            if field.name != "moving":
+            if field.name not in ("moving", "holds_pci"):
                 assert getattr(row, field.name) == getattr(instance, field.name), field.name
         # A notification's payload is the same from either.
         assert _payload(row, None, "req") == _payload(instance, None, "req")
@@ -86,6 +86,48 @@ def test_moving_says_whether_a_migration_is_in_progress(
     make_migration(db_url, other)  # another instance's move is not this one's
 
     assert _row(db_url, uuid)[0].moving is moving
+
+
+def test_holds_pci_says_whether_the_instance_holds_devices_when_asked(db_url: str) -> None:
+    uuid = make_instance(db_url, host="host1", node="host1")
+    other = make_instance(db_url, host="host1", node="host1")
+    node_id = make_compute_node(db_url, "host1")
+    _add_device(db_url, node_id, "0000:0a:00.0", other)  # another's device is not its own
+    _add_device(db_url, node_id, "0000:0b:00.0", uuid, deleted=1)  # nor a deleted row
+
+    def holds(with_pci: bool) -> bool | None:
+        with session_scope(db_url) as session:
+            return locked_row(session, uuid, with_pci=with_pci)[0].holds_pci
+
+    assert (holds(False), holds(True)) == (None, False)  # not read unless asked for
+    _add_device(db_url, node_id, "0000:0c:00.0", uuid)
+    assert holds(True) is True
+    with session_scope(db_url) as session:
+        row, fault = locked_row(session, uuid, with_fault=True, with_pci=True)
+        assert (row.holds_pci, row.moving, fault) == (True, False, None)
+
+
+def _add_device(
+    db_url: str,
+    node_id: int,
+    address: str,
+    consumer: str,
+    status: str = ALLOCATED,
+    deleted: int = 0,
+) -> None:
+    with session_scope(db_url) as session:
+        session.add(
+            PciDevice(
+                compute_node_id=node_id,
+                address=address,
+                vendor_id="10de",
+                product_id="1eb8",
+                status=status,
+                consumer_uuid=consumer,
+                instance_uuid=consumer,
+                deleted=deleted,
+            )
+        )
 
 
 def test_write_row_writes_the_instance_and_sets_the_row(db_url: str) -> None:
@@ -159,8 +201,9 @@ def test_a_terminate_on_postgresql_reads_and_writes_the_light_row(
 def test_a_build_on_postgresql_reads_and_writes_the_light_row(
     migrated_pg_url: str, state_dir: Path, sent: Sent
 ) -> None:
-    """The build's begin and finish on the light row on PostgreSQL: the guest spawned
-    from it (with the PCI device the instance holds), the server ACTIVE, its event and
+    """The build's begin and finish on the light row on PostgreSQL (the row's statement
+    with the PCI devices' EXISTS too): the guest spawned from it (with the PCI device the
+    instance holds), the server ACTIVE, its event and
     action closed, its ``create`` notifications' payloads read from the row. Skipped when
     no PostgreSQL listens on 127.0.0.1:5432."""
     pg_db = migrated_pg_url
@@ -168,18 +211,7 @@ def test_a_build_on_postgresql_reads_and_writes_the_light_row(
     node_id = make_compute_node(pg_db, "host1")
     uuid = make_instance(pg_db, host="host1", node="host1", display_name="vm")
     claim(pg_db, node_id, uuid, ResourceRequest(1, 512, 1))
-    with session_scope(pg_db) as session:
-        session.add(
-            PciDevice(
-                compute_node_id=node_id,
-                address="0000:0a:00.0",
-                vendor_id="10de",
-                product_id="1eb8",
-                status=ALLOCATED,
-                consumer_uuid=uuid,
-                instance_uuid=uuid,
-            )
-        )
+    _add_device(pg_db, node_id, "0000:0a:00.0", uuid)
     specs: list[GuestSpec] = []
 
     class Recording(FakeDriver):
