@@ -20,12 +20,12 @@ from typing import Any, Final
 from sqlalchemy import Select, bindparam, exists, select
 from sqlalchemy.orm import Session
 
-from compute.instance_state import update_columns
+from compute.instance_state import in_constants, update_columns
 from compute.migrations import IN_PROGRESS
 from compute.notifications import LATEST_FAULT
-from compute.pci import held_by
-from models import Instance, Migration
+from models import Instance, Migration, PciDevice
 from models.flavor import FlavorSnapshot
+from models.pci_device import ALLOCATED, CLAIMED
 from models.tables import table_of
 from novaq.exceptions import InstanceNotFound
 
@@ -73,12 +73,22 @@ _MOVING = (
     exists()
     .where(
         _MIGRATIONS.c.instance_uuid == _INSTANCES.c.uuid,
-        _MIGRATIONS.c.status.in_(IN_PROGRESS),
+        in_constants(_MIGRATIONS.c.status, IN_PROGRESS),
     )
     .correlate(_INSTANCES)
 )
-#: ``InstanceRow.holds_pci``: the devices ``compute.build``'s guest reads, as an EXISTS.
-_HOLDS_PCI = exists().where(*held_by(_INSTANCES.c.uuid)).correlate(_INSTANCES)
+#: ``InstanceRow.holds_pci``: the devices ``compute.build``'s guest reads, as an EXISTS:
+#: ``compute.pci.held_by``'s conditions, its statuses as constants (``in_constants``).
+_PCI: Final = table_of(PciDevice)
+_HOLDS_PCI = (
+    exists()
+    .where(
+        _PCI.c.consumer_uuid == _INSTANCES.c.uuid,
+        in_constants(_PCI.c.status, (CLAIMED, ALLOCATED)),
+        _PCI.c.deleted == 0,
+    )
+    .correlate(_INSTANCES)
+)
 
 
 def _locked_statement(with_fault: bool, with_pci: bool) -> Select[Any]:

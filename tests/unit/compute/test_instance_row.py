@@ -25,7 +25,7 @@ from compute.sessions import sessions_for
 from compute.steps import StepContext
 from models import InstanceAction, PciDevice
 from models.db import session_scope
-from models.pci_device import ALLOCATED
+from models.pci_device import ALLOCATED, CLAIMED, REMOVED
 from novaq.exceptions import HypervisorError, InstanceNotFound
 from tests.factories import (
     claim,
@@ -99,8 +99,9 @@ def test_holds_pci_says_whether_the_instance_holds_devices_when_asked(db_url: st
         with session_scope(db_url) as session:
             return locked_row(session, uuid, with_pci=with_pci)[0].holds_pci
 
+    _add_device(db_url, node_id, "0000:0d:00.0", uuid, status=REMOVED)  # nor a gone one
     assert (holds(False), holds(True)) == (None, False)  # not read unless asked for
-    _add_device(db_url, node_id, "0000:0c:00.0", uuid)
+    _add_device(db_url, node_id, "0000:0c:00.0", uuid, status=CLAIMED)
     assert holds(True) is True
     with session_scope(db_url) as session:
         row, fault = locked_row(session, uuid, with_fault=True, with_pci=True)
