@@ -217,7 +217,7 @@ def build_and_run_instance(
         raise
     if outcome != DONE:
         return BuildResult(instance_uuid, "skipped", host)
-    LOG.info("Instance %s is ACTIVE on %s", instance_uuid, host)
+    # (logged by the runner: "build done, now {'vm_state': 'active', ...}")
     return BuildResult(instance_uuid, DONE_OUTCOME, host)
 
 
