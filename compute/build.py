@@ -115,8 +115,9 @@ def _spawn(ctx: StepContext, run: StepRun) -> int:
 
 
 def _active(session: Session, instance: InstanceRow, run: StepRun) -> dict[str, Any]:
-    if run.params.get("track_failures", True):
-        # In the finish's transaction: the build's success and the host's record of it.
+    if run.params.get("track_failures", True) and instance.host_failed_builds is not False:
+        # In the finish's transaction: the build's success and the host's record of it
+        # (nothing to write, nor to read, when the row says no node counts a failure).
         note_build_result(session, run.ctx.host, succeeded=True)
     return {"vm_state": VmState.ACTIVE, "power_state": run.result, "launched_at": utcnow()}
 
@@ -178,6 +179,7 @@ BUILD = Step(
     on_superseded=_deleted_while_spawning,
     light_row=True,
     reads_pci=True,
+    reads_failed_builds=True,
 )
 
 

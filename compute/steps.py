@@ -199,6 +199,9 @@ class Step:
     #: Begin's light row also says whether the instance holds PCI devices
     #: (``InstanceRow.holds_pci``: the build's guest names them).
     reads_pci: bool = False
+    #: The finish's light row also says whether a node of this host counts failed
+    #: builds (``InstanceRow.host_failed_builds``: the build's success resets them).
+    reads_failed_builds: bool = False
 
 
 def run_step(
@@ -294,12 +297,13 @@ def _locked_noting(
     instance_uuid: str,
     notices: notifications.StepNotices | None,
     with_pci: bool = False,
+    failed_builds_of: str | None = None,
 ) -> tuple[LockedRow, str | None]:
-    """``locked`` (``locked_row`` for a ``light_row`` step, ``with_pci`` its
-    ``holds_pci`` read), and with ``notices`` the message of the latest fault (else
-    None)."""
+    """``locked`` (``locked_row`` for a ``light_row`` step, with its ``holds_pci`` and
+    ``host_failed_builds`` when asked for), and with ``notices`` the message of the
+    latest fault (else None)."""
     if step.light_row:
-        return locked_row(session, instance_uuid, notices is not None, with_pci)
+        return locked_row(session, instance_uuid, notices is not None, with_pci, failed_builds_of)
     if notices is None:
         return locked(session, instance_uuid), None
     row = session.execute(_LOCKED_WITH_FAULT, {"uuid": instance_uuid}).first()
@@ -449,7 +453,8 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
     rerun = run.finish_runs > 1
 
     def work(session: Session, ride: delivery_ledger.Ride) -> dict[str, Any] | None:
-        instance, fault = _locked_noting(session, step, uuid, run.notices)
+        builds_of = ctx.host if step.reads_failed_builds else None
+        instance, fault = _locked_noting(session, step, uuid, run.notices, False, builds_of)
         if (
             rerun
             and run.event_id is not None

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from compute.build import BUILD, build_and_run_instance
 from compute.claims import ResourceRequest
@@ -23,7 +23,7 @@ from compute.migrations import get_migration
 from compute.notifications import _payload
 from compute.sessions import sessions_for
 from compute.steps import StepContext
-from models import InstanceAction, PciDevice
+from models import ComputeNode, InstanceAction, PciDevice
 from models.db import session_scope
 from models.pci_device import ALLOCATED, CLAIMED, REMOVED
 from novaq.exceptions import HypervisorError, InstanceNotFound
@@ -54,7 +54,7 @@ def test_the_row_holds_what_the_orm_instance_holds(db_url: str) -> None:
     with session_scope(db_url, read_only=True) as session:
         instance = get_instance(session, uuid)
         for field in dataclasses.fields(InstanceRow):
-            if field.name not in ("moving", "holds_pci"):
+            if field.name not in ("moving", "holds_pci", "host_failed_builds"):
                 assert getattr(row, field.name) == getattr(instance, field.name), field.name
         # A notification's payload is the same from either.
         assert _payload(row, None, "req") == _payload(instance, None, "req")
@@ -106,6 +106,39 @@ def test_holds_pci_says_whether_the_instance_holds_devices_when_asked(db_url: st
     with session_scope(db_url) as session:
         row, fault = locked_row(session, uuid, with_fault=True, with_pci=True)
         assert (row.holds_pci, row.moving, fault) == (True, False, None)
+
+
+@pytest.mark.parametrize(
+    ("stats", "failed"),
+    [
+        (None, False),
+        ({}, False),
+        ({"failed_builds": 0, "x": 1}, False),
+        ({"failed_builds": 2}, True),
+    ],
+)
+def test_host_failed_builds_says_whether_a_node_of_the_host_counts_failures(
+    db_url: str, stats: dict[str, int] | None, failed: bool
+) -> None:
+    uuid = make_instance(db_url, host="host1", node="host1")
+    # Another host's failures are not this host's, nor those of a deleted node.
+    gone = make_compute_node(db_url, "host1")
+    _set_stats(db_url, gone, {"failed_builds": 5})
+    with session_scope(db_url) as session:
+        session.execute(update(ComputeNode).where(ComputeNode.id == gone).values(deleted=gone))
+    _set_stats(db_url, make_compute_node(db_url, "host1"), stats)
+    _set_stats(db_url, make_compute_node(db_url, "host2"), {"failed_builds": 1})
+
+    with session_scope(db_url) as session:
+        assert locked_row(session, uuid)[0].host_failed_builds is None  # not unless asked
+        row, _ = locked_row(session, uuid, with_pci=True, failed_builds_of="host1")
+        assert (row.holds_pci, row.host_failed_builds) == (False, failed)
+        assert locked_row(session, uuid, failed_builds_of="host2")[0].host_failed_builds
+
+
+def _set_stats(db_url: str, node_id: int, stats: dict[str, int] | None) -> None:
+    with session_scope(db_url) as session:
+        session.execute(update(ComputeNode).where(ComputeNode.id == node_id).values(stats=stats))
 
 
 def _add_device(
@@ -203,16 +236,18 @@ def test_a_build_on_postgresql_reads_and_writes_the_light_row(
     migrated_pg_url: str, state_dir: Path, sent: Sent
 ) -> None:
     """The build's begin and finish on the light row on PostgreSQL (the row's statement
-    with the PCI devices' EXISTS too): the guest spawned from it (with the PCI device the
-    instance holds), the server ACTIVE, its event and
-    action closed, its ``create`` notifications' payloads read from the row. Skipped when
-    no PostgreSQL listens on 127.0.0.1:5432."""
+    with the PCI devices' EXISTS, and the host's failed builds read from JSON stats):
+    the guest spawned from it (with the PCI device the instance holds), the server
+    ACTIVE, the host's count of failed builds reset, its event and action closed, its
+    ``create`` notifications' payloads read from the row. Skipped when no PostgreSQL
+    listens on 127.0.0.1:5432."""
     pg_db = migrated_pg_url
     register_cirros(pg_db, state_dir / "images")
     node_id = make_compute_node(pg_db, "host1")
     uuid = make_instance(pg_db, host="host1", node="host1", display_name="vm")
     claim(pg_db, node_id, uuid, ResourceRequest(1, 512, 1))
     _add_device(pg_db, node_id, "0000:0a:00.0", uuid)
+    _set_stats(pg_db, node_id, {"failed_builds": 3})  # a success resets the count
     specs: list[GuestSpec] = []
 
     class Recording(FakeDriver):
@@ -227,6 +262,7 @@ def test_a_build_on_postgresql_reads_and_writes_the_light_row(
     assert build_and_run_instance(ctx, uuid, notify=True).outcome == "skipped"
 
     [spec] = specs
+    assert node_row(pg_db, node_id).stats["failed_builds"] == 0
     with session_scope(pg_db, read_only=True) as session:
         instance = get_instance(session, uuid)
         assert spec == guest_spec(session, instance, ("0000:0a:00.0",))
