@@ -25,12 +25,13 @@ from compute.claims import (
 )
 from compute.guest import guest_spec, instance_name
 from compute.heal import release_orphan
+from compute.instance_row import InstanceRow
 from compute.instance_state import cas_update, get_instance
 from compute.pci import PciRequest, held_by
 from compute.sessions import Sessions
 from compute.states import TaskState, VmState
 from compute.steps import DONE, Step, StepContext, StepRun, run_step
-from models import ComputeNode, Instance, PciDevice, utcnow
+from models import ComputeNode, PciDevice, utcnow
 from models.alternate import Alternate
 from models.tables import table_of
 from novaq.exceptions import (
@@ -97,8 +98,11 @@ _HELD_ADDRESSES = (
 )
 
 
-def _guest(session: Session, instance: Instance) -> GuestSpec:
-    """The guest to spawn, read in begin's transaction (``Step.prepare``)."""
+def _guest(session: Session, instance: InstanceRow) -> GuestSpec:
+    """The guest to spawn, read in begin's transaction (``Step.prepare``) from its light
+    row: the addresses of its PCI devices only when the row says it holds some."""
+    if instance.holds_pci is False:
+        return guest_spec(session, instance, ())
     # NOTE: on the connection: no ORM result to build for a column of strings, and
     # nothing pending in this transaction touches ``pci_devices`` (no flush needed).
     addresses = session.connection().scalars(_HELD_ADDRESSES, {"uuid": instance.uuid}).all()
@@ -110,9 +114,10 @@ def _spawn(ctx: StepContext, run: StepRun) -> int:
     return ctx.driver.spawn(spec).power_state
 
 
-def _active(session: Session, instance: Instance, run: StepRun) -> dict[str, Any]:
-    if run.params.get("track_failures", True):
-        # In the finish's transaction: the build's success and the host's record of it.
+def _active(session: Session, instance: InstanceRow, run: StepRun) -> dict[str, Any]:
+    if run.params.get("track_failures", True) and instance.host_failed_builds is not False:
+        # In the finish's transaction: the build's success and the host's record of it
+        # (nothing to write, nor to read, when the row says no node counts a failure).
         note_build_result(session, run.ctx.host, succeeded=True)
     return {"vm_state": VmState.ACTIVE, "power_state": run.result, "launched_at": utcnow()}
 
@@ -172,6 +177,9 @@ BUILD = Step(
     check_host=False,
     undo=_spawn_failed,
     on_superseded=_deleted_while_spawning,
+    light_row=True,
+    reads_pci=True,
+    reads_failed_builds=True,
 )
 
 
@@ -211,7 +219,7 @@ def build_and_run_instance(
         raise
     if outcome != DONE:
         return BuildResult(instance_uuid, "skipped", host)
-    LOG.info("Instance %s is ACTIVE on %s", instance_uuid, host)
+    # (logged by the runner: "build done, now {'vm_state': 'active', ...}")
     return BuildResult(instance_uuid, DONE_OUTCOME, host)
 
 

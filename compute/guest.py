@@ -3,22 +3,39 @@ flavor, the registry's record of its image and the PCI devices it holds."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from sqlalchemy.orm import Session
 
 from compute.images import image_spec
-from models import Instance
 from models.flavor import FlavorSnapshot
 from virt.driver import GuestSpec
 
 
-def instance_name(instance: Instance) -> str:
+class GuestRow(Protocol):
+    """What a guest's spec reads of an instance: the ORM ``Instance`` or a step's light
+    row (``compute.instance_row.InstanceRow``, the build's)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def display_name(self) -> str | None: ...
+    @property
+    def image_ref(self) -> str | None: ...
+    @property
+    def flavor(self) -> FlavorSnapshot: ...
+
+
+def instance_name(instance: GuestRow) -> str:
     """Nova's default ``instance_name_template``: ``instance-%08x``."""
     return f"instance-{instance.id:08x}"
 
 
 def guest_spec(
     session: Session,
-    instance: Instance,
+    instance: GuestRow,
     pci_addresses: tuple[str, ...] = (),
     flavor: FlavorSnapshot | None = None,
 ) -> GuestSpec:

@@ -112,27 +112,32 @@ def start_event(
         "start_time": utcnow(),
     }
     session.flush()  # an action added in this session (a Core statement does not autoflush)
-    event_id: int | None = session.scalar(_start_event_statement(), values)
+    # (a Core statement on the tables: on the connection, no ORM execution layer)
+    event_id: int | None = session.connection().scalar(_start_event_statement(), values)
     return event_id
 
 
 @functools.cache
 def _start_event_statement() -> Insert:
-    """One INSERT ... SELECT: the event row under the request's latest action, if any."""
+    """One INSERT ... SELECT: the event row under the request's latest action, if any.
+
+    NOTE: on the tables' columns, not the mapped classes' attributes: run on the
+    connection (``start_event``), the same SQL without the ORM's compile state."""
     table = table_of(InstanceActionEvent)
     columns = table.c
+    actions = table_of(InstanceAction).c
     latest = (
         select(
-            InstanceAction.id,
+            actions.id,
             bindparam("event", type_=columns.event.type),
             bindparam("host", type_=columns.host.type),
             bindparam("start_time", type_=columns.start_time.type),
         )
         .where(
-            InstanceAction.instance_uuid == bindparam("uuid"),
-            InstanceAction.request_id == bindparam("request_id"),
+            actions.instance_uuid == bindparam("uuid", type_=actions.instance_uuid.type),
+            actions.request_id == bindparam("request_id", type_=actions.request_id.type),
         )
-        .order_by(InstanceAction.id.desc())
+        .order_by(actions.id.desc())
         .limit(1)
     )
     return (
@@ -158,7 +163,9 @@ def finish_event(
 ) -> None:
     now = utcnow()
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
-    action_id = session.scalar(
+    # (Core statements on the tables: on the connection, no ORM execution layer)
+    connection = session.connection()
+    action_id = connection.scalar(
         _finish_event_statement(),
         {
             "b_event_id": event_id,
@@ -172,7 +179,7 @@ def finish_event(
         return
     statement = _end_action_statement(result == ERROR, finish_action)
     if statement is not None:
-        session.execute(statement, {"b_action_id": action_id, "b_finish_time": now})
+        connection.execute(statement, {"b_action_id": action_id, "b_finish_time": now})
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Update,
     bindparam,
     inspect,
+    literal,
     or_,
     select,
     update,
@@ -142,13 +143,24 @@ def _where(
     )
     if tasks is not None:
         named = [state for state in tasks if state is not None]
-        clause: ColumnElement[bool] = column.task_state.in_(named)
+        clause = in_constants(column.task_state, named)
         if None in tasks:
             clause = or_(clause, column.task_state.is_(None))
         statement = statement.where(clause)
     if vms is not None:
-        statement = statement.where(column.vm_state.in_(list(vms)))
+        statement = statement.where(in_constants(column.vm_state, vms))
     return statement
+
+
+def in_constants(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
+    """``column IN (values)`` for the constants of a statement built once: one bound
+    parameter each, rather than one expanding parameter, whose SQL is rendered again at
+    every execution (issue 16: about 35 µs a statement on SQLite). (No values: the
+    expanding form, which says what an empty IN means on each database.)"""
+    constants = list(values)
+    if not constants:
+        return column.in_(constants)
+    return column.in_([literal(value, column.type) for value in constants])
 
 
 def write_columns(session: Session, instance: Instance, values: dict[str, Any]) -> None:

@@ -137,6 +137,8 @@ LockedRow = Instance | InstanceRow
 Undo = Callable[[StepContext, StepRun, BaseException], None]
 #: What ``act`` needs from the database, read in begin's transaction (instance locked).
 Prepare = Callable[[Session, Instance], Any]
+#: ``Prepare`` of a ``light_row`` step: from the row read as ``InstanceRow``.
+RowPrepare = Callable[[Session, InstanceRow], Any]
 #: (sessions, step, instance_uuid, request_id, host, exc) -> whether it undid anything.
 Abort = Callable[[Sessions, "Step", str, str, str, BaseException], bool]
 
@@ -188,16 +190,18 @@ class Step:
     #: being finished (no state can tell), and the errback undoes only an open action.
     once_per_request: bool = False
     #: Reads for ``act`` done in begin's transaction (``StepRun.prepared``) rather than
-    #: in one of their own.
-    prepare: Prepare | None = None
+    #: in one of their own (a ``RowPrepare`` when ``light_row``).
+    prepare: Prepare | RowPrepare | None = None
     #: Begin and the finish read the instance as a Core row (``compute.instance_row``)
     #: rather than the ORM ``Instance`` (issue 16: half the load's CPU, twice a step);
-    #: ``final`` then takes that row. (No ``prepare``: it reads the ORM row.)
+    #: ``final`` and ``prepare`` then take that row.
     light_row: bool = False
-
-    def __post_init__(self) -> None:
-        if self.light_row and self.prepare is not None:
-            raise ValueError(f"step {self.name}: a light_row step has no prepare")
+    #: Begin's light row also says whether the instance holds PCI devices
+    #: (``InstanceRow.holds_pci``: the build's guest names them).
+    reads_pci: bool = False
+    #: The finish's light row also says whether a node of this host counts failed
+    #: builds (``InstanceRow.host_failed_builds``: the build's success resets them).
+    reads_failed_builds: bool = False
 
 
 def run_step(
@@ -288,12 +292,18 @@ _LOCKED_WITH_FAULT = (
 
 
 def _locked_noting(
-    session: Session, step: Step, instance_uuid: str, notices: notifications.StepNotices | None
+    session: Session,
+    step: Step,
+    instance_uuid: str,
+    notices: notifications.StepNotices | None,
+    with_pci: bool = False,
+    failed_builds_of: str | None = None,
 ) -> tuple[LockedRow, str | None]:
-    """``locked`` (``locked_row`` for a ``light_row`` step), and with ``notices`` the
-    message of the latest fault (else None)."""
+    """``locked`` (``locked_row`` for a ``light_row`` step, with its ``holds_pci`` and
+    ``host_failed_builds`` when asked for), and with ``notices`` the message of the
+    latest fault (else None)."""
     if step.light_row:
-        return locked_row(session, instance_uuid, with_fault=notices is not None)
+        return locked_row(session, instance_uuid, notices is not None, with_pci, failed_builds_of)
     if notices is None:
         return locked(session, instance_uuid), None
     row = session.execute(_LOCKED_WITH_FAULT, {"uuid": instance_uuid}).first()
@@ -314,7 +324,7 @@ def _begin(
         # The delivery's start rides this transaction, the step's first change
         # (``compute.delivery_ledger``): written once it committed, skipped or not.
         with delivery_ledger.start_riding() as ride, ctx.sessions() as session:
-            instance, fault = _locked_noting(session, step, instance_uuid, notices)
+            instance, fault = _locked_noting(session, step, instance_uuid, notices, step.reads_pci)
             if notices is not None:
                 notices.start.read(instance, fault)
             ride(session)
@@ -334,7 +344,7 @@ def _begin(
             run = StepRun(ctx, instance_uuid, event_id, vm_state, params, notices=notices)
             if not step.any_task:
                 run.task_state = values.get("task_state", instance.task_state)
-            if step.prepare is not None and isinstance(instance, Instance):
+            if step.prepare is not None:
                 _prepare(session, step.prepare, instance, run)
             return run
     except (InstanceNotFound, UnexpectedTaskStateError):
@@ -369,11 +379,17 @@ def _skipped(
     return True
 
 
-def _prepare(session: Session, prepare: Prepare, instance: Instance, run: StepRun) -> None:
-    """``run.prepared``; an error of the step's own (not the database's, which ends the
-    transaction) is kept for ``act``, as it would have been raised there."""
+def _prepare(
+    session: Session, prepare: Prepare | RowPrepare, instance: LockedRow, run: StepRun
+) -> None:
+    """``run.prepared``, from the row as its kind (``light_row``) was read; an error of
+    the step's own (not the database's, which ends the transaction) is kept for ``act``,
+    as it would have been raised there."""
     try:
-        run.prepared = prepare(session, instance)
+        if isinstance(instance, InstanceRow):
+            run.prepared = cast(RowPrepare, prepare)(session, instance)
+        else:
+            run.prepared = cast(Prepare, prepare)(session, instance)
     except (SQLAlchemyError, DatabaseUnavailable):
         raise
     except Exception as exc:  # noqa: BLE001 - handled by act's failure path
@@ -437,7 +453,8 @@ def _finish(ctx: StepContext, step: Step, run: StepRun) -> str:
     rerun = run.finish_runs > 1
 
     def work(session: Session, ride: delivery_ledger.Ride) -> dict[str, Any] | None:
-        instance, fault = _locked_noting(session, step, uuid, run.notices)
+        builds_of = ctx.host if step.reads_failed_builds else None
+        instance, fault = _locked_noting(session, step, uuid, run.notices, False, builds_of)
         if (
             rerun
             and run.event_id is not None

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 
 from compute.build import BuildAttempt, build_and_run_instance, fail_build
 from compute.claims import ResourceRequest, consumer_allocations
@@ -13,7 +13,7 @@ from compute.instance_state import get_instance
 from compute.resource_tracker import update_available_resource
 from compute.sessions import sessions_for
 from compute.steps import StepContext
-from models import Image, InstanceAction, PciDevice
+from models import ComputeNode, Image, InstanceAction, PciDevice
 from models.db import session_scope
 from models.pci_device import ALLOCATED, AVAILABLE, CLAIMED
 from novaq.exceptions import HypervisorError, ImageNotFound, ImageUnacceptable, NoValidHost
@@ -273,3 +273,22 @@ def test_the_guest_gets_the_pci_devices_the_instance_holds_in_address_order(
     driver = Recording(host_resources("host1"))
     build_and_run_instance(StepContext(sessions_for(db_url), driver, "host1", "req-test"), uuid)
     assert [spec.pci_addresses for spec in specs] == [("0000:0a:00.0", "0000:0b:00.0")]
+
+
+def test_a_success_resets_the_hosts_count_of_failed_builds(db_url: str) -> None:
+    """The finish reads the host's nodes' stats only when its row says one counts a
+    failure (``InstanceRow.host_failed_builds``); either way a success leaves none."""
+    driver = FakeDriver(host_resources("host1"))
+    uuid, node_id = _placed_instance(db_url)
+    ctx = StepContext(sessions_for(db_url), driver, "host1", "req-test")
+    with session_scope(db_url) as session:
+        session.execute(
+            update(ComputeNode).where(ComputeNode.id == node_id).values(stats={"failed_builds": 2})
+        )
+    assert build_and_run_instance(ctx, uuid).outcome == "active"
+    assert node_row(db_url, node_id).stats["failed_builds"] == 0
+
+    other = make_instance(db_url, host="host1", node="host1")
+    claim(db_url, node_id, other, ResourceRequest(1, 512, 1))
+    assert build_and_run_instance(ctx, other).outcome == "active"  # none to reset
+    assert node_row(db_url, node_id).stats["failed_builds"] == 0
