@@ -4,8 +4,9 @@ candidate node, everything every filter and weigher reads of every host.
 The database computes the per-host facts that would otherwise take a query or a Python
 pass each: whether the service is up (its last heartbeat within ``service_down_time`` of
 now, given as two bound instants), whether it is disabled, the host's instance and
-in-flight I/O counts (correlated counts on ``ix_instances_host_deleted``) and whether the
-node has any free PCI device (so the pools are read only for those nodes).
+in-flight I/O counts (correlated counts that read only the covering index
+``ix_instances_host_deleted_vm_state_task_state``) and whether the node has any free PCI
+device (so the pools are read only for those nodes).
 
 The statement is built once per shape with bound parameters (so SQLAlchemy compiles it
 once), from Core columns (no ORM entity handling per row).
