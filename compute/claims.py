@@ -23,12 +23,13 @@ from sqlalchemy import (
     Select,
     String,
     Update,
+    and_,
     bindparam,
     case,
     delete,
     func,
     insert,
-    literal,
+    literal_column,
     select,
     true,
     union_all,
@@ -320,8 +321,9 @@ def _compare_and_swap(
 ) -> None:
     params = {"b_node": node.id, "b_generation": generation, **values}
     session.flush()  # the ORM's pending writes first, as an ORM statement's autoflush did
-    result = session.execute(_write_usage_statement(), params)
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    # (a Core statement on the table: on the connection, no ORM execution layer)
+    result = session.connection().execute(_write_usage_statement(), params)
+    if result.rowcount != 1:
         raise GenerationConflict(node=node.hypervisor_hostname, generation=generation)
 
 
@@ -385,9 +387,9 @@ def claim(
         for rc, amount in request.as_resources().items()
         if amount
     ]
-    if rows:  # one statement for every resource class
-        session.execute(_insert_allocations(), rows)
     session.flush()
+    if rows:  # one statement for every resource class (on the connection, as the others)
+        session.connection().execute(_insert_allocations(), rows)
     if request.pci:
         claim_devices(session, node_id, consumer_uuid, instance_uuid or consumer_uuid, request.pci)
     if fresh:  # the usage read with the generation, plus what was inserted: no read again
@@ -439,10 +441,6 @@ def _insert_allocations() -> Insert:
     return insert(_ALLOCATIONS)
 
 
-#: The resource class of the row that counts a consumer's PCI devices in ``_claim_view``.
-_DEVICES = "#pci-devices"
-
-
 @dataclass(frozen=True, slots=True)
 class _ClaimView:
     """What a claim reads before it writes (``_claim_view``)."""
@@ -454,74 +452,104 @@ class _ClaimView:
     consumers: int
 
 
+#: What ``held`` counts for allocations of the consumer on the node in a resource class
+#: other than ``RESOURCE_CLASSES`` (never written by novaq): it holds something else there,
+#: so the claim is not fresh and replaces it.
+_OTHER_CLASSES = "#other"
+
+
 def _claim_view(session: Session, consumer_uuid: str, node_id: int) -> _ClaimView:
     """What a claim reads before it writes, in one statement: the node's columns as they
     are now (its generation is the compare-and-swap's), the consumer's allocations on it
     (``consumer_allocations``), how many PCI devices it holds there (``held_devices``),
     the node's usage (``allocation_usage``) and how many consumers hold allocations on it
     (the node's ``running_vms``). No row: the node does not exist."""
-    usage = dict.fromkeys(RESOURCE_CLASSES, 0)
-    held: dict[str, int] = {}
-    device_count = 0
     params = {"consumer": consumer_uuid, "node": node_id}
     session.flush()  # the ORM's pending writes first, as the ORM query's autoflush did
-    rows = session.execute(_claim_view_query(), params).all()
-    width = len(_CLAIM_NODE_COLUMNS)
-    for row in rows:
-        rc, total, own, own_rows = row[width : width + 4]
-        if rc == _DEVICES:
-            device_count = int(own)
-        elif rc is not None:
-            usage[rc] = int(total or 0)
-            if own_rows:  # one row per (node, consumer, class): its sum is the row's value
-                held[rc] = int(own)
-    if not rows:
-        return _ClaimView(None, held, device_count, usage, 0)
-    node, consumers = ClaimNode(*rows[0][:width]), rows[0][width + 4]
-    return _ClaimView(node, held, device_count, usage, int(consumers or 0))
+    row = session.connection().execute(_claim_view_query(), params).first()
+    if row is None:
+        return _ClaimView(None, {}, 0, dict.fromkeys(RESOURCE_CLASSES, 0), 0)
+    width, classes = len(_CLAIM_NODE_COLUMNS), len(RESOURCE_CLASSES)
+    totals = row[width : width + classes]
+    owned = row[width + classes : width + 2 * classes]
+    own_rows = row[width + 2 * classes : width + 3 * classes]
+    other, consumers, devices = row[width + 3 * classes :]
+    usage = {rc: int(total or 0) for rc, total in zip(RESOURCE_CLASSES, totals, strict=True)}
+    # One row per (node, consumer, class): a class the consumer has a row in is held,
+    # with that row's value.
+    held = {
+        rc: int(own or 0)
+        for rc, own, rows in zip(RESOURCE_CLASSES, owned, own_rows, strict=True)
+        if rows
+    }
+    if other:
+        held[_OTHER_CLASSES] = int(other)
+    node = ClaimNode(*row[:width])
+    return _ClaimView(node, held, int(devices or 0), usage, int(consumers or 0))
 
 
 @functools.cache
 def _claim_view_query() -> Select[tuple[object, ...]]:
-    # NOTE: on the tables (as ``_write_usage_statement``), mapped classes nowhere: a
-    # statement that names one runs through the ORM's execution (its compile state, its
-    # loading), and no ORM object is wanted here.
+    """``_claim_view``'s statement: the node's row beside one aggregate of its
+    allocations (each class's total, the consumer's own amount and rows in each class,
+    its rows in any other class, the distinct consumers) and the count of the consumer's
+    devices there.
+
+    NOTE: one pass over the node's allocations, one row back. It was a GROUP BY of them
+    by class (a temporary B-tree on SQLite) in a UNION ALL with the devices' count,
+    materialised and joined to the node, plus a second walk of them for the distinct
+    consumers: four rows to unpack, and the pages of two of the table's indexes read in
+    every claim (issue 16). On the tables (as ``_write_usage_statement``), mapped
+    classes nowhere: a statement that names one runs through the ORM's execution."""
     consumer = bindparam("consumer", type_=String)
     node = bindparam("node", type_=Integer)
     allocation, device = _ALLOCATIONS.c, _DEVICES_TABLE.c
+    # The constants are SQL literals: a bound parameter each (25 of them) cost every
+    # claim their processing, for values that never change.
+    zero: Any = literal_column("0")
+    one: Any = literal_column("1")
+    known: dict[str, Any] = {rc: literal_column(f"'{rc}'") for rc in RESOURCE_CLASSES}
     mine = allocation.consumer_uuid == consumer
-    on_node = allocation.compute_node_id == node
-    allocations = (
+    own = {rc: and_(mine, allocation.resource_class == known[rc]) for rc in RESOURCE_CLASSES}
+    totals = [
+        func.sum(case((allocation.resource_class == known[rc], allocation.used), else_=zero))
+        for rc in RESOURCE_CLASSES
+    ]
+    owned = [func.sum(case((own[rc], allocation.used), else_=zero)) for rc in RESOURCE_CLASSES]
+    own_rows = [func.count(case((own[rc], one))) for rc in RESOURCE_CLASSES]
+    other = func.count(case((and_(mine, allocation.resource_class.not_in(known.values())), one)))
+    usage = (
         select(
-            allocation.resource_class.label("rc"),
-            func.sum(allocation.used).label("total"),
-            func.sum(case((mine, allocation.used), else_=0)).label("own"),
-            func.count(case((mine, 1))).label("own_rows"),
+            *(c.label(f"total_{i}") for i, c in enumerate(totals)),
+            *(c.label(f"own_{i}") for i, c in enumerate(owned)),
+            *(c.label(f"own_rows_{i}") for i, c in enumerate(own_rows)),
+            other.label("other"),
+            func.count(func.distinct(allocation.consumer_uuid)).label("consumers"),
         )
-        .where(on_node)
-        .group_by(allocation.resource_class)
+        .where(allocation.compute_node_id == node)
+        .subquery("usage")
     )
-    count = func.count()
     # ``compute.pci.held_by``'s conditions, on the table.
-    devices = select(literal(_DEVICES), count, count, count).where(
-        device.consumer_uuid == consumer,
-        device.status.in_((CLAIMED, ALLOCATED)),
-        device.deleted == 0,
-        device.compute_node_id == node,
+    devices = (
+        select(func.count())
+        .where(
+            device.consumer_uuid == consumer,
+            device.status.in_([literal_column(f"'{s}'") for s in (CLAIMED, ALLOCATED)]),
+            device.deleted == zero,
+            device.compute_node_id == node,
+        )
+        .scalar_subquery()
     )
-    view = union_all(allocations, devices).subquery()
-    consumers = select(func.count(func.distinct(allocation.consumer_uuid))).where(on_node)
     return (
         select(
             *(_NODES.c[name] for name in _CLAIM_NODE_COLUMNS),
-            view.c.rc,
-            view.c.total,
-            view.c.own,
-            view.c.own_rows,
-            consumers.scalar_subquery(),
+            *(usage.c[f"{kind}_{i}"] for kind in ("total", "own", "own_rows") for i in range(3)),
+            usage.c.other,
+            usage.c.consumers,
+            devices,
         )
         .select_from(_NODES)
-        .outerjoin(view, true())
+        .join(usage, true())
         .where(_NODES.c.id == node)
     )
 

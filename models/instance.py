@@ -31,7 +31,15 @@ DEFAULT_USER_ID = "demo"
 class Instance(Base):
     __tablename__ = "instances"
     __table_args__ = (
-        Index("ix_instances_host_deleted", "host", "deleted"),
+        # The scheduler's per-host counts of live and in-flight instances read only this
+        # index (no table row); its (host, deleted) prefix serves every by-host lookup.
+        Index(
+            "ix_instances_host_deleted_vm_state_task_state",
+            "host",
+            "deleted",
+            "vm_state",
+            "task_state",
+        ),
         Index("ix_instances_host_deleted_cleaned", "host", "deleted", "cleaned"),
     )
 

@@ -4,8 +4,9 @@ candidate node, everything every filter and weigher reads of every host.
 The database computes the per-host facts that would otherwise take a query or a Python
 pass each: whether the service is up (its last heartbeat within ``service_down_time`` of
 now, given as two bound instants), whether it is disabled, the host's instance and
-in-flight I/O counts (correlated counts on ``ix_instances_host_deleted``) and whether the
-node has any free PCI device (so the pools are read only for those nodes).
+in-flight I/O counts (correlated counts that read only the covering index
+``ix_instances_host_deleted_vm_state_task_state``) and whether the node has any free PCI
+device (so the pools are read only for those nodes).
 
 The statement is built once per shape with bound parameters (so SQLAlchemy compiles it
 once), from Core columns (no ORM entity handling per row).
@@ -30,6 +31,7 @@ from sqlalchemy import (
     cast,
     exists,
     func,
+    literal_column,
     not_,
     or_,
     select,
@@ -80,6 +82,17 @@ def _one_of_bound(dialect: str, column: Any, sql_type: Any) -> Any:
     return column.in_(bindparam(ONE_OF, expanding=True))
 
 
+def _sql_literal(value: str | int) -> Any:
+    """A constant of the candidate query written into its SQL, not bound: every bound
+    parameter is processed at each execution (``IO_TASK_STATES`` was an expanding IN,
+    rendered again each time), for values that never change. Only novaq's own constants
+    (names without quotes, integers) come here."""
+    if isinstance(value, int):
+        return literal_column(str(int(value)))
+    assert "'" not in value
+    return literal_column(f"'{value}'")
+
+
 def _instance_counts(dialect: str) -> tuple[Any, Any, Any | None]:
     """The host's live instances and in-flight I/O operations, as two columns, and the
     subquery to join laterally for them (None: the columns are correlated subqueries).
@@ -88,12 +101,13 @@ def _instance_counts(dialect: str) -> tuple[Any, Any, Any | None]:
     instances (``count(*) FILTER``), where two correlated counts walked them twice per
     candidate: the candidate query at 10,000 hosts (1,000 candidates) went from ~9.5 to
     ~7 ms. SQLite has no LATERAL: it keeps the correlated counts."""
-    on_host = and_(_instance.host == _node.host, _instance.deleted == 0)
-    building = _instance.vm_state == "building"
-    io_task = _instance.task_state.in_(IO_TASK_STATES)
+    zero, one = _sql_literal(0), _sql_literal(1)
+    on_host = and_(_instance.host == _node.host, _instance.deleted == zero)
+    building = _instance.vm_state == _sql_literal("building")
+    io_task = _instance.task_state.in_([_sql_literal(s) for s in IO_TASK_STATES])
     # NOTE: Nova's io_workload sums its counters (num_vm_building plus each I/O task
     # state's): an instance building in an I/O task counts twice (compute.stats).
-    weight = case((building, 1), else_=0) + case((io_task, 1), else_=0)
+    weight = case((building, one), else_=zero) + case((io_task, one), else_=zero)
     if dialect == "postgresql":
         counts = (
             select(

@@ -57,6 +57,10 @@ LOG = logging.getLogger(__name__)
 #: (task_state, vm_state) of an instance the scheduler places for its build.
 BUILD_PLACING = (TaskState.SCHEDULING, VmState.BUILDING)
 
+#: The selections ``OnPlaced`` was given, by the (instance, host) of the claim whose
+#: transaction gave them (a claim retried on another host gives them again).
+Handed = dict[tuple[str, str], list[Selection]]
+
 #: Called in the transaction of a request's last claim with every selection of the
 #: request (alternates included), so what follows from them commits with that claim.
 OnPlaced = Callable[[Session, list[Selection]], None]
@@ -207,6 +211,7 @@ class Scheduler:
         selections: list[Selection] = []
         rankings: list[list[HostState]] = []
         claimed: list[str] = []
+        handed: Handed = {}  # what ``on_placed`` was given
         try:
             for index, spec in enumerate(specs):
                 if group is not None:  # with the members placed so far
@@ -220,7 +225,7 @@ class Scheduler:
                     continue
                 ranked = self.rank(hosts, spec, prefilter=candidates.prefilter)
                 last = on_placed if index == len(specs) - 1 else None
-                then = self._placing_last(last, spec, ranked, selections, rankings)
+                then = self._placing_last(last, spec, ranked, selections, rankings, handed)
                 chosen = self.claim_first(sessions, ranked, spec, then=then)
                 if chosen is None:
                     continue  # deleted while being scheduled
@@ -241,7 +246,8 @@ class Scheduler:
             for instance_uuid in claimed:
                 _unplace(sessions, instance_uuid)
             raise
-        return self._with_alternates(selections, rankings, forced=bool(specs[0].force_hosts))
+        forced = bool(specs[0].force_hosts)
+        return _handed(selections, handed) or self._with_alternates(selections, rankings, forced)
 
     def _schedule_in_one(
         self, sessions: Sessions, spec: RequestSpec, on_placed: OnPlaced | None
@@ -258,6 +264,7 @@ class Scheduler:
         forced = bool(spec.force_hosts)
         ranked: list[HostState] | None = None
         then: Callable[[Session, HostState], None] | None = None
+        handed: Handed = {}
         try:
             with sessions() as session:
                 _group, specs, candidates, rows = self._read(session, [spec])
@@ -270,7 +277,7 @@ class Scheduler:
                     redelivered = dataclasses.replace(existing, instance_uuid=spec.instance_uuid)
                     return self._with_alternates([redelivered], [[]], forced)
                 ranked = self.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
-                then = self._placing_last(on_placed, spec, ranked, [], [])
+                then = self._placing_last(on_placed, spec, ranked, [], [], handed)
                 _claim(session, ranked[0], spec, BUILD_PLACING)
                 if then is not None:
                     then(session, ranked[0])
@@ -296,7 +303,9 @@ class Scheduler:
         selection = Selection(
             chosen.host, chosen.nodename, chosen.compute_node_id, instance_uuid=spec.instance_uuid
         )
-        return self._with_alternates([selection], [ranked or []], forced)
+        return _handed([selection], handed) or self._with_alternates(
+            [selection], [ranked or []], forced
+        )
 
     def _read(
         self, session: Session, specs: Sequence[RequestSpec]
@@ -307,25 +316,30 @@ class Scheduler:
         first = specs[0]
         targets = first.force_hosts or ((first.requested_host,) if first.requested_host else ())
         group = load_instance_group(session, first.group) if first.group else None
-        specs = [dataclasses.replace(s, instance_group=group) for s in specs]
+        # Each spec given the group, copied only when that changes it (a copy loads the
+        # flavor and works out the resources again).
+        if group is not None or any(s.instance_group is not None for s in specs):
+            given = [dataclasses.replace(s, instance_group=group) for s in specs]
+        else:
+            given = list(specs)
         candidates = load_candidates(
             session,
             self.settings,
             first.resources,
             targets,
-            with_instances=self.needs_instances(specs),
-            with_stats=self.needs_stats(specs),
+            with_instances=self.needs_instances(given),
+            with_stats=self.needs_stats(given),
             # One instance: its placement comes with the candidates (a round trip less).
-            placement_of=first.instance_uuid if len(specs) == 1 else None,
-            with_pci_pools=self.needs_pci_pools(specs),
+            placement_of=first.instance_uuid if len(given) == 1 else None,
+            with_pci_pools=self.needs_pci_pools(given),
         )
-        self.add_weigher_facts(session, candidates.hosts, specs)
+        self.add_weigher_facts(session, candidates.hosts, given)
         if candidates.placed:
             placement = candidates.placement
             rows = {} if placement is None else {first.instance_uuid: placement}
         else:  # several instances, or no candidate row to carry the placement
-            rows = _placement_rows(session, [s.instance_uuid for s in specs])
-        return group, specs, candidates, rows
+            rows = _placement_rows(session, [s.instance_uuid for s in given])
+        return group, given, candidates, rows
 
     def _placing_last(
         self,
@@ -334,9 +348,11 @@ class Scheduler:
         ranked: list[HostState],
         selections: list[Selection],
         rankings: list[list[HostState]],
+        handed: Handed | None = None,
     ) -> Callable[[Session, HostState], None] | None:
         """What the last claim's transaction calls once ``spec`` is claimed on a host:
-        ``on_placed`` with the request's selections as ``schedule`` returns them."""
+        ``on_placed`` with the request's selections as ``schedule`` returns them (kept
+        in ``handed``, for ``schedule`` to return rather than work them out again)."""
         if on_placed is None:
             return None
         forced = bool(spec.force_hosts)
@@ -346,6 +362,8 @@ class Scheduler:
                 host.host, host.nodename, host.compute_node_id, instance_uuid=spec.instance_uuid
             )
             placed = self._with_alternates([*selections, last], [*rankings, ranked], forced)
+            if handed is not None:
+                handed[(spec.instance_uuid, host.host)] = placed
             on_placed(session, placed)
 
         return then
@@ -421,6 +439,15 @@ def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[
         place(session, uuid, task_state, vm_state, host.host, host.nodename)
     else:
         instance_state.placed(session, rows, uuid, task_state, vm_state)
+
+
+def _handed(selections: list[Selection], handed: Handed) -> list[Selection] | None:
+    """What ``on_placed`` was given by the claim of the request's last selection (the same
+    list ``_with_alternates`` would make again), or None: no such claim gave any (its
+    instance was skipped, no ``on_placed``)."""
+    if not selections or selections[-1].instance_uuid is None:
+        return None
+    return handed.get((selections[-1].instance_uuid, selections[-1].host))
 
 
 def _weighs_somewhere(weigher: BaseWeigher, hosts: Sequence[HostState]) -> bool:

@@ -104,16 +104,31 @@ class RequestSpec:
 
     def to_dict(self) -> dict[str, Any]:
         # NOTE: not ``asdict``, which deep-copied the flavor snapshot (a pydantic model)
-        # only to have it replaced by its dump: about a tenth of ``api.boot``. The other
-        # fields are copied as ``asdict`` copies them (plain values as they are, the
-        # JSON of hints and image properties deeply).
-        data = {name: _plain(getattr(self, name)) for name in _SPEC_FIELDS}
-        data["flavor"] = self.flavor.dump()
-        data["ignore_hosts"] = list(self.ignore_hosts)
-        data["force_hosts"] = list(self.force_hosts)
-        data["pci_requests"] = [r.to_dict() for r in self.pci_requests]
-        data["instance_group"] = self.instance_group.to_dict() if self.instance_group else None
-        return data
+        # only to have it replaced by its dump: about a tenth of ``api.boot``. Each field
+        # is converted once, in field order: the flavor, hosts, PCI requests and group by
+        # their own dumps, the JSON of hints and image properties deeply copied (as
+        # ``asdict`` copies it), plain values as they are.
+        group = self.instance_group
+        return {
+            "instance_uuid": self.instance_uuid,
+            "flavor": self.flavor.dump(),
+            "image": self.image,
+            "availability_zone": self.availability_zone,
+            "hints": copy.deepcopy(self.hints),
+            "group": self.group,
+            "num_instances": self.num_instances,
+            "ignore_hosts": list(self.ignore_hosts),
+            "pci_requests": [r.to_dict() for r in self.pci_requests],
+            "image_properties": copy.deepcopy(self.image_properties),
+            "image_name": self.image_name,
+            "force_hosts": list(self.force_hosts),
+            "requested_host": self.requested_host,
+            "instance_group": group.to_dict() if group is not None else None,
+            "project_id": self.project_id,
+            "user_id": self.user_id,
+            "requested_cell": self.requested_cell,
+            "allow_cross_cell_move": self.allow_cross_cell_move,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestSpec:
@@ -122,15 +137,6 @@ class RequestSpec:
         data["force_hosts"] = tuple(data.get("force_hosts", ()))
         data["pci_requests"] = tuple(PciRequest.from_dict(r) for r in data.get("pci_requests", ()))
         return cls(**data)
-
-
-#: The fields ``RequestSpec.to_dict`` writes (the computed ``_resources`` is not one).
-_SPEC_FIELDS = tuple(name for name in RequestSpec.__dataclass_fields__ if name != "_resources")
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _plain(value: Any) -> Any:
-    return value if isinstance(value, _SCALARS) else copy.deepcopy(value)
 
 
 @dataclass(frozen=True, slots=True)

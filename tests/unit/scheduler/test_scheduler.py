@@ -231,3 +231,38 @@ def test_every_instance_of_a_multi_create_stays_in_the_requested_zone(db_url: st
     specs = [spec_for(u, big, availability_zone="z", num_instances=2) for u in uuids]
     with pytest.raises(NoValidHost):
         Scheduler(make_settings()).schedule(sessions_for(db_url), specs)
+
+
+def test_what_the_last_claim_hands_over_is_what_schedule_returns(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``on_placed`` gets the request's selections in the claim that placed it (here the
+    second host: the first refused once it was ranked), and ``schedule`` returns that
+    same list: the chosen host with the other as its alternate, for each instance."""
+    from novaq.exceptions import ResourcesUnavailable
+    from scheduler import manager
+
+    for host in ("a", "b"):
+        make_compute_node(db_url, host)
+    uuids = [make_instance(db_url) for _ in range(2)]
+    scheduler = Scheduler(make_settings())
+    real, refused = manager.claim, []
+
+    def claim(session, node_id, uuid, request, **kw):  # type: ignore[no-untyped-def]
+        if uuid == uuids[1] and not refused:  # the last instance's first choice is taken
+            refused.append(node_id)
+            raise ResourcesUnavailable(node=str(node_id), reason="taken meanwhile")
+        return real(session, node_id, uuid, request, **kw)
+
+    monkeypatch.setattr(manager, "claim", claim)
+    handed: list[list[object]] = []
+    selections = scheduler.schedule(
+        sessions_for(db_url), [spec_for(u) for u in uuids], lambda _s, sel: handed.append(sel)
+    )
+    assert handed == [selections]
+    assert [s.instance_uuid for s in selections] == uuids
+    last = selections[1]
+    with session_scope(db_url) as session:
+        assert set(consumer_allocations(session, uuids[1])) == {"VCPU", "MEMORY_MB", "DISK_GB"}
+    assert refused and last.compute_node_id != refused[0]
+    assert all(a.host not in {s.host for s in selections} for s in selections for a in s.alternates)
