@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
 import redis
@@ -51,12 +52,18 @@ class BindingWatch:
         self._params = params
         self._exchange, self._key, self._sep = exchange, key, sep
         self._lock = threading.Lock()
-        self._pid = 0
+        self._pid = os.getpid()
         self._conn: Any = None
         self._table: list[tuple[str, ...]] = []
         self._routes: dict[str, bool] = {}
         # kombu's own matching of a routing key against a binding's pattern.
         self._topic = TopicExchange(None)  # type: ignore[no-untyped-call]
+        _WATCHES.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        # Another thread of the parent may have held the lock; the connection is the
+        # parent's (read again at the next question: the pid differs).
+        self._lock = threading.Lock()
 
     def routes(self, routing_key: str) -> bool | None:
         """Whether some queue is bound for ``routing_key``; None when unknown."""
@@ -102,6 +109,17 @@ class BindingWatch:
         self._table = [
             tuple((m.decode() if isinstance(m, bytes) else m).split(self._sep)) for m in members
         ]
+
+
+_WATCHES: weakref.WeakSet[BindingWatch] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for watch in list(_WATCHES):
+        watch._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _connection(params: dict[str, Any]) -> Any:

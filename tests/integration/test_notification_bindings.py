@@ -79,3 +79,23 @@ def test_a_queue_bound_after_the_publisher_saw_none_gets_the_next_notification(
 def test_no_watch_for_another_transport() -> None:
     with Connection("memory://") as conn:
         assert watch_for(conn.default_channel, "notifications") is None
+
+
+def test_a_forked_child_reads_the_bindings_on_a_connection_of_its_own(
+    watch: tuple[BindingWatch, Exchange],
+) -> None:
+    watched, _exchange = watch
+    assert watched.routes("versioned_notifications.info") is False
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 2
+        try:
+            code = 0 if watched.routes("versioned_notifications.info") is False else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent's tracked connection is its own still: nothing pending, no new read.
+    conn = watched._conn
+    assert watched.routes("versioned_notifications.info") is False
+    assert watched._conn is conn
