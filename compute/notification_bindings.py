@@ -20,8 +20,9 @@ them route its key to no queue, that is when kombu's own publish would deliver i
 nowhere. A queue whose binding Redis applied before a publish began gets the message,
 as with kombu's lookup at each publish; while some queue matches, the message goes
 through kombu's publish as before (its routing, its lookup). Whatever goes wrong with
-the watch (the broker away, an unexpected answer), it answers "unknown" and the message
-is published as before.
+the watch (the broker away, a Redis without client tracking, an unexpected answer), it
+answers "unknown" and the message is published as before, without trying again for
+``RETRY_S``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -41,6 +43,8 @@ LOG = logging.getLogger(__name__)
 #: Bounds on the watch's own connection (kombu's default has none): a broker that stops
 #: answering costs a publish at most this long before it goes through kombu as before.
 TIMEOUT_S = 2.0
+#: After the watch failed, how long every message goes through kombu before it tries again.
+RETRY_S = 5.0
 
 
 class BindingWatch:
@@ -56,6 +60,7 @@ class BindingWatch:
         self._conn: Any = None
         self._table: list[tuple[str, ...]] = []
         self._routes: dict[str, bool] = {}
+        self._retry_at = 0.0
         # kombu's own matching of a routing key against a binding's pattern.
         self._topic = TopicExchange(None)  # type: ignore[no-untyped-call]
         _WATCHES.add(self)
@@ -68,13 +73,19 @@ class BindingWatch:
     def routes(self, routing_key: str) -> bool | None:
         """Whether some queue is bound for ``routing_key``; None when unknown."""
         with self._lock:
+            if self._retry_at and time.monotonic() < self._retry_at:
+                return None
             try:
                 if self._pid != os.getpid() or self._conn is None or self._conn.can_read(0):
                     self._read()
             except Exception as exc:  # noqa: BLE001 - unknown: kombu publishes as before
+                # NOTE: not again before RETRY_S (a broker away, a Redis without client
+                # tracking or that refuses it): no connection attempt per publish.
                 LOG.debug("Bindings of %s unknown: %s", self._exchange, exc)
                 self._drop()
+                self._retry_at = time.monotonic() + RETRY_S
                 return None
+            self._retry_at = 0.0
             known = self._routes.get(routing_key)
             if known is None:
                 queues = self._topic.lookup(  # type: ignore[no-untyped-call]
