@@ -30,20 +30,16 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-for _name in [n for n in os.environ if n.startswith("NOVAQ_")]:
-    del os.environ[_name]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-import redis  # noqa: E402
+from bench import sql_counts  # noqa: E402
 
-from bench import bare_app, sql_counts  # noqa: E402
-from bench.boot_bench import FLAVOR, IMAGE, heartbeat_service  # noqa: E402
-from bench.boot_clusters import bare_cluster, novaq_cluster  # noqa: E402
-from bench.boot_runs import BareSide, NovaqSide, _wait  # noqa: E402
-from bench.broker_stats import with_db  # noqa: E402
+if TYPE_CHECKING:
+    from bench.boot_runs import BareSide, NovaqSide
 
 PYSPY = "/tmp/tools/bin/py-spy"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -268,11 +264,15 @@ def _parse_args() -> argparse.Namespace:
         help="start py-spy after the warm-up ('warm'), at the first 'deletes', or at the "
         "second repetition's 'idle' window",
     )
+    p.add_argument(
+        "--pyspy-all", action="store_true", help="sample every active thread, not only the GIL's"
+    )
     return p.parse_args()
 
 
-def _spy(pid: int, out: Path, seconds: int) -> subprocess.Popen[bytes]:
-    argv = [PYSPY, "record", "--pid", str(pid), "--gil", "--nonblocking", "--threads"]
+def _spy(pid: int, out: Path, seconds: int, gil: bool = True) -> subprocess.Popen[bytes]:
+    argv = [PYSPY, "record", "--pid", str(pid), "--nonblocking", "--threads"]
+    argv += ["--gil"] if gil else []
     argv += ["-f", "raw", "-r", "250", "-d", str(seconds), "-o", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -280,7 +280,7 @@ def _spy(pid: int, out: Path, seconds: int) -> subprocess.Popen[bytes]:
 class Runs:
     """The timed windows of both sides, once both clusters are warm."""
 
-    def __init__(self, args: argparse.Namespace, api: Any, side: NovaqSide, bare: BareSide):
+    def __init__(self, args: argparse.Namespace, api: Any, side: NovaqSide, bare: BareSide) -> None:
         self.args, self.api, self.side, self.bare = args, api, side, bare
         self.timeout_s = 60.0 + args.boots * 0.5
         self.every = workers(os.getpid())
@@ -300,9 +300,12 @@ class Runs:
         for pid, role in self.every.items():
             if ("host1" in role or "scheduler" in role) and role.startswith(only):
                 name = f"{role.replace('/', '_')}-{pid}.txt"
-                self.spies.append(_spy(pid, out / name, args.pyspy_s))
+                self.spies.append(_spy(pid, out / name, args.pyspy_s, not args.pyspy_all))
 
     def repetition(self, rep: int) -> None:
+        from bench.boot_bench import FLAVOR, IMAGE
+        from bench.boot_runs import _wait
+
         args, n = self.args, self.args.boots
         self.spy("idle", rep, "compute")  # the held-back events of the first deletes
         idle_n, idle_b = (
@@ -342,6 +345,9 @@ class Runs:
         self.bare_phase("bare deletes", deletes)
 
     def bare_phase(self, title: str, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        from bench import bare_app
+        from bench.boot_runs import _wait
+
         app = bare_app.app
         with Window(self.bare_p, self.bare.counts_dir) as w:
             ids = [app.signature(name, kwargs=kw).apply_async().id for name, kw in calls]
@@ -352,6 +358,15 @@ class Runs:
 
 def main() -> int:
     args = _parse_args()
+    for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
+        del os.environ[name]
+    import redis
+
+    from bench import bare_app
+    from bench.boot_bench import FLAVOR, IMAGE, heartbeat_service
+    from bench.boot_clusters import bare_cluster, novaq_cluster
+    from bench.boot_runs import BareSide, NovaqSide
+    from bench.broker_stats import with_db
     from models.db import dispose_all
     from novaq.launcher.demo import point_api_at
     from novaq.launcher.embedded_broker import EmbeddedRedis
