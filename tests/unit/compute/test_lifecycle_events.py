@@ -248,6 +248,24 @@ def test_an_event_during_this_workers_own_step_reads_no_row(
     assert _row(db_url, uuid) == ("paused", None, power_state.PAUSED)
 
 
+def test_an_event_of_a_busy_guest_asks_the_hypervisor_nothing(
+    db_url: str, hypervisor: LibvirtDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Skipped as a pending task before the guest's power state is read (a libvirt call,
+    the handler's whole cost), even when the event is stale: nothing is done either way."""
+    uuid = host1_server(db_url, "active", task_state="spawning")
+    spawn_guest(hypervisor, uuid)
+    ctx = _ctx(db_url, hypervisor)
+    asked: list[str] = []
+    monkeypatch.setattr(hypervisor, "get_info", lambda u: asked.append(u))
+
+    with busy_guests.acting(uuid, "spawning"):
+        outcome = handle_lifecycle_event(ctx, LifecycleEvent(uuid, virtevent.STOPPED))
+
+    assert (outcome, asked) == (PENDING_TASK, [])
+    assert _row(db_url, uuid) == ("active", "spawning", power_state.RUNNING)
+
+
 def test_a_stale_event_is_ignored(db_url: str, hypervisor: LibvirtDriver) -> None:
     uuid = host1_server(db_url, "active")
     spawn_guest(hypervisor, uuid)  # running again by the time the STOPPED is handled
