@@ -41,7 +41,9 @@ from bench import sql_counts  # noqa: E402
 if TYPE_CHECKING:
     from bench.boot_runs import BareSide, NovaqSide
 
-PYSPY = "/tmp/tools/bin/py-spy"
+#: py-spy (not a project dependency: `pip install py-spy` into a venv of your own), from
+#: ``$PY_SPY`` or the PATH. Without it threads are shown by id and ``--pyspy-dir`` is refused.
+PYSPY = os.environ.get("PY_SPY") or shutil.which("py-spy") or ""
 TICK = os.sysconf("SC_CLK_TCK")
 Snap = dict[tuple[int, int], int]  # (pid, tid) -> CPU ticks
 
@@ -110,7 +112,9 @@ def process_ticks(pids: dict[int, str]) -> dict[int, int]:
 
 def thread_names(pids: dict[int, str]) -> dict[tuple[int, int], str]:
     """(pid, tid) -> the Python thread's name and its top frame's function, by py-spy."""
-    names = {}
+    names: dict[tuple[int, int], str] = {}
+    if not PYSPY:
+        return names
     for pid in pids:
         out = subprocess.run(
             [PYSPY, "dump", "--pid", str(pid), "--nonblocking"],
@@ -358,6 +362,9 @@ class Runs:
 
 def main() -> int:
     args = _parse_args()
+    if args.pyspy_dir and not PYSPY:
+        print("thread_cpu: --pyspy-dir needs py-spy (on the PATH or in $PY_SPY)", file=sys.stderr)
+        return 2
     for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
         del os.environ[name]
     import redis
