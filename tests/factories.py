@@ -21,6 +21,8 @@ from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from models import Base, ComputeNode, Image, ImageStatus, Instance, Migration
 from models.db import get_engine, session_scope
+from models.pci_device import ALLOCATED
+from models.pci_device import PciDevice as PciDeviceRow
 from models.states import MIGRATION_TRANSITIONS, MigrationStatus
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
@@ -217,6 +219,30 @@ def make_instance(db_url: str, flavor: dict[str, Any] | None = None, **overrides
         session.add(Instance(**values))
         start_action(session, uuid, "create", request_id)
     return uuid
+
+
+def add_pci_device(
+    db_url: str,
+    node_id: int,
+    address: str,
+    consumer: str | None,
+    status: str = ALLOCATED,
+    deleted: int = 0,
+) -> None:
+    """A GPU row on the node (10de:1eb8), held by ``consumer`` when it is not None."""
+    with session_scope(db_url) as session:
+        session.add(
+            PciDeviceRow(
+                compute_node_id=node_id,
+                address=address,
+                vendor_id="10de",
+                product_id="1eb8",
+                status=status,
+                consumer_uuid=consumer,
+                instance_uuid=consumer,
+                deleted=deleted,
+            )
+        )
 
 
 def add_migration(session: Session, instance_uuid: str, **overrides: Any) -> str:

@@ -13,13 +13,14 @@ from compute.instance_state import get_instance
 from compute.resource_tracker import update_available_resource
 from compute.sessions import sessions_for
 from compute.steps import StepContext
-from models import ComputeNode, Image, InstanceAction, PciDevice
+from models import ComputeNode, Image, InstanceAction
 from models.db import session_scope
 from models.pci_device import ALLOCATED, AVAILABLE, CLAIMED
 from novaq.exceptions import HypervisorError, ImageNotFound, ImageUnacceptable, NoValidHost
 from novaq.settings import get_settings
 from tests.factories import (
     CIRROS_ID,
+    add_pci_device,
     claim,
     host_resources,
     make_compute_node,
@@ -249,20 +250,8 @@ def test_the_guest_gets_the_pci_devices_the_instance_holds_in_address_order(
         ("0000:0d:00.0", ALLOCATED, "someone-else", 0),
         ("0000:0e:00.0", AVAILABLE, None, 0),
     ]
-    with session_scope(db_url) as session:
-        for address, status, consumer, deleted in rows:
-            session.add(
-                PciDevice(
-                    compute_node_id=node_id,
-                    address=address,
-                    vendor_id="10de",
-                    product_id="1eb8",
-                    status=status,
-                    consumer_uuid=consumer,
-                    instance_uuid=consumer,
-                    deleted=deleted,
-                )
-            )
+    for address, status, consumer, deleted in rows:
+        add_pci_device(db_url, node_id, address, consumer, status, deleted)
     specs: list[GuestSpec] = []
 
     class Recording(FakeDriver):

@@ -23,11 +23,12 @@ from compute.migrations import get_migration
 from compute.notifications import _payload
 from compute.sessions import sessions_for
 from compute.steps import StepContext
-from models import ComputeNode, InstanceAction, PciDevice
+from models import ComputeNode, InstanceAction
 from models.db import session_scope
-from models.pci_device import ALLOCATED, CLAIMED, REMOVED
+from models.pci_device import CLAIMED, REMOVED
 from novaq.exceptions import HypervisorError, InstanceNotFound
 from tests.factories import (
+    add_pci_device,
     claim,
     host_resources,
     make_compute_node,
@@ -92,16 +93,16 @@ def test_holds_pci_says_whether_the_instance_holds_devices_when_asked(db_url: st
     uuid = make_instance(db_url, host="host1", node="host1")
     other = make_instance(db_url, host="host1", node="host1")
     node_id = make_compute_node(db_url, "host1")
-    _add_device(db_url, node_id, "0000:0a:00.0", other)  # another's device is not its own
-    _add_device(db_url, node_id, "0000:0b:00.0", uuid, deleted=1)  # nor a deleted row
+    add_pci_device(db_url, node_id, "0000:0a:00.0", other)  # another's device is not its own
+    add_pci_device(db_url, node_id, "0000:0b:00.0", uuid, deleted=1)  # nor a deleted row
 
     def holds(with_pci: bool) -> bool | None:
         with session_scope(db_url) as session:
             return locked_row(session, uuid, with_pci=with_pci)[0].holds_pci
 
-    _add_device(db_url, node_id, "0000:0d:00.0", uuid, status=REMOVED)  # nor a gone one
+    add_pci_device(db_url, node_id, "0000:0d:00.0", uuid, status=REMOVED)  # nor a gone one
     assert (holds(False), holds(True)) == (None, False)  # not read unless asked for
-    _add_device(db_url, node_id, "0000:0c:00.0", uuid, status=CLAIMED)
+    add_pci_device(db_url, node_id, "0000:0c:00.0", uuid, status=CLAIMED)
     assert holds(True) is True
     with session_scope(db_url) as session:
         row, fault = locked_row(session, uuid, with_fault=True, with_pci=True)
@@ -139,29 +140,6 @@ def test_host_failed_builds_says_whether_a_node_of_the_host_counts_failures(
 def _set_stats(db_url: str, node_id: int, stats: dict[str, int] | None) -> None:
     with session_scope(db_url) as session:
         session.execute(update(ComputeNode).where(ComputeNode.id == node_id).values(stats=stats))
-
-
-def _add_device(
-    db_url: str,
-    node_id: int,
-    address: str,
-    consumer: str,
-    status: str = ALLOCATED,
-    deleted: int = 0,
-) -> None:
-    with session_scope(db_url) as session:
-        session.add(
-            PciDevice(
-                compute_node_id=node_id,
-                address=address,
-                vendor_id="10de",
-                product_id="1eb8",
-                status=status,
-                consumer_uuid=consumer,
-                instance_uuid=consumer,
-                deleted=deleted,
-            )
-        )
 
 
 def test_write_row_writes_the_instance_and_sets_the_row(db_url: str) -> None:
@@ -246,7 +224,7 @@ def test_a_build_on_postgresql_reads_and_writes_the_light_row(
     node_id = make_compute_node(pg_db, "host1")
     uuid = make_instance(pg_db, host="host1", node="host1", display_name="vm")
     claim(pg_db, node_id, uuid, ResourceRequest(1, 512, 1))
-    _add_device(pg_db, node_id, "0000:0a:00.0", uuid)
+    add_pci_device(pg_db, node_id, "0000:0a:00.0", uuid)
     _set_stats(pg_db, node_id, {"failed_builds": 3})  # a success resets the count
     specs: list[GuestSpec] = []
 
