@@ -70,7 +70,17 @@ def test_thread_names_from_a_py_spy_dump(monkeypatch: pytest.MonkeyPatch) -> Non
     def fake_run(*_: Any, **__: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess([], 0, stdout=dump, stderr="")
 
+    monkeypatch.setattr(thread_cpu, "PYSPY", "py-spy")
     monkeypatch.setattr(thread_cpu.subprocess, "run", fake_run)
     names = thread_cpu.thread_names({7: "compute.host1"})
     assert names[(7, 7)] == "MainThread [<module> < asynloop]"
     assert names[(7, 9)] == "lifecycle-events [EventDispatcher._run < Queue.get]"
+
+
+def test_no_thread_names_without_py_spy(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_run(*_: Any, **__: Any) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("py-spy run while none is installed")
+
+    monkeypatch.setattr(thread_cpu, "PYSPY", "")
+    monkeypatch.setattr(thread_cpu.subprocess, "run", no_run)
+    assert thread_cpu.thread_names({7: "compute.host1"}) == {}
