@@ -7,7 +7,8 @@ its operation on next, as a Celery signature in JSON (``{"signature": ..., "chai
 
 - written when the API publishes the operation (``workflows.dispatch.send``);
 - replaced as each step starts by the step's own message (with the rest of its chain
-  and its error callbacks), in the same transaction as its delivery count;
+  and its error callbacks), in the same transaction as its delivery count (a late copy
+  of a step whose operation has ended, its instance with no task_state, writes none);
 - replaced as a step ends by its successor in the chain, or removed when it was the last.
 
 The reaper (a cluster periodic task on beat, ``reap_operations_in_flight``) looks at the
@@ -174,7 +175,8 @@ def record(
 
     ``replacing``: the records are most likely there (a step's start: the API or the step
     before wrote them), so one UPDATE replaces them all, and only the instances it missed
-    get an INSERT; otherwise (the API's publish) each is inserted, replaced if there.
+    get an INSERT (unless the instance has no task_state: the operation has ended);
+    otherwise (the API's publish) each is inserted, replaced if there.
     ``created``: the caller's transaction has just created the instances (a boot), so no
     record of theirs can exist: one plain INSERT writes them all, with ``task_states``."""
     task_id = task_id_of(message)
@@ -202,7 +204,7 @@ def record(
         if replaced.rowcount == len(uuids):
             return
     for uuid in uuids:
-        _insert(session, uuid, values, now, task_states)
+        _insert(session, uuid, values, now, task_states, revive=not replacing)
 
 
 def _insert_created(
@@ -273,9 +275,12 @@ def _insert(
     values: dict[str, Any],
     now: dt.datetime,
     task_states: Mapping[str, str | None] | None = None,
+    revive: bool = True,
 ) -> None:
     """The record of ``uuid`` (none if the instance is gone), inserted or replaced;
-    ``task_states``: the instances' task_states the caller has just written."""
+    ``task_states``: the instances' task_states the caller has just written.
+    ``revive`` False (a step's start that found no record): none is written for an
+    instance with no task_state in flight."""
     if task_states is not None and uuid in task_states:
         task_state = task_states[uuid]
     else:
@@ -283,6 +288,14 @@ def _insert(
         if instance is None:
             return
         task_state = instance.task_state
+    if task_state is None and not revive:
+        # NOTE: a step starts, its instance has no record and no task in flight: the
+        # operation has ended (undone by the reaper while the step's host was down, by an
+        # errback) and this is a late copy of one of its messages (the broker's, after the
+        # worker that held it died). A record brought back here would name no task_state,
+        # so the reaper could never judge it stale: it would send the step again and
+        # again (operation_lost_after apart) before undoing an operation already undone.
+        return
     row = {"instance_uuid": uuid, "resent": 0, "created_at": now, "task_state": task_state}
     upsert = _upsert(session.get_bind().dialect.name)
     if upsert is not None:

@@ -15,6 +15,7 @@ from compute import in_flight
 from models import OperationInFlight
 from models.db import get_engine, session_scope
 from models.migrate import upgrade
+from tests.factories import make_instance
 
 UUID = "0f6c3a52-8d0b-4c2e-9f7a-2b1d5e4c3a10"
 
@@ -115,3 +116,31 @@ def test_a_steps_start_replaces_the_records_of_its_instances_in_one_update(
     with session_scope(url) as session:
         rows = {r.instance_uuid: r.task_id for r in session.scalars(select(OperationInFlight))}
     assert rows == {**dict.fromkeys(uuids, "task-2"), other: "task-other"}
+
+
+def _step_start(url: str, uuid: str, task_id: str) -> None:
+    """A step's start (``compute.deliveries.write_start``): its message replaces the record."""
+    with session_scope(url) as session:
+        in_flight.record(session, _boot_message(task_id, [uuid]), replacing=True)
+
+
+def _records(url: str) -> dict[str, tuple[str | None, str | None]]:
+    with session_scope(url) as session:
+        rows = session.scalars(select(OperationInFlight))
+        return {r.instance_uuid: (r.task_id, r.task_state) for r in rows}
+
+
+def test_a_step_that_finds_no_record_writes_one_while_its_instance_has_a_task(url: str) -> None:
+    uuid = make_instance(url, host="host1", node="host1", task_state="resize_migrating")
+    _step_start(url, uuid, "task-1")
+    assert _records(url) == {uuid: ("task-1", "resize_migrating")}
+
+
+def test_a_late_copy_of_a_step_whose_operation_ended_brings_no_record_back(url: str) -> None:
+    """The reaper undid the move while the source host was down (instance ERROR, no task,
+    the record dropped); the message the dead worker held comes back when the host does.
+    Its start must not write a record with no task_state: the reaper could never judge it
+    stale, and would send a step with nothing left to do again and again."""
+    uuid = make_instance(url, host="host1", node="host1", vm_state="error", task_state=None)
+    _step_start(url, uuid, "task-late")
+    assert _records(url) == {}
