@@ -1,10 +1,11 @@
 """The thread CPU of the boot's two worker steps, the scheduler's and the build, as a
 worker runs them: a real Celery worker in a thread of this process (threads pool) on
-Redis, SQLite, one boot at a time (a tool, not in ``make bench``).
+Redis, SQLite or PostgreSQL (a database of its own, ``<--pg-prefix>_<pid>``, dropped at
+the end), one boot at a time (a tool, not in ``make bench``).
 
     PYTHONPATH=<worktree> .venv/bin/python bench/step_cpu.py \\
-        [--broker redis://127.0.0.1:6379/4] [--boots 150] [--warmup 10] \\
-        [--profile scheduler|build] [--out FILE.json]
+        [--broker redis://127.0.0.1:6379/4] [--database sqlite|postgresql] [--boots 150] \\
+        [--warmup 10] [--profile scheduler|build] [--out FILE.json]
 
 What a step costs here is what ``boot_bench``'s table shows per step (each task's thread
 CPU from ``task_prerun`` to ``task_postrun``: the delivery ledger, Celery's result and
@@ -44,10 +45,15 @@ STEPS = {"scheduler": "scheduler.select_destinations", "build": "compute.build_a
 BATCH = 20
 
 
-def _configure(broker: str, state: Path) -> str:
+def _configure(broker: str, state: Path, pg_name: str | None) -> str:
     for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
         del os.environ[name]
-    url = f"sqlite:///{state}/steps.sqlite"
+    if pg_name is None:
+        url = f"sqlite:///{state}/steps.sqlite"
+    else:
+        from bench.pg_databases import pg_url
+
+        url = pg_url(pg_name).replace("postgresql://", "postgresql+psycopg://", 1)
     os.environ.update(
         NOVAQ_STATE_DIR=str(state),
         NOVAQ_DATABASE_URL=url,
@@ -157,11 +163,14 @@ def main() -> int:
     parser.add_argument("--boots", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--pg-prefix", default="step_cpu", help="the PostgreSQL database's")
     parser.add_argument("--profile", choices=sorted(STEPS))
     parser.add_argument("--out", help="the figures as JSON")
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="novaq-step-cpu-"))
-    url = _configure(args.broker, state)
+    pg_name = f"{args.pg_prefix}_{os.getpid()}" if args.database == "postgresql" else None
+    url = _configure(args.broker, state, pg_name)
     import redis
     from celery.signals import task_postrun, task_prerun
 
@@ -180,6 +189,10 @@ def main() -> int:
         _report(clock, args.out)
     finally:
         dispose_all()
+        if pg_name is not None:
+            from bench.pg_databases import drop_pg
+
+            drop_pg(pg_name)
         client.flushdb()
         client.close()
         shutil.rmtree(state, ignore_errors=True)
