@@ -64,13 +64,14 @@ class Counts:
     def __init__(self, url: str) -> None:
         from sqlalchemy import event
 
-        from models.db import get_engine
+        from models.db import engines_of
 
         self.statements = self.transactions = self.commits = self.checkouts = 0
-        event.listen(get_engine(url), "before_cursor_execute", self._statement)
-        event.listen(get_engine(url), "begin", self._begin)
-        event.listen(get_engine(url), "commit", self._commit)
-        event.listen(get_engine(url), "checkout", self._checkout)
+        for engine in engines_of(url):  # (SQLite's readers have an engine of their own)
+            event.listen(engine, "before_cursor_execute", self._statement)
+            event.listen(engine, "begin", self._begin)
+            event.listen(engine, "commit", self._commit)
+            event.listen(engine, "checkout", self._checkout)
 
     def _statement(self, *_: Any) -> None:
         self.statements += 1

@@ -43,7 +43,7 @@ from compute.resource_tracker import update_available_resource  # noqa: E402
 from compute.sessions import sessions_for  # noqa: E402
 from compute.states import VmState  # noqa: E402
 from models import Flavor, Instance  # noqa: E402
-from models.db import dispose_all, get_engine, session_scope  # noqa: E402
+from models.db import dispose_all, engines_of, session_scope  # noqa: E402
 from models.migrate import upgrade  # noqa: E402
 from novaq.settings import Settings  # noqa: E402
 from virt.driver import ComputeDriver, GuestSpec  # noqa: E402
@@ -67,7 +67,8 @@ FLAVOR = {
 class StatementCounter:
     def __init__(self, url: str) -> None:
         self.count = 0
-        event.listen(get_engine(url), "before_cursor_execute", self._on_execute)
+        for engine in engines_of(url):  # (SQLite's readers have an engine of their own)
+            event.listen(engine, "before_cursor_execute", self._on_execute)
 
     def _on_execute(self, *_: object) -> None:
         self.count += 1

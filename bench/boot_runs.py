@@ -103,14 +103,15 @@ class NovaqSide:
         flavor: str,
         image: str,
     ) -> None:
-        from models.db import get_engine
+        from models.db import engines_of, get_engine
 
         self.api, self.db_url, self.counts_dir, self.broker = api, db_url, counts_dir, broker
         self.heartbeat_service_id, self.flavor, self.image = heartbeat_service_id, flavor, image
         self.api_counter = sql_counts.Counter(None)
         self.api_counter.local.task = API
         self.api_counter.only_thread = _main_thread_id()
-        sql_counts.listen(self.api_counter, get_engine(db_url))
+        for engine in engines_of(db_url):  # (SQLite's readers have an engine of their own)
+            sql_counts.listen(self.api_counter, engine)
         self.poller: Engine = create_engine(get_engine(db_url).url, pool_size=1)
 
     def close(self) -> None:

@@ -48,7 +48,7 @@ from sqlalchemy import event, insert, update  # noqa: E402
 from compute.sessions import sessions_for  # noqa: E402
 from compute.states import TaskState, VmState  # noqa: E402
 from models import ComputeNode, Flavor, Instance, Service, utcnow  # noqa: E402
-from models.db import dispose_all, get_engine, session_scope  # noqa: E402
+from models.db import dispose_all, engines_of, get_engine, session_scope  # noqa: E402
 from models.migrate import upgrade  # noqa: E402
 from novaq.settings import Settings  # noqa: E402
 from scheduler.candidates import load_host_states  # noqa: E402
@@ -166,9 +166,9 @@ class Counter:
 
     def __init__(self, url: str) -> None:
         self.statements = self.transactions = 0
-        engine = get_engine(url)
-        event.listen(engine, "before_cursor_execute", self._on_execute)
-        event.listen(engine, "begin", self._on_begin)
+        for engine in engines_of(url):  # (SQLite's readers have an engine of their own)
+            event.listen(engine, "before_cursor_execute", self._on_execute)
+            event.listen(engine, "begin", self._on_begin)
 
     def _on_execute(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         if not statement.startswith("BEGIN"):  # SQLite's BEGIN IMMEDIATE is the begin

@@ -36,6 +36,8 @@ from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
 LOG = logging.getLogger(__name__)
 
 _ENGINES: dict[str, Engine] = {}
+#: SQLite's readers' engines (``reader_engine``), one per database.
+_READER_ENGINES: dict[str, Engine] = {}
 #: The session factories of each engine, a writer's and a reader's (``read_only``).
 #: NOTE: made once: each ``sessionmaker`` is a new Session class, whose event dispatch
 #: SQLAlchemy builds again at its first transaction (a quarter of a millisecond).
@@ -86,38 +88,47 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):  # type: ignore[no-untyped-def]
-        if conn.get_execution_options().get(_READ_ONLY):
-            # A reader's deferred BEGIN takes no lock: its first SELECT opens a WAL read
-            # snapshot, which neither waits for writers nor makes them wait. It never
-            # writes (query_only), so it never needs the upgrade that fails with
-            # SQLITE_BUSY_SNAPSHOT.
-            conn.exec_driver_sql("BEGIN")
-            conn.exec_driver_sql("PRAGMA query_only=ON")
-            conn.info[_QUERY_ONLY] = True
-            return
-        if conn.info.get(_QUERY_ONLY):  # a reader's end that never ran (a lost rollback)
-            _end_query_only(conn)
         # NOTE: IMMEDIATE takes the write lock at BEGIN. A deferred transaction that reads
         # then writes can fail with SQLITE_BUSY_SNAPSHOT under concurrent writers, which
-        # busy_timeout cannot wait out; IMMEDIATE makes writers queue instead.
+        # busy_timeout cannot wait out; IMMEDIATE makes writers queue instead. (Readers
+        # have an engine of their own: ``_make_sqlite_reader``.)
         if gate is not None:
             gate.wait_until_open()  # a heartbeat waiting for the lock goes first
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    @event.listens_for(engine, "rollback")
-    @event.listens_for(engine, "commit")
-    def _on_end(conn):  # type: ignore[no-untyped-def]
-        # An invalidated connection is discarded, query_only with it.
-        if not conn.invalidated and conn.info.get(_QUERY_ONLY):
-            _end_query_only(conn)
 
+def _make_sqlite_reader(url: str) -> Engine:
+    """The engine of SQLite's read-only sessions: connections that are ``query_only`` for
+    their whole life, each transaction a deferred ``BEGIN``.
 
-def _end_query_only(conn: Connection) -> None:
-    """The connection writes again (for its next transaction). On the driver's own
-    connection: a statement through ``conn`` here, as its transaction ends, would begin
-    another."""
-    conn.connection.driver_connection.execute("PRAGMA query_only=OFF")  # type: ignore[union-attr]
-    conn.info.pop(_QUERY_ONLY, None)
+    NOTE: a deferred BEGIN takes no lock: its first SELECT opens a WAL read snapshot,
+    which neither waits for writers nor makes them wait; it never writes (query_only), so
+    it never needs the upgrade that fails with SQLITE_BUSY_SNAPSHOT. query_only is set
+    once, at connect, on connections no writer uses: turning it on and off around each
+    reader's transaction on a shared connection (as before issue 16's tenth pass) made
+    SQLite expire every prepared statement of that connection at each toggle (a flag
+    pragma), so the scheduler's and the API's every statement was compiled again: the
+    4-host candidate query 396 µs instead of 45."""
+    engine = create_engine(url, connect_args={"timeout": 30})
+    database = engine.url.database
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        _make_private(database)
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")  # (a new database: before query_only)
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA query_only=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # type: ignore[no-untyped-def]
+        conn.exec_driver_sql("BEGIN")
+
+    event.listen(engine, "handle_error", _refuse_read_only_write)
+    return engine
 
 
 def _configure_mysql(engine: Engine) -> None:
@@ -215,12 +226,30 @@ def _quiet(dbapi_conn: object) -> bool:
         return False
 
 
+def reader_engine(url: str) -> Engine:
+    """The engine of ``url``'s read-only sessions: on SQLite one of its own, whose
+    connections never write (``_make_sqlite_reader``); elsewhere the writers' engine,
+    each reader's transaction READ ONLY."""
+    engine = get_engine(url)
+    if engine.dialect.name != "sqlite":
+        return engine
+    return _cached_engine(_READER_ENGINES, url, _make_sqlite_reader)
+
+
+def engines_of(url: str) -> list[Engine]:
+    """Every engine ``url``'s sessions run on: the writers' and, on SQLite, the readers'
+    (for what counts their statements: tests, benchmarks)."""
+    engines = [get_engine(url), reader_engine(url)]
+    return engines[:1] if engines[0] is engines[1] else engines
+
+
 def get_sessionmaker(url: str, read_only: bool = False) -> sessionmaker[Session]:
     """The process-wide session factory for ``url`` (a reader's refuses to flush a write)."""
     key = (_normalise_url(url), read_only)
     maker = _MAKERS.get(key)
     if maker is None:
-        maker = sessionmaker(bind=get_engine(url), expire_on_commit=False)
+        bind = reader_engine(url) if read_only else get_engine(url)
+        maker = sessionmaker(bind=bind, expire_on_commit=False)
         if read_only:
             event.listen(maker, "before_flush", _refuse_writes)
         maker = _MAKERS.setdefault(key, maker)
@@ -232,10 +261,8 @@ def get_sessionmaker(url: str, read_only: bool = False) -> sessionmaker[Session]
 _SNAPSHOT_DIALECTS = frozenset({"postgresql", "mysql", "mariadb"})
 
 #: The execution option that makes a transaction read-only (``session_scope(read_only=True)``),
-#: read by the engines' ``begin`` listeners; and the mark a SQLite connection carries while
-#: its ``query_only`` is on.
+#: read by the engines' ``begin`` and ``handle_error`` listeners.
 _READ_ONLY = "novaq_read_only"
-_QUERY_ONLY = "novaq_query_only"
 
 
 @contextlib.contextmanager
@@ -636,14 +663,19 @@ def _make_liveness_engine(url: str) -> Engine:
 
 def dispose_after_fork() -> None:
     """Drop pooled connections inherited from the parent without closing them under it."""
-    for engine in [*_ENGINES.values(), *_LIVENESS_ENGINES.values()]:
+    for engine in _all_engines():
         engine.dispose(close=False)
 
 
 def dispose_all() -> None:
     with _LOCK:
-        for engine in [*_ENGINES.values(), *_LIVENESS_ENGINES.values()]:
+        for engine in _all_engines():
             engine.dispose()
         _ENGINES.clear()
+        _READER_ENGINES.clear()
         _LIVENESS_ENGINES.clear()
         _MAKERS.clear()
+
+
+def _all_engines() -> list[Engine]:
+    return [*_ENGINES.values(), *_READER_ENGINES.values(), *_LIVENESS_ENGINES.values()]

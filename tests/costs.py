@@ -11,7 +11,7 @@ import pytest
 from kombu.connection import Connection
 from sqlalchemy import event
 
-from models.db import get_engine
+from models.db import engines_of
 
 
 class Sql:
@@ -38,19 +38,24 @@ class Sql:
 
 @contextlib.contextmanager
 def counting_sql(db_url: str) -> Iterator[Sql]:
-    engine, seen = get_engine(db_url), Sql()
+    """What ``db_url``'s engines run while the block runs: the writers' and, on SQLite,
+    the read-only sessions' own (``models.db.reader_engine``)."""
+    seen = Sql()
+    engines = engines_of(db_url)
     listeners = (
         ("before_cursor_execute", seen._statement),
         ("commit", seen._commit),
         ("rollback", seen._rollback),
     )
-    for name, fn in listeners:
-        event.listen(engine, name, fn)
+    for engine in engines:
+        for name, fn in listeners:
+            event.listen(engine, name, fn)
     try:
         yield seen
     finally:
-        for name, fn in listeners:
-            event.remove(engine, name, fn)
+        for engine in engines:
+            for name, fn in listeners:
+                event.remove(engine, name, fn)
 
 
 def count_broker_connections(monkeypatch: pytest.MonkeyPatch) -> list[Connection]:

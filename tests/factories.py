@@ -20,7 +20,7 @@ from compute.servicegroup import COMPUTE, register_service
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from models import Base, ComputeNode, Image, ImageStatus, Instance, Migration
-from models.db import get_engine, session_scope
+from models.db import engines_of, get_engine, session_scope
 from models.pci_device import ALLOCATED
 from models.pci_device import PciDevice as PciDeviceRow
 from models.states import MIGRATION_TRANSITIONS, MigrationStatus
@@ -385,17 +385,20 @@ def rolled_back(db_url: str) -> Iterator[Session]:
 
 @contextlib.contextmanager
 def statements_run(db_url: str) -> Iterator[list[str]]:
-    """The SQL statements run on ``db_url``'s engine meanwhile; SQLite's BEGIN is the
-    start of a transaction, not a statement, and is left out."""
+    """The SQL statements run on ``db_url``'s engines meanwhile (the writers' and, on
+    SQLite, the read-only sessions' own); SQLite's BEGIN is the start of a transaction,
+    not a statement, and is left out."""
     statements: list[str] = []
 
     def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
         if not statement.startswith("BEGIN"):
             statements.append(statement)
 
-    engine = get_engine(db_url)
-    event.listen(engine, "before_cursor_execute", record)
+    engines = engines_of(db_url)
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
     try:
         yield statements
     finally:
-        event.remove(engine, "before_cursor_execute", record)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.orm import declarative_base as _declarative_base
 
 from compute.sessions import savepoints, sessions_for
-from models.db import get_engine, session_scope
+from models.db import get_engine, reader_engine, session_scope
 from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
 from tests.unit.models.probe_table import probe_rows
 
@@ -100,16 +100,37 @@ def test_the_error_is_not_taken_for_an_unavailable_database(url: str) -> None:
     assert not isinstance(caught.value, DatabaseUnavailable)
 
 
-def test_a_reader_commits_nothing_and_the_connection_writes_again_after(url: str) -> None:
-    ends = _Ends(get_engine(url))
+def test_a_reader_commits_nothing_and_a_writer_writes_after_it(url: str) -> None:
+    ends, reader_ends = _Ends(get_engine(url)), _Ends(reader_engine(url))
     for _ in range(3):
         assert _rows(url) == [1]
-    assert (ends.commits, ends.rollbacks) == (0, 3)
-    # The pooled connection the readers used is a writer's again.
+    if reader_engine(url) is get_engine(url):  # PostgreSQL: READ ONLY transactions
+        assert (ends.commits, ends.rollbacks) == (0, 3)
+    else:  # SQLite: the readers' engine of their own
+        assert (ends.commits, ends.rollbacks, reader_ends.commits) == (0, 0, 0)
+        assert reader_ends.rollbacks == 3
     with session_scope(url) as session:
         session.execute(text(f"INSERT INTO {TABLE} VALUES (2)"))
     assert _rows(url) == [1, 2]
     assert ends.commits == 1
+
+
+def test_a_sqlite_readers_connection_stays_query_only_and_keeps_its_statements(
+    sqlite_url: str,
+) -> None:
+    """Nothing toggles ``query_only`` around a reader's transaction: turning a flag pragma
+    on or off makes SQLite expire every statement the connection had prepared."""
+    ran: list[str] = []
+    event.listen(reader_engine(sqlite_url), "before_cursor_execute", lambda *a: ran.append(a[2]))
+    for _ in range(3):
+        with session_scope(sqlite_url, read_only=True) as session:
+            raw = session.connection().connection.driver_connection
+            assert raw.execute("PRAGMA query_only").fetchone() == (1,)
+            session.execute(text(f"SELECT n FROM {TABLE}")).all()
+    assert not [sql for sql in ran if "PRAGMA" in sql.upper()]
+    with session_scope(sqlite_url) as writer:  # the writers' connections are not query_only
+        raw = writer.connection().connection.driver_connection
+        assert raw.execute("PRAGMA query_only").fetchone() == (0,)
 
 
 def test_rows_read_stay_loaded_after_the_reader_ends(url: str) -> None:

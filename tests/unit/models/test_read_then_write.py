@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from models.db import get_engine
+from models.db import engines_of
 from models.read_then_write import read_then_write
 from novaq.exceptions import ReadOnlyTransactionError
 from tests.unit.models.probe_table import probe_rows
@@ -29,10 +29,11 @@ class _Seen:
 
     def __init__(self, url: str) -> None:
         self.checkouts = self.commits = self.rollbacks = 0
-        engine = get_engine(url)
-        event.listen(engine, "checkout", self._checkout)
-        event.listen(engine, "commit", self._commit)
-        event.listen(engine, "rollback", self._rollback)
+        # (on SQLite the readers' transactions run on an engine of their own)
+        for engine in engines_of(url):
+            event.listen(engine, "checkout", self._checkout)
+            event.listen(engine, "commit", self._commit)
+            event.listen(engine, "rollback", self._rollback)
 
     def _checkout(self, *_: Any) -> None:
         self.checkouts += 1

@@ -77,11 +77,11 @@ def test_a_decision_issues_as_many_statements_at_200_hosts_as_at_10(db_url: str)
     _add_hosts(db_url, 10, 190)
     at_200 = _decision_statements(db_url, scheduler)
     assert len(at_200) == len(at_10)
-    # SQLite's read-only pragma, one read of the candidates with the instance's
-    # placement, then the claim (its read, INSERT and compare-and-swap) and the
-    # instance's host; nothing per host (no aggregates, PCI pools or instance uuids: none
-    # has hosts, or free devices, and none are needed). PostgreSQL has no pragma: 5.
-    kinds = ["PRAGMA", "SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"]
+    # One read of the candidates with the instance's placement, then the claim (its
+    # read, INSERT and compare-and-swap) and the instance's host; nothing per host (no
+    # aggregates, PCI pools or instance uuids: none has hosts, or free devices, and none
+    # are needed). (SQLite's reader is query_only from its connect: no pragma here.)
+    kinds = ["SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"]
     assert [s.split()[0] for s in at_10] == kinds
 
 
