@@ -11,7 +11,7 @@ from typing import Any
 
 from celery.signals import worker_init, worker_process_init, worker_ready
 
-from models.db import dispose_after_fork
+from models.db import dispose_after_fork, patient_writers
 from novaq.celery_app import app
 from tasks.bootsteps import NovaqServiceStep, RunImmediately
 
@@ -47,6 +47,15 @@ def _publish_until_the_broker_is_back(sender: Any, **_: object) -> None:
     # NOTE: before the worker's first publish: Celery reads the default policy once, when
     # it builds its task sender.
     sender.app.conf.task_publish_retry_policy = dict(WORKER_PUBLISH_RETRY_POLICY)
+
+
+@worker_init.connect
+def _writers_wait_patiently(**_: object) -> None:
+    # A worker's steps run in the background, several at once: its writers wait for
+    # SQLite's write lock in SQLite's busy handler, leaving the cores to the steps; the
+    # API's, which a caller waits on, poll it (``models.db.patient_writers``). Before the
+    # pool forks: its children inherit it.
+    patient_writers()
 
 
 @worker_process_init.connect
