@@ -71,20 +71,30 @@ def _make_private(database: str | None) -> None:
                 os.chmod(path, mode & ~0o077)
 
 
+def _set_up_sqlite_connection(
+    dbapi_conn: sqlite3.Connection, database: str | None, query_only: bool = False
+) -> None:
+    """A new connection of the writers' engine, or of the readers' (``query_only``)."""
+    _make_private(database)  # before WAL mode, so -wal/-shm inherit 0600
+    # Let pysqlite leave transaction control to us, so the BEGINs of the engines' own
+    # ``begin`` listeners work.
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")  # (a new database's: before query_only)
+    cur.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA foreign_keys=ON")
+    if query_only:
+        cur.execute("PRAGMA query_only=ON")
+    cur.close()
+
+
 def _configure_sqlite(engine: Engine) -> None:
     database = engine.url.database
     gate = gate_of(database)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-        _make_private(database)  # before WAL mode, so -wal/-shm inherit 0600
-        # Let pysqlite leave transaction control to us, so BEGIN IMMEDIATE below works.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
+        _set_up_sqlite_connection(dbapi_conn, database)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):  # type: ignore[no-untyped-def]
@@ -176,14 +186,7 @@ def _make_sqlite_reader(url: str) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-        _make_private(database)
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")  # (a new database: before query_only)
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA query_only=ON")
-        cur.close()
+        _set_up_sqlite_connection(dbapi_conn, database, query_only=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):  # type: ignore[no-untyped-def]
