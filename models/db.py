@@ -104,7 +104,7 @@ def _configure_sqlite(engine: Engine) -> None:
         # have an engine of their own: ``_make_sqlite_reader``.)
         if gate is not None:
             gate.wait_until_open()  # a heartbeat waiting for the lock goes first
-        if _WRITERS.patient:
+        if _Writers.patient:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
             _begin_promptly(conn)
@@ -121,9 +121,6 @@ class _Writers:
     """How this process's writers wait for SQLite's write lock (``patient_writers``)."""
 
     patient = False
-
-
-_WRITERS = _Writers
 
 
 def patient_writers() -> None:
@@ -158,12 +155,10 @@ def _begin_promptly(conn: Connection) -> None:
                 raise
         while time.monotonic() < deadline:
             time.sleep(PROMPT_POLL_S)
-            try:
-                driver.execute("BEGIN IMMEDIATE")
+            if _began_immediate(driver):
                 return
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY:
-                    break
+    except sqlite3.OperationalError:
+        pass  # not the lock's: the plain BEGIN below raises it, classified
     finally:
         driver.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
     conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -646,19 +641,16 @@ def _wait_for_the_lock(
             assert isinstance(driver, sqlite3.Connection)
             while True:
                 time.sleep(LIVENESS_POLL_S)
-                try:
-                    driver.execute("BEGIN IMMEDIATE")
-                except sqlite3.OperationalError as exc:
-                    if exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY:
-                        break
-                    if time.monotonic() >= deadline:
-                        raise unavailable(
-                            sqlalchemy.exc.OperationalError("BEGIN IMMEDIATE", None, exc)
-                        ) from exc
-                    if held is not None:
-                        held.still_closed()
-                else:
+                if _began_immediate(driver):
                     return _in_transaction(conn, driver, statement, params)
+                if time.monotonic() >= deadline:
+                    busy = sqlite3.OperationalError("database is locked")  # SQLite's words
+                    locked = sqlalchemy.exc.OperationalError("BEGIN IMMEDIATE", None, busy)
+                    raise unavailable(locked)
+                if held is not None:
+                    held.still_closed()
+    except sqlite3.OperationalError:
+        pass  # not the lock's: the statement's own try below raises it, classified
     except SQLAlchemyError as exc:
         if is_transient_error(exc):
             raise unavailable(exc) from exc
@@ -681,6 +673,18 @@ def _in_transaction(
             driver.execute("ROLLBACK")
         raise
     return rows
+
+
+def _began_immediate(driver: sqlite3.Connection) -> bool:
+    """One try of ``BEGIN IMMEDIATE`` on the driver's connection: True once begun, False
+    while another connection holds the write lock; any other error is raised."""
+    try:
+        driver.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY:
+            raise
+        return False
+    return True
 
 
 def _sqlite_busy(exc: SQLAlchemyError) -> bool:
