@@ -61,11 +61,22 @@ def _children() -> dict[int, int]:
     return parents
 
 
+def _descends_from(pid: int, root: int, parents: dict[int, int]) -> bool:
+    while pid > 1:
+        if pid == root:
+            return True
+        pid = parents.get(pid, 1)
+    return False
+
+
 def workers(root: int) -> dict[int, str]:
-    """The worker processes under ``root``: pid -> role (node, ``/child`` for a fork)."""
+    """The worker processes under ``root``: pid -> role (node, ``/child`` for a fork).
+    Only ``root``'s descendants: another bench's workers on the machine are not ours."""
     parents = _children()
     found: dict[int, str] = {}
     for pid in parents:
+        if not _descends_from(pid, root, parents):
+            continue
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
