@@ -19,6 +19,8 @@ SQL_COLUMNS = (
     ("read-only", ("read_commits",)),
     ("rollbacks", ("rollbacks",)),
     ("CPU ms", ("cpu_us",)),  # microseconds summed, shown in ms (``_per_op``)
+    ("SQLite lock ms", ("lock_us",)),
+    ("CPU in lock ms", ("lock_cpu_us",)),
 )
 CPU = "CPU ms"  # the one column both sides have: the bare app runs no SQL
 SQL_HEADERS = tuple(header for header, _ in SQL_COLUMNS)
@@ -79,7 +81,8 @@ def _per_op(phases: Sequence[Phase], fields: Sequence[str], step: str | None = N
     for p in phases:
         buckets = p.sql.values() if step is None else [p.sql.get(step, {})]
         total = sum(b.get(f, 0) for b in buckets for f in fields)
-        values.append(total / 1000 / p.count if fields == ("cpu_us",) else total / p.count)
+        in_us = all(f.endswith("_us") for f in fields)
+        values.append(total / 1000 / p.count if in_us else total / p.count)
     return _median(values)
 
 

@@ -36,7 +36,19 @@ OUTSIDE = "(outside tasks)"
 #: the thread that ran the task, from ``task_prerun`` to ``task_postrun``; under
 #: ``OUTSIDE``, the rest of the process's CPU time (every other thread: the consumer's
 #: loop, heartbeats, guest lifecycle events, Celery's events and the counters' own dumps).
-FIELDS = ("statements", "transactions", "write_commits", "read_commits", "rollbacks", "cpu_us")
+#: ``lock_us``/``lock_cpu_us``: how long SQLite's write lock was held (wall time from a
+#: ``BEGIN IMMEDIATE`` that returned to the COMMIT or ROLLBACK), and the CPU time the
+#: holding thread spent meanwhile: every other writer of the database waits that long.
+FIELDS = (
+    "statements",
+    "transactions",
+    "write_commits",
+    "read_commits",
+    "rollbacks",
+    "cpu_us",
+    "lock_us",
+    "lock_cpu_us",
+)
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
 _DUMP_INTERVAL_S = 0.2
 
@@ -56,11 +68,11 @@ class Counter:
     def bucket(self) -> str:
         return getattr(self.local, "task", None) or OUTSIDE
 
-    def add(self, field: str) -> None:
+    def add(self, field: str, amount: int = 1) -> None:
         if self.only_thread is not None and threading.get_ident() != self.only_thread:
             return
         with self.lock:
-            self.counts[self.bucket()][field] += 1
+            self.counts[self.bucket()][field] += amount
         self.changed.set()
 
     def snapshot(self) -> dict[str, dict[str, int]]:
@@ -83,10 +95,22 @@ class Counter:
             conn.info["bench_wrote"] = True
         self.add("statements")
 
+    def on_executed(self, conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("BEGIN IMMEDIATE"):  # SQLite's write lock, taken
+            conn.info["bench_locked"] = (time.perf_counter_ns(), time.thread_time_ns())
+
+    def _unlocked(self, conn: Any) -> None:
+        locked = conn.info.pop("bench_locked", None)
+        if locked is not None:
+            self.add("lock_us", (time.perf_counter_ns() - locked[0]) // 1000)
+            self.add("lock_cpu_us", (time.thread_time_ns() - locked[1]) // 1000)
+
     def on_commit(self, conn: Any) -> None:
+        self._unlocked(conn)
         self.add("write_commits" if conn.info.get("bench_wrote") else "read_commits")
 
     def on_rollback(self, conn: Any) -> None:
+        self._unlocked(conn)
         self.add("rollbacks")
 
     # -- Celery signals ----------------------------------------------------------------------
@@ -139,6 +163,7 @@ def listen(counter: Counter, target: Any) -> None:
 
     event.listen(target, "begin", counter.on_begin)
     event.listen(target, "before_cursor_execute", counter.on_statement)
+    event.listen(target, "after_cursor_execute", counter.on_executed)
     event.listen(target, "commit", counter.on_commit)
     event.listen(target, "rollback", counter.on_rollback)
 
