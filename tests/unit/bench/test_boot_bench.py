@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 
 from bench import sql_counts
 from bench.boot_report import percentile
@@ -88,7 +88,40 @@ def test_counter_tells_write_commits_from_read_only_ones() -> None:
         "read_commits": 1,
         "rollbacks": 1,
         "cpu_us": 0,  # no task ran; the bench's own counter keeps no process CPU
+        "lock_us": 0,  # no BEGIN IMMEDIATE: SQLite's write lock never taken at BEGIN
+        "lock_cpu_us": 0,
     }
+
+
+def test_counter_times_sqlite_write_lock_from_begin_immediate_to_commit(tmp_path: Path) -> None:
+    """The write lock held: from a ``BEGIN IMMEDIATE`` that returned to its COMMIT, wall
+    time and the holder's CPU (as ``models.db``'s writers begin)."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'lock.db'}")
+
+    @event.listens_for(engine, "connect")
+    def _no_pysqlite_begin(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _immediate(conn):  # type: ignore[no-untyped-def]
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    counter = sql_counts.Counter(None)
+    sql_counts.listen(counter, engine)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    before = counter.snapshot()[sql_counts.OUTSIDE]
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO t VALUES (1)"))
+        deadline = time.thread_time() + 0.03
+        while time.thread_time() < deadline:  # CPU burnt while the lock is held
+            pass
+        time.sleep(0.02)  # and a wait that burns none
+    after = counter.snapshot()[sql_counts.OUTSIDE]
+    held_us = after["lock_us"] - before["lock_us"]
+    cpu_us = after["lock_cpu_us"] - before["lock_cpu_us"]
+    assert held_us >= 50_000, after
+    assert 30_000 <= cpu_us < held_us, after
 
 
 def test_counter_charges_a_task_the_cpu_time_of_its_thread(tmp_path: Path) -> None:
