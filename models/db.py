@@ -118,7 +118,12 @@ def _create_liveness_file(path: str) -> None:
     is WAL already), so every new connection of the main engines runs it: a liveness file
     lost, or never made (a main database copied alone), is made again, and the
     heartbeats fill it within ``report_interval``."""
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    # NOTE: made with O_EXCL or not opened at all: closing a descriptor of a file drops
+    # every POSIX lock this process holds on it, the SQLite connections' too, so another
+    # process's connection, closing, took itself for the last one and deleted the WAL
+    # under this process's readers ("disk I/O error", boot_bench).
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     _make_private(path)
     conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
     try:

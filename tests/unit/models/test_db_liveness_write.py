@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import threading
 import time
 
@@ -170,3 +172,28 @@ def test_postgresql_liveness_write_sends_no_ping_and_rides_over_a_closed_connect
     assert liveness_write(pg_url, _beat()) == 1
     assert _beats(pg_url) == 3
     assert pings == []
+
+
+_LOCK_PROBE = r"""
+import fcntl, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    probe = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0x40000002, 510, 0)  # SQLite's SHARED bytes
+    found = struct.unpack("hhqqi", fcntl.fcntl(f, fcntl.F_GETLK, probe))[0]
+print("held" if found != fcntl.F_UNLCK else "free")
+"""
+
+
+def test_a_new_main_connection_keeps_this_processs_locks_on_the_liveness_file(
+    sqlite_url: str,
+) -> None:
+    """Regression (boot_bench, "disk I/O error"): making sure of the liveness file at each
+    new connection closed a descriptor of it, which dropped every POSIX lock this process
+    held on it, so another process's closing connection deleted the WAL under it."""
+    liveness_write(sqlite_url, _beat())  # the liveness engine's connection stays open
+    with get_engine(sqlite_url).connect(), get_engine(sqlite_url).connect():
+        pass  # a new connection of the main engine: the file made sure of again
+    path = sqlite_url.removeprefix("sqlite:///") + "-liveness"
+    probe = subprocess.run(
+        [sys.executable, "-c", _LOCK_PROBE, path], capture_output=True, text=True, check=True
+    )
+    assert probe.stdout.strip() == "held"
