@@ -39,10 +39,7 @@ def _add_hosts(db_url: str, first: int, count: int) -> None:
     with session_scope(db_url) as session:
         session.execute(
             insert(Service),
-            [
-                dict(host=n, binary=COMPUTE, topic=f"compute.{n}", last_seen_up=now, created_at=now)
-                for n in names
-            ],
+            [dict(host=n, binary=COMPUTE, topic=f"compute.{n}", created_at=now) for n in names],
         )
         session.execute(
             insert(ComputeNode),
