@@ -35,7 +35,7 @@ class Service(Base):
     deleted: Mapped[int] = mapped_column(default=0)
 
     #: The liveness, loaded with the row (read-only: ``compute.servicegroup`` writes it).
-    report_count: Mapped[int] = column_property(
+    report_count: Mapped[int | None] = column_property(
         select(_LIVENESS.report_count)
         .where(_LIVENESS.service_id == id)
         .correlate_except(ServiceLiveness)
