@@ -1,17 +1,15 @@
-"""A heartbeat against SQLite's write lock, with the writer gate and without it, in one run.
+"""A heartbeat while SQLite's main write lock is busy.
 
-    .venv/bin/python bench/heartbeat_bench.py [--writers 4] [--phases 6] [--phase-s 5]
+    .venv/bin/python bench/heartbeat_bench.py [--writers 4] [--seconds 15]
 
 ``--writers`` processes run write transactions back to back on one SQLite database
 (``session_scope``: ``BEGIN IMMEDIATE``, an UPDATE, an INSERT, about 1 ms of Python work
 and 1 ms of waiting while the lock is held, the commit's fsync), as a busy cluster's
 steps do; meanwhile this process heartbeats every 20 ms (``compute.servicegroup.heartbeat``:
-``models.db.liveness_write``). Phases alternate between the gate on (``models.writer_gate``:
-a heartbeat that finds the lock taken closes the gate, and writers that have not begun wait
-for it) and the gate off (the same code with the gate's two calls made no-ops: a heartbeat
-polls the lock every millisecond, writers sleep in SQLite's busy handler). Printed per side:
-the heartbeat's p50/p95/max and the writers' transactions per second (the gate must not cost
-them throughput). The figures are noisy on a shared machine: compare the sides of one run.
+``models.db.liveness_write``, into the liveness file, ``models.liveness``, whose write lock
+the writers never take). Printed: the heartbeat's p50/p95/max and the writers'
+transactions per second. (Until issue 16's eleventh pass this bench compared the writer
+gate on and off; the gate went with the heartbeats' move out of the main database.)
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +30,13 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import insert, update  # noqa: E402
 
 from compute import servicegroup  # noqa: E402
-from models import Service, TaskLog, utcnow, writer_gate  # noqa: E402
+from compute.servicegroup import COMPUTE, register_service  # noqa: E402
+from models import Service, TaskLog, utcnow  # noqa: E402
 from models.db import dispose_all, session_scope  # noqa: E402
 from models.migrate import upgrade  # noqa: E402
+from novaq.settings import Settings  # noqa: E402
 
 HEARTBEAT_S = 0.02
-
-
-def _switchable_gate(gate_on: Any) -> None:
-    """Make this process's gate follow the shared flag ``gate_on`` (the bench's A/B)."""
-    wait, closed = writer_gate.Gate.wait_until_open, writer_gate.Gate.closed
-
-    def wait_until_open(self: writer_gate.Gate) -> None:
-        if gate_on.value:
-            wait(self)
-
-    @contextmanager
-    def maybe_closed(self: writer_gate.Gate) -> Iterator[Any]:
-        with closed(self) if gate_on.value else nullcontext() as held:
-            yield held
-
-    writer_gate.Gate.wait_until_open = wait_until_open  # type: ignore[method-assign]
-    writer_gate.Gate.closed = maybe_closed  # type: ignore[method-assign,assignment]
 
 
 def _busy(seconds: float) -> None:
@@ -64,8 +45,7 @@ def _busy(seconds: float) -> None:
         pass
 
 
-def writer(url: str, gate_on: Any, stop: Any, counts: Any, index: int) -> None:
-    _switchable_gate(gate_on)
+def writer(url: str, stop: Any, counts: Any, index: int) -> None:
     while not stop.is_set():
         with session_scope(url) as session:
             session.execute(update(Service).where(Service.id == 1).values(updated_at=utcnow()))
@@ -82,7 +62,7 @@ def writer(url: str, gate_on: Any, stop: Any, counts: Any, index: int) -> None:
             )
             time.sleep(0.001)  # a driver call, a publish: the lock held, the CPU not used
         with counts.get_lock():
-            counts[int(gate_on.value)] += 1
+            counts.value += 1
 
 
 def parse_args() -> argparse.Namespace:
@@ -90,8 +70,7 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--writers", type=int, default=4)
-    p.add_argument("--phases", type=int, default=6, help="phases in all, alternating sides")
-    p.add_argument("--phase-s", type=float, default=5.0)
+    p.add_argument("--seconds", type=float, default=15.0)
     return p.parse_args()
 
 
@@ -101,48 +80,39 @@ def main() -> int:
     url = f"sqlite:///{state / 'bench.sqlite'}"
     upgrade(url)
     with session_scope(url) as session:
-        session.add(Service(host="bench", binary="novaq-compute", topic="compute"))
+        register_service(session, "bench", COMPUTE, "compute.bench", Settings())
     dispose_all()  # no connection crosses the fork
-    gate_on, stop = mp.Value("b", 1), mp.Event()
-    counts = mp.Array("q", 2)
+    stop, counts = mp.Event(), mp.Value("q", 0)
     procs = [
-        mp.Process(target=writer, args=(url, gate_on, stop, counts, i), daemon=True)
+        mp.Process(target=writer, args=(url, stop, counts, i), daemon=True)
         for i in range(args.writers)
     ]
     for proc in procs:
         proc.start()
-    _switchable_gate(gate_on)
-    latencies: dict[bool, list[float]] = {True: [], False: []}
-    seconds: dict[bool, float] = {True: 0.0, False: 0.0}
+    latencies: list[float] = []
     try:
         time.sleep(1.0)  # the writers connect and get going
-        for phase in range(args.phases):
-            on = phase % 2 == 0
-            gate_on.value = int(on)
-            started = time.monotonic()
-            while time.monotonic() - started < args.phase_s:
-                t0 = time.perf_counter()
-                servicegroup.heartbeat(url, 1)
-                latencies[on].append((time.perf_counter() - t0) * 1000)
-                time.sleep(HEARTBEAT_S)
-            seconds[on] += time.monotonic() - started
+        counted, started = counts.value, time.monotonic()
+        while time.monotonic() - started < args.seconds:
+            t0 = time.perf_counter()
+            servicegroup.heartbeat(url, 1)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            time.sleep(HEARTBEAT_S)
+        rate = (counts.value - counted) / (time.monotonic() - started)
     finally:
         stop.set()
         for proc in procs:
             proc.join(timeout=10)
         dispose_all()
         shutil.rmtree(state, ignore_errors=True)
-    print(f"heartbeat_bench: {args.writers} writers, {args.phases} phases of {args.phase_s} s")
-    print("gate | heartbeats | p50 ms | p95 ms | max ms | writer txns/s")
-    print("-----+------------+--------+--------+--------+--------------")
-    for on in (True, False):
-        values = sorted(latencies[on])
-        p95 = values[int(0.95 * (len(values) - 1))]
-        rate = counts[int(on)] / seconds[on]
-        print(
-            f"{'on' if on else 'off':>4} | {len(values):10d} | {statistics.median(values):6.2f} "
-            f"| {p95:6.2f} | {values[-1]:6.1f} | {rate:13.0f}"
-        )
+    values = sorted(latencies)
+    p95 = values[int(0.95 * (len(values) - 1))]
+    print(f"heartbeat_bench: {args.writers} writers, {args.seconds} s")
+    print("heartbeats | p50 ms | p95 ms | max ms | writer txns/s")
+    print(
+        f"{len(values):10d} | {statistics.median(values):6.2f} | {p95:6.2f} "
+        f"| {values[-1]:6.1f} | {rate:13.0f}"
+    )
     return 0
 
 

@@ -1,6 +1,6 @@
 """novaq's own heartbeat, timed under load, for ``bench/boot_bench.py``: what
 ``tasks.bootsteps.Heartbeat.report`` does (``compute.servicegroup.heartbeat`` on a
-service row: ``models.db.liveness_write``), every 50 ms in a thread of the bench, on
+service's liveness: ``models.db.liveness_write``), every 50 ms in a thread of the bench, on
 the database the cluster uses."""
 
 from __future__ import annotations

@@ -43,12 +43,18 @@ for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
 os.environ["NOVAQ_STATE_DIR"] = str(STATE)
 
 from pg_databases import drop_pg, pg_url  # noqa: E402
-from sqlalchemy import event, insert, update  # noqa: E402
+from sqlalchemy import event, insert, select, update  # noqa: E402
 
 from compute.sessions import sessions_for  # noqa: E402
 from compute.states import TaskState, VmState  # noqa: E402
-from models import ComputeNode, Flavor, Instance, Service, utcnow  # noqa: E402
-from models.db import dispose_all, engines_of, get_engine, session_scope  # noqa: E402
+from models import ComputeNode, Flavor, Instance, Service, ServiceLiveness, utcnow  # noqa: E402
+from models.db import (  # noqa: E402
+    dispose_all,
+    engines_of,
+    get_engine,
+    liveness_write,
+    session_scope,
+)
 from models.migrate import upgrade  # noqa: E402
 from novaq.settings import Settings  # noqa: E402
 from scheduler.candidates import load_host_states  # noqa: E402
@@ -106,8 +112,6 @@ def populate(url: str, hosts: list[dict[str, Any]]) -> None:
             "host": h["host"],
             "binary": "novaq-compute",
             "topic": f"compute.{h['host']}",
-            "report_count": 1,
-            "last_seen_up": now,
             "disabled": False,
             "forced_down": False,
             "version": 1,
@@ -137,6 +141,10 @@ def populate(url: str, hosts: list[dict[str, Any]]) -> None:
         session.execute(insert(Service), services)
         session.execute(insert(ComputeNode), nodes)
         session.add(Flavor(flavorid="b", name="bench", vcpus=1, memory_mb=512, root_gb=1))
+        ids = session.scalars(select(Service.id)).all()
+    # Their liveness (models.liveness: on SQLite a file of its own), as heartbeats write it.
+    reports = [{"service_id": i, "report_count": 1, "last_seen_up": now} for i in ids]
+    liveness_write(url, insert(ServiceLiveness), reports)
     if url.startswith("postgresql"):  # what autovacuum would have done by now
         with get_engine(url).connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
@@ -194,8 +202,7 @@ class NovaqSide:
     def beat(self) -> None:
         """Every host's heartbeat, as their compute services would send them (a long
         run at 10,000 hosts outlasts ``service_down_time``); never timed."""
-        with session_scope(self.url) as session:
-            session.execute(update(Service).values(last_seen_up=utcnow()))
+        liveness_write(self.url, update(ServiceLiveness).values(last_seen_up=utcnow()))
         self.heartbeat = time.monotonic()
 
     def decide(self) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, event, insert, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
-from models import Service, utcnow
+from models import Service, ServiceLiveness, utcnow
 from models.db import liveness_write
 from novaq.exceptions import ComputeHostNotFound, InvalidInput, NotFound
 from novaq.settings import Settings
@@ -26,11 +27,14 @@ SCHEDULER = "novaq-scheduler"
 def register_service(
     session: Session, host: str, binary: str, topic: str, settings: Settings
 ) -> Service:
-    """Create the service row, or revive the existing one (same host and binary)."""
+    """Create the service row, or revive the existing one (same host and binary), and
+    count the report: its liveness row (``models.liveness``) is written once the
+    transaction has committed, so it never names a service that was rolled back."""
     service = session.scalars(
         select(Service).where(Service.host == host, Service.binary == binary, Service.deleted == 0)
     ).first()
     now = utcnow()
+    reports = 1 if service is None else (service.report_count or 0) + 1
     if service is None:
         service = Service(
             host=host,
@@ -41,10 +45,14 @@ def register_service(
         )
         session.add(service)
     service.topic = topic
-    service.report_count = (service.report_count or 0) + 1
-    service.last_seen_up = now
     service.updated_at = now
     session.flush()
+    # What the liveness row will hold, as the loaded row's (read-only) attributes.
+    set_committed_value(service, "report_count", reports)
+    set_committed_value(service, "last_seen_up", now)
+    url = session.get_bind().engine.url.render_as_string(hide_password=False)
+    params = {"service": service.id, "reports": reports, "now": now}
+    event.listen(session, "after_commit", lambda _s: _report(url, params), once=True)
     return service
 
 
@@ -53,21 +61,36 @@ def register_service(
 #: heartbeat's CPU (~450 of ~600 µs), and under load every millisecond of CPU is one more
 #: chance to wait for a core.
 _HEARTBEAT = (
-    update(Service)
-    .where(Service.id == bindparam("service_id"))
-    .values(
-        report_count=Service.report_count + 1,
-        last_seen_up=bindparam("now"),
-        updated_at=bindparam("now"),
-    )
+    update(ServiceLiveness)
+    .where(ServiceLiveness.service_id == bindparam("service"))
+    .values(report_count=ServiceLiveness.report_count + 1, last_seen_up=bindparam("now"))
+)
+#: A registration's report: the count set, the row made if missing.
+_REGISTERED = (
+    update(ServiceLiveness)
+    .where(ServiceLiveness.service_id == bindparam("service"))
+    .values(report_count=bindparam("reports"), last_seen_up=bindparam("now"))
+)
+_FIRST_REPORT = insert(ServiceLiveness).values(
+    service_id=bindparam("service"),
+    report_count=bindparam("reports"),
+    last_seen_up=bindparam("now"),
 )
 
 
 def heartbeat(db_url: str, service_id: int) -> None:
-    """One report: bump ``report_count`` and stamp ``last_seen_up``, in one UPDATE of its
-    own (``models.db.liveness_write``: not held up by the writers' transactions, whose
-    waits would make a busy host look down)."""
-    liveness_write(db_url, _HEARTBEAT, {"service_id": service_id, "now": utcnow()})
+    """One report: bump ``report_count`` and stamp ``last_seen_up``, in one UPDATE of the
+    liveness table (``models.db.liveness_write``: on SQLite a file of its own, so the
+    writers' transactions, whose waits would make a busy host look down, never hold it
+    up). A row found missing (a liveness file lost) is made again."""
+    params = {"service": service_id, "now": utcnow()}
+    if not liveness_write(db_url, _HEARTBEAT, params):
+        liveness_write(db_url, _FIRST_REPORT, {**params, "reports": 1})
+
+
+def _report(db_url: str, params: dict[str, object]) -> None:
+    if not liveness_write(db_url, _REGISTERED, params):
+        liveness_write(db_url, _FIRST_REPORT, params)
 
 
 def is_up(service: Service, settings: Settings, now: dt.datetime | None = None) -> bool:

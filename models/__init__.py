@@ -14,6 +14,7 @@ from models.image import ContainerFormat, DiskFormat, Image, ImageStatus
 from models.in_flight import OperationInFlight
 from models.info_cache import InstanceInfoCache
 from models.instance import Instance, InstanceMetadata
+from models.liveness import ServiceLiveness
 from models.migration import Migration
 from models.pci_device import PciDevice
 from models.periodic import BeatLease, PeriodicTaskRun
@@ -55,6 +56,7 @@ __all__ = [
     "TaskDelivery",
     "OperationInFlight",
     "Service",
+    "ServiceLiveness",
     "StepOutcome",
     "StepRecord",
     "utcnow",

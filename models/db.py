@@ -2,8 +2,10 @@
 
 ``session_scope()`` is the unit of work: commit on success, roll back on error;
 ``session_scope(url, read_only=True)`` is a reader's, which takes no write lock and may not
-write. ``liveness_write(url, statement)`` is a heartbeat's: one UPDATE in autocommit on a
-small engine of its own, which a busy database does not hold up. Worker processes created
+write. ``liveness_write(url, statement)`` is a heartbeat's: one write of the liveness table
+(``models.liveness``: on SQLite a file of its own, which the main engines attach
+read-only) in autocommit on a small engine of its own, which the main database's writers
+do not hold up. Worker processes created
 by fork call :func:`dispose_after_fork` so no connection crosses a fork (SQLAlchemy's
 recommended ``engine.dispose(close=False)``).
 """
@@ -20,17 +22,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy.exc
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Executable
 
-from models import outage
+from models import liveness, outage
 from models.pg_connection import use_reader_commits
-from models.writer_gate import ClosedGate, gate_of
 from novaq.exceptions import DatabaseUnavailable, ReadOnlyTransactionError
 
 LOG = logging.getLogger(__name__)
@@ -83,14 +85,56 @@ def _set_up_sqlite_connection(
     cur.execute("PRAGMA journal_mode=WAL")  # (a new database's: before query_only)
     cur.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys=ON")
-    if query_only:
-        cur.execute("PRAGMA query_only=ON")
     cur.close()
+    _attach_liveness(dbapi_conn, database)
+    if query_only:
+        dbapi_conn.execute("PRAGMA query_only=ON")
+
+
+def _attach_liveness(dbapi_conn: sqlite3.Connection, database: str | None) -> None:
+    """Attach ``database``'s liveness file (``models.liveness``) read-only as schema
+    ``liveness``, made first if missing; an in-memory database gets an in-memory one.
+
+    NOTE: read-only is what keeps heartbeats apart from the main database's writers:
+    SQLite's ``BEGIN IMMEDIATE`` takes the write lock of every attached database but a
+    read-only one, of which it takes a read transaction (a WAL snapshot, which does not
+    hold up the heartbeats' commits). The URI filename (``mode=ro``) is read as one
+    because the engines' connections are opened with ``uri=True``."""
+    path = liveness.sqlite_file(database)
+    if path is None:
+        dbapi_conn.execute(f"ATTACH ':memory:' AS {liveness.SCHEMA}")
+        schema = f"{liveness.SCHEMA}.service_liveness"
+        dbapi_conn.execute(liveness.CREATE_SQLITE.replace("service_liveness", schema, 1))
+        return
+    _create_liveness_file(path)
+    uri = "file:" + quote(os.path.abspath(path)) + "?mode=ro"
+    dbapi_conn.execute("ATTACH ? AS " + liveness.SCHEMA, (uri,))
+
+
+def _create_liveness_file(path: str) -> None:
+    """Make the liveness file ``path`` (0600, WAL) and its table, if missing.
+
+    NOTE: idempotent and cheap once done (no write: the table is there, the journal mode
+    is WAL already), so every new connection of the main engines runs it: a liveness file
+    lost, or never made (a main database copied alone), is made again, and the
+    heartbeats fill it within ``report_interval``."""
+    # NOTE: made with O_EXCL or not opened at all: closing a descriptor of a file drops
+    # every POSIX lock this process holds on it, the SQLite connections' too, so another
+    # process's connection, closing, took itself for the last one and deleted the WAL
+    # under this process's readers ("disk I/O error", boot_bench).
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    _make_private(path)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(liveness.CREATE_SQLITE)
+    finally:
+        conn.close()
 
 
 def _configure_sqlite(engine: Engine) -> None:
     database = engine.url.database
-    gate = gate_of(database)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
@@ -102,8 +146,6 @@ def _configure_sqlite(engine: Engine) -> None:
         # then writes can fail with SQLITE_BUSY_SNAPSHOT under concurrent writers, which
         # busy_timeout cannot wait out; IMMEDIATE makes writers queue instead. (Readers
         # have an engine of their own: ``_make_sqlite_reader``.)
-        if gate is not None:
-            gate.wait_until_open()  # a heartbeat waiting for the lock goes first
         if _Writers.patient:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
@@ -176,7 +218,7 @@ def _make_sqlite_reader(url: str) -> Engine:
     SQLite expire every prepared statement of that connection at each toggle (a flag
     pragma), so the scheduler's and the API's every statement was compiled again: the
     4-host candidate query 396 µs instead of 45."""
-    engine = create_engine(url, connect_args={"timeout": 30})
+    engine = create_engine(url, connect_args=_SQLITE_CONNECT)
     database = engine.url.database
 
     @event.listens_for(engine, "connect")
@@ -220,16 +262,25 @@ def _cached_engine(cache: dict[str, Engine], url: str, make: Callable[[str], Eng
         return engine
 
 
+#: SQLite connections: a lock waited for in SQLite's busy handler; URI filenames read as
+#: such (the liveness file's ATTACH, ``_attach_liveness``).
+_SQLITE_CONNECT = {"timeout": 30, "uri": True}
+#: The engines on which the liveness table is in the main schema (``models.liveness``).
+_IN_MAIN = {"schema_translate_map": liveness.SCHEMA_TRANSLATE}
+
+
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args=_SQLITE_CONNECT)
         _configure_sqlite(engine)
     elif url.startswith("postgresql+psycopg"):
-        engine = create_engine(url, pool_size=5, max_overflow=10)
+        engine = create_engine(url, pool_size=5, max_overflow=10, execution_options=_IN_MAIN)
         use_reader_commits(engine)
         _ping_unless_just_used(engine)
     else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        engine = create_engine(
+            url, pool_pre_ping=True, pool_size=5, max_overflow=10, execution_options=_IN_MAIN
+        )
         if engine.dialect.name in ("mysql", "mariadb"):
             _configure_mysql(engine)
     event.listen(engine, "handle_error", _refuse_read_only_write)
@@ -546,51 +597,31 @@ def _transient_text(message: str) -> bool:
     return _TRANSIENT_TEXT.search(message.lower()) is not None
 
 
-# -- liveness writes: a heartbeat's one UPDATE, on an engine of its own -------------------
+# -- liveness writes: a heartbeat's one statement, on an engine of its own ------------------
 
 _LIVENESS_ENGINES: dict[str, Engine] = {}
-#: How long a liveness write waits for SQLite's write lock (as ``busy_timeout``), and how
-#: often it tries to take it meanwhile.
-LIVENESS_LOCK_WAIT_S = 30.0
-LIVENESS_POLL_S = 0.001
 _SQLITE_BUSY = 5  # SQLITE_BUSY, whatever its extended code (…_SNAPSHOT, …_RECOVERY)
 
 
 def liveness_write(url: str, statement: Executable, params: Mapping[str, Any] | None = None) -> int:
-    """Run ``statement`` with ``params``, one small write that only says a process is alive
-    (a service's heartbeat), at once and on its own: in autocommit on a small engine of its
-    own, so it never waits for a pooled connection nor runs inside another transaction.
-    Returns the rows it changed. A statement built once with bind parameters costs a
-    quarter of the CPU of one built for each write (its cache key is generated again).
+    """Run ``statement`` with ``params``, one small write of ``service_liveness``
+    (``models.liveness``: a heartbeat), at once and on its own: in autocommit on a small
+    engine of its own, so it never waits for a pooled connection nor runs inside another
+    transaction. Returns the rows it changed. A statement built once with bind parameters
+    costs a quarter of the CPU of one built for each write (its cache key is generated
+    again).
 
-    NOTE: what lets it through a busy database, where a heartbeat that waits looks like a
-    host going down. On SQLite it does not sleep in the busy handler's growing steps (up
-    to 100 ms each) behind the writers' transactions: it polls the write lock every
-    millisecond (``LIVENESS_POLL_S``, up to ``LIVENESS_LOCK_WAIT_S``), and while it does,
-    it keeps the writers that have not begun out (``models.writer_gate``: polling alone
-    lost the lock to writers that begin again the moment they commit, p95 117 ms against
-    7.5 ms with the gate in ``bench/heartbeat_bench.py``); its connection commits with
-    ``synchronous=NORMAL`` (WAL: no fsync per commit). On PostgreSQL its connection has
-    ``synchronous_commit=off`` (no wait for the WAL flush). Either can lose the last
-    heartbeats of a machine that loses power, never corrupt anything; the next
-    heartbeat writes the same thing again.
+    NOTE: on SQLite the engine is the liveness file's, whose write lock only the
+    heartbeats take: the main database's writers, which hold theirs most of the time
+    under load, never hold a heartbeat up (a heartbeat that waits makes a busy host look
+    down). Its connections commit with ``synchronous=NORMAL`` (WAL: no fsync per
+    commit); on PostgreSQL with ``synchronous_commit=off`` (no wait for the WAL flush).
+    Either can lose the last heartbeats of a machine that loses power, never corrupt
+    anything; the next heartbeat writes the same thing again.
 
-    Errors are those of ``session_scope``: an availability error (a lock that outlived
-    the wait included) is ``DatabaseUnavailable``."""
-    engine = liveness_engine(url)
-    try:
-        return _liveness_try(engine, statement, params)
-    except _LockBusy:
-        pass
-    # NOTE: the lock is taken. Polling alone loses the race to writers that begin again
-    # the moment they commit; with the gate closed only those already begun go first.
-    gate = gate_of(engine.url.database)
-    with gate.closed() if gate is not None else contextlib.nullcontext() as held:
-        return _wait_for_the_lock(engine, statement, params, held)
-
-
-class _LockBusy(Exception):
-    """SQLite's write lock is taken."""
+    Errors are those of ``session_scope``: an availability error is
+    ``DatabaseUnavailable``."""
+    return _liveness_try(liveness_engine(url), statement, params)
 
 
 def _liveness_try(
@@ -601,7 +632,7 @@ def _liveness_try(
     stale_retry: bool = True,
 ) -> int:
     try:
-        with engine.connect() as conn:
+        with engine.begin() as conn:  # (autocommit: its commit is the driver's own)
             return int(getattr(conn.execute(statement, params), "rowcount", 0) or 0)
     except SQLAlchemyError as exc:
         if stale_retry and getattr(exc, "connection_invalidated", False):
@@ -611,68 +642,9 @@ def _liveness_try(
             # heartbeat. Repeating the UPDATE is harmless: a heartbeat stamps the time
             # and bumps a counter.
             return _liveness_try(engine, statement, params, stale_retry=False)
-        if _sqlite_busy(exc):
-            raise _LockBusy() from exc
         if is_transient_error(exc):
             raise unavailable(exc) from exc
         raise
-
-
-def _wait_for_the_lock(
-    engine: Engine,
-    statement: Executable,
-    params: Mapping[str, Any] | None,
-    held: ClosedGate | None,
-) -> int:
-    """Try SQLite's write lock every ``LIVENESS_POLL_S`` for up to ``LIVENESS_LOCK_WAIT_S``
-    with ``BEGIN IMMEDIATE`` on one connection's driver, then run ``statement`` in that
-    transaction.
-
-    NOTE: one checkout for the whole wait, and tries on the driver's connection: a try
-    that finds the lock taken costs a few µs of CPU this way, where a checkout and a
-    statement that fails through SQLAlchemy (its error wrapped, the connection reset)
-    cost ~200 µs; a heartbeat tries every millisecond for as long as a writer holds the
-    lock, on cores that writer needs to finish. An error of the BEGIN other than the
-    lock is the statement's own try's to raise, classified."""
-    deadline = time.monotonic() + LIVENESS_LOCK_WAIT_S
-    try:
-        with engine.connect() as conn:
-            driver = conn.connection.driver_connection
-            assert isinstance(driver, sqlite3.Connection)
-            while True:
-                time.sleep(LIVENESS_POLL_S)
-                if _began_immediate(driver):
-                    return _in_transaction(conn, driver, statement, params)
-                if time.monotonic() >= deadline:
-                    busy = sqlite3.OperationalError("database is locked")  # SQLite's words
-                    locked = sqlalchemy.exc.OperationalError("BEGIN IMMEDIATE", None, busy)
-                    raise unavailable(locked)
-                if held is not None:
-                    held.still_closed()
-    except sqlite3.OperationalError:
-        pass  # not the lock's: the statement's own try below raises it, classified
-    except SQLAlchemyError as exc:
-        if is_transient_error(exc):
-            raise unavailable(exc) from exc
-        raise
-    return _liveness_try(engine, statement, params)
-
-
-def _in_transaction(
-    conn: Connection,
-    driver: sqlite3.Connection,
-    statement: Executable,
-    params: Mapping[str, Any] | None,
-) -> int:
-    """``statement`` in the transaction ``driver`` began, committed."""
-    try:
-        rows = int(getattr(conn.execute(statement, params), "rowcount", 0) or 0)
-        conn.exec_driver_sql("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            driver.execute("ROLLBACK")
-        raise
-    return rows
 
 
 def _began_immediate(driver: sqlite3.Connection) -> bool:
@@ -699,24 +671,17 @@ def liveness_engine(url: str) -> Engine:
 
 def _make_liveness_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        # timeout 0: SQLite's busy handler returns SQLITE_BUSY at once; liveness_write polls.
-        engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"timeout": 0})
-        database = engine.url.database
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-            _make_private(database)
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA busy_timeout=0")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-
-        return engine
+        return _make_sqlite_liveness_engine(url)
     # NOTE: no ``pool_pre_ping``: its round trip doubled a heartbeat's, and each round
     # trip is a wait for the GIL in a busy worker (p95 under boot load). A connection found
     # closed is retried once instead (``_liveness_try``).
-    engine = create_engine(url, isolation_level="AUTOCOMMIT", pool_size=1, max_overflow=2)
+    engine = create_engine(
+        url,
+        isolation_level="AUTOCOMMIT",
+        pool_size=1,
+        max_overflow=2,
+        execution_options=_IN_MAIN,
+    )
     if engine.dialect.name == "postgresql":
 
         @event.listens_for(engine, "connect")
@@ -726,6 +691,30 @@ def _make_liveness_engine(url: str) -> Engine:
             cur.execute("SET synchronous_commit = off")
             cur.close()
             dbapi_conn.commit()
+
+    return engine
+
+
+def _make_sqlite_liveness_engine(url: str) -> Engine:
+    """The liveness file's engine (an in-memory database's: its own engine, whose
+    connections each attach a liveness database of their own)."""
+    main = make_url(url)
+    path = liveness.sqlite_file(main.database)
+    if path is None:
+        return get_engine(url)
+    engine = create_engine(
+        main.set(database=path),
+        isolation_level="AUTOCOMMIT",
+        connect_args={"timeout": _BUSY_TIMEOUT_MS / 1000},
+        execution_options=_IN_MAIN,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        _create_liveness_file(path)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
 
     return engine
 

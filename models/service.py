@@ -1,25 +1,30 @@
-"""``services``: one row per novaq process that reports in (compute hosts, schedulers)."""
+"""``services``: one row per novaq process that reports in (compute hosts, schedulers).
+
+A service's liveness (``report_count``, ``last_seen_up``) is read here, from
+``service_liveness`` (``models.liveness``), and written there by its heartbeats only.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import String, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import String, UniqueConstraint, select
+from sqlalchemy.orm import Mapped, column_property, mapped_column
 
-from models.base import Base, intpk, str255, timestamp
+from models.base import Base, str255, timestamp
+from models.liveness import ServiceLiveness
+
+_LIVENESS = ServiceLiveness.__table__.c
 
 
 class Service(Base):
     __tablename__ = "services"
     __table_args__ = (UniqueConstraint("host", "binary", "deleted"),)
 
-    id: Mapped[intpk]
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     host: Mapped[str255]
     binary: Mapped[str] = mapped_column(String(64))
     topic: Mapped[str | None] = mapped_column(String(255))
-    report_count: Mapped[int] = mapped_column(default=0)
-    last_seen_up: Mapped[dt.datetime | None]
     disabled: Mapped[bool] = mapped_column(default=False)
     disabled_reason: Mapped[str | None] = mapped_column(String(255))
     forced_down: Mapped[bool] = mapped_column(default=False)
@@ -28,6 +33,20 @@ class Service(Base):
     updated_at: Mapped[dt.datetime | None]
     deleted_at: Mapped[dt.datetime | None]
     deleted: Mapped[int] = mapped_column(default=0)
+
+    #: The liveness, loaded with the row (read-only: ``compute.servicegroup`` writes it).
+    report_count: Mapped[int | None] = column_property(
+        select(_LIVENESS.report_count)
+        .where(_LIVENESS.service_id == id)
+        .correlate_except(ServiceLiveness)
+        .scalar_subquery()
+    )
+    last_seen_up: Mapped[dt.datetime | None] = column_property(
+        select(_LIVENESS.last_seen_up)
+        .where(_LIVENESS.service_id == id)
+        .correlate_except(ServiceLiveness)
+        .scalar_subquery()
+    )
 
     def __repr__(self) -> str:
         return f"<Service {self.binary}@{self.host} reports={self.report_count}>"

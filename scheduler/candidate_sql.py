@@ -2,11 +2,11 @@
 candidate node, everything every filter and weigher reads of every host.
 
 The database computes the per-host facts that would otherwise take a query or a Python
-pass each: whether the service is up (its last heartbeat within ``service_down_time`` of
-now, given as two bound instants), whether it is disabled, the host's instance and
-in-flight I/O counts (correlated counts that read only the covering index
-``ix_instances_host_deleted_vm_state_task_state``) and whether the node has any free PCI
-device (so the pools are read only for those nodes).
+pass each: whether the service is up (its last heartbeat, ``models.liveness``, within
+``service_down_time`` of now, given as two bound instants), whether it is disabled, the
+host's instance and in-flight I/O counts (correlated counts that read only the covering
+index ``ix_instances_host_deleted_vm_state_task_state``) and whether the node has any
+free PCI device (so the pools are read only for those nodes).
 
 The statement is built once per shape with bound parameters (so SQLAlchemy compiles it
 once), from Core columns (no ORM entity handling per row).
@@ -49,11 +49,13 @@ from models import (
     Instance,
     PciDevice,
     Service,
+    ServiceLiveness,
 )
 from models.pci_device import AVAILABLE
 
 _node = ComputeNode.__table__.c
 _service = Service.__table__.c
+_liveness = ServiceLiveness.__table__.c
 _instance = Instance.__table__.c
 _pci = PciDevice.__table__.c
 _aggregate = Aggregate.__table__.c
@@ -131,8 +133,8 @@ def _instance_counts(dialect: str) -> tuple[Any, Any, Any | None]:
 
 def _columns(num_instances: Any, num_io_ops: Any) -> tuple[Any, ...]:
     """The selected columns, in the order ``scheduler.candidates._host_states`` unpacks."""
-    last_seen = func.coalesce(_service.last_seen_up, _service.created_at)
-    instant = _service.last_seen_up.type
+    last_seen = func.coalesce(_liveness.last_seen_up, _service.created_at)
+    instant = _liveness.last_seen_up.type
     service_up = case(
         (
             and_(
@@ -235,11 +237,12 @@ def _room(dialect: str, asked_classes: tuple[bool, bool, bool]) -> list[Any]:
 
 
 def _with_service(nodes: Any) -> Any:
-    """``nodes`` left-joined to their compute services."""
+    """``nodes`` left-joined to their compute services and those services' liveness
+    (``models.liveness``: on SQLite the attached liveness file)."""
     return nodes.outerjoin(
         Service.__table__,
         and_(_service.host == _node.host, _service.binary == COMPUTE, _service.deleted == 0),
-    )
+    ).outerjoin(ServiceLiveness.__table__, _liveness.service_id == _service.id)
 
 
 #: The index of the last column every candidate query selects (``_columns``), after

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import subprocess
 import uuid as uuid_module
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, event, select, text
+from sqlalchemy import delete, event, select, text, update
 from sqlalchemy.orm import Session
 
 from compute import claims
@@ -19,8 +20,18 @@ from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, register_service
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
-from models import Base, ComputeNode, Image, ImageStatus, Instance, Migration
-from models.db import engines_of, get_engine, session_scope
+from models import (
+    Base,
+    ComputeNode,
+    Image,
+    ImageStatus,
+    Instance,
+    Migration,
+    Service,
+    ServiceLiveness,
+    liveness,
+)
+from models.db import engines_of, get_engine, liveness_write, session_scope
 from models.pci_device import ALLOCATED
 from models.pci_device import PciDevice as PciDeviceRow
 from models.states import MIGRATION_TRANSITIONS, MigrationStatus
@@ -32,7 +43,19 @@ from virt.driver import HostResources, PciDevice
 def reset_database(db_url: str) -> None:
     with session_scope(db_url) as session:
         for table in reversed(Base.metadata.sorted_tables):
-            session.execute(delete(table))
+            if table.schema != liveness.SCHEMA:  # (on SQLite attached read-only)
+                session.execute(delete(table))
+    liveness_write(db_url, delete(ServiceLiveness))
+
+
+def set_last_seen_up(db_url: str, when: dt.datetime | None, host: str | None = None) -> None:
+    """Stamp the last heartbeat of ``host``'s services (every service's when None) at
+    ``when``, as their heartbeats would (``models.liveness``)."""
+    with session_scope(db_url, read_only=True) as session:
+        query = select(Service.id)
+        ids = session.scalars(query if host is None else query.where(Service.host == host)).all()
+    of_them = ServiceLiveness.service_id.in_(ids)
+    liveness_write(db_url, update(ServiceLiveness).where(of_them).values(last_seen_up=when))
 
 
 # -- images ----------------------------------------------------------------------------------

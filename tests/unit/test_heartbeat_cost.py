@@ -52,9 +52,9 @@ def test_a_heartbeat_is_one_update(db_url: str, sql: Sql) -> None:
         beat.report()
     finally:
         event.remove(liveness_engine(db_url), "before_cursor_execute", seen)
-    # In autocommit on its own engine (models.db.liveness_write): no BEGIN IMMEDIATE, and
-    # nothing on the writers' engine.
-    assert liveness == ["UPDATE SERVICES"]
+    # In autocommit on its own engine (models.db.liveness_write: on SQLite the liveness
+    # file's, where the table is in "main"): no BEGIN IMMEDIATE, nothing on the writers'.
+    assert liveness == ["UPDATE MAIN.SERVICE_LIVENESS"]
     assert (sql.statements, sql.commits) == ([], 0)
     assert _reports(db_url, service_id) == 3
 

@@ -124,16 +124,19 @@ def test_novaq_up_leaves_nothing_in_the_state_directory_readable_by_others(
 def test_models_db_makes_a_new_sqlite_database_and_its_wal_private(
     tmp_path: Path, open_umask: None
 ) -> None:
-    from sqlalchemy import text
+    from sqlalchemy import insert, text
 
-    from models.db import dispose_all, session_scope
+    from models import ServiceLiveness
+    from models.db import dispose_all, liveness_write, session_scope
 
     url = f"sqlite:///{tmp_path}/db.sqlite"
     try:
         with session_scope(url) as session:
             session.execute(text("CREATE TABLE t (x INTEGER)"))
+        liveness_write(url, insert(ServiceLiveness).values(service_id=1))  # its own file
         assert (tmp_path / "db.sqlite-wal").exists()
-        for name in ("db.sqlite", "db.sqlite-wal", "db.sqlite-shm", "db.sqlite-gate"):
+        main = ("db.sqlite", "db.sqlite-wal", "db.sqlite-shm")
+        for name in (*main, *(n.replace(".sqlite", ".sqlite-liveness") for n in main)):
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
     finally:
         dispose_all()

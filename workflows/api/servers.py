@@ -16,7 +16,7 @@ from compute.delete import local_delete
 from compute.instance_state import get_instance, update_columns
 from compute.servicegroup import COMPUTE, is_up
 from compute.states import TaskState, VmState
-from models import Instance, InstanceAction, Service, utcnow
+from models import Instance, InstanceAction, Service, ServiceLiveness, utcnow
 from models.db import session_scope
 from models.tables import table_of
 from novaq.exceptions import (
@@ -142,6 +142,7 @@ def delete(uuid: str) -> str:
 
 
 _INSTANCES, _SERVICES = table_of(Instance), table_of(Service)
+_LIVENESS = table_of(ServiceLiveness)
 #: What ``delete`` reads of a live instance: its columns, no ``Instance`` loaded (the ORM's
 #: load of the whole row cost the delete about 0.4 ms), and what ``is_up`` reads of its
 #: host's compute service (``service_id`` None: no host, or no such service), which
@@ -163,7 +164,7 @@ _DELETE_VIEW = (
         ),
         _SERVICES.c.id.label("service_id"),
         _SERVICES.c.forced_down,
-        _SERVICES.c.last_seen_up,
+        _LIVENESS.c.last_seen_up,
         _SERVICES.c.created_at,
     )
     .outerjoin(
@@ -172,6 +173,7 @@ _DELETE_VIEW = (
         & (_SERVICES.c.binary == COMPUTE)
         & (_SERVICES.c.deleted == 0),
     )
+    .outerjoin(_LIVENESS, _LIVENESS.c.service_id == _SERVICES.c.id)
     .where(_INSTANCES.c.uuid == bindparam("uuid"), _INSTANCES.c.deleted == 0)
 )
 

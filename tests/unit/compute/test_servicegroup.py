@@ -7,7 +7,7 @@ from sqlalchemy import select
 from compute.servicegroup import COMPUTE, heartbeat, is_up, register_service, service_dict
 from models import Service, utcnow
 from models.db import session_scope
-from tests.factories import make_settings
+from tests.factories import make_settings, set_last_seen_up
 
 
 def test_register_creates_then_revives_the_same_row(db_url: str) -> None:
@@ -31,8 +31,7 @@ def test_new_services_start_disabled_when_enable_new_services_is_off(db_url: str
 def test_heartbeat_counts_reports_and_stamps_last_seen_up(db_url: str) -> None:
     with session_scope(db_url) as session:
         service_id = register_service(session, "h", COMPUTE, "compute.h", make_settings()).id
-    with session_scope(db_url) as session:
-        session.execute(Service.__table__.update().values(last_seen_up=dt.datetime(2020, 1, 1)))
+    set_last_seen_up(db_url, dt.datetime(2020, 1, 1))
     heartbeat(db_url, service_id)
     with session_scope(db_url) as session:
         service = session.get(Service, service_id)

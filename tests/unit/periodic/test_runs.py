@@ -16,7 +16,7 @@ from models import PeriodicTaskRun, Service, utcnow
 from models.db import session_scope
 from tasks import app
 from tasks.periodic import fan_out, run_periodic, schedulable_hosts
-from tests.factories import make_compute_node
+from tests.factories import make_compute_node, set_last_seen_up
 from tests.unit.periodic.queues import drain
 
 
@@ -91,7 +91,7 @@ def test_the_fan_out_reaches_up_and_enabled_hosts_only_with_expires(db_url: str)
         services = {s.host: s for s in session.query(Service)}
         services["host2"].disabled = True
         services["host3"].forced_down = True
-        services["host4"].last_seen_up = utcnow() - dt.timedelta(seconds=3600)
+    set_last_seen_up(db_url, utcnow() - dt.timedelta(seconds=3600), "host4")
     assert schedulable_hosts() == ["host1"]
     assert fan_out("compute.sync_power_states", 7.0) == ["host1"]
     [message] = drain(app, "compute.host1")

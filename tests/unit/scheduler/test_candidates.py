@@ -26,6 +26,7 @@ from tests.factories import (
     make_compute_node,
     make_instance,
     make_settings,
+    set_last_seen_up,
     spec_for,
     statements_run,
 )
@@ -38,10 +39,7 @@ def _add_hosts(db_url: str, first: int, count: int) -> None:
     with session_scope(db_url) as session:
         session.execute(
             insert(Service),
-            [
-                dict(host=n, binary=COMPUTE, topic=f"compute.{n}", last_seen_up=now, created_at=now)
-                for n in names
-            ],
+            [dict(host=n, binary=COMPUTE, topic=f"compute.{n}", created_at=now) for n in names],
         )
         session.execute(
             insert(ComputeNode),
@@ -140,9 +138,9 @@ def test_service_up_is_what_the_servicegroup_says(db_url: str) -> None:
     }
     for host in [*heartbeats, "forced-down"]:
         make_compute_node(db_url, host, settings=settings)
+    for host, last in heartbeats.items():
+        set_last_seen_up(db_url, last, host)
     with session_scope(db_url) as session:
-        for host, last in heartbeats.items():
-            session.execute(update(Service).where(Service.host == host).values(last_seen_up=last))
         session.execute(
             update(Service).where(Service.host == "forced-down").values(forced_down=True)
         )

@@ -62,10 +62,7 @@ def _populate(url: str, hosts: int) -> dict[str, tuple[int, int]]:
     above; returns each host's expected (num_instances, num_io_ops)."""
     now = utcnow()
     names = [f"pg{i:04d}" for i in range(hosts)]
-    services = [
-        dict(host=n, binary=COMPUTE, topic=f"compute.{n}", last_seen_up=now, created_at=now)
-        for n in names
-    ]
+    services = [dict(host=n, binary=COMPUTE, topic=f"compute.{n}", created_at=now) for n in names]
     nodes = [
         dict(
             uuid=str(uuid_module.UUID(int=i + 1)),

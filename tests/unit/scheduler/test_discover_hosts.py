@@ -7,18 +7,18 @@ from __future__ import annotations
 import datetime as dt
 import threading
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from compute.periodic import PeriodicContext, runs
 from compute.periodic.schedule import BY_NAME, CLUSTER
 from compute.resource_tracker import record_compute_node
 from compute.servicegroup import COMPUTE, SCHEDULER, register_service
 from compute.sessions import sessions_for
-from models import ComputeNode, HostMapping, Service, utcnow
+from models import ComputeNode, HostMapping, utcnow
 from models.db import session_scope
 from scheduler.discover_hosts import _map_host, discover_hosts, discover_hosts_in_cells
 from tasks.periodic import run_periodic
-from tests.factories import host_resources, make_compute_node, make_settings
+from tests.factories import host_resources, make_compute_node, make_settings, set_last_seen_up
 
 
 def _mappings(db_url: str) -> dict[str, str]:
@@ -115,10 +115,7 @@ def test_the_periodic_pass_maps_and_reports_the_leader_and_who_acted(db_url: str
     _service(db_url, "sched-b", SCHEDULER)
     long_ago = utcnow() - dt.timedelta(hours=1)
     _service(db_url, "sched-a", SCHEDULER)
-    with session_scope(db_url) as session:  # alphabetically first, but down
-        session.execute(
-            update(Service).where(Service.host == "sched-a").values(last_seen_up=long_ago)
-        )
+    set_last_seen_up(db_url, long_ago, "sched-a")  # alphabetically first, but down
     settings = make_settings(host="sched-c")
     ctx = PeriodicContext(sessions=sessions_for(db_url), settings=settings, host="cluster")
 

@@ -16,7 +16,14 @@ from scheduler.filters import load_filters
 from scheduler.host_state import HostState
 from scheduler.manager import Scheduler
 from scheduler.weights import normalize
-from tests.factories import flavor_dict, make_compute_node, make_instance, make_settings, spec_for
+from tests.factories import (
+    flavor_dict,
+    make_compute_node,
+    make_instance,
+    make_settings,
+    set_last_seen_up,
+    spec_for,
+)
 
 
 def _host(name: str, **kw: object) -> HostState:
@@ -118,8 +125,7 @@ def test_no_valid_host_names_the_filter_that_removed_the_hosts(db_url: str) -> N
 
 def test_down_host_is_never_picked(db_url: str) -> None:
     make_compute_node(db_url, "host1")
-    with session_scope(db_url) as session:
-        session.execute(update(Service).values(last_seen_up=dt.datetime(2000, 1, 1)))
+    set_last_seen_up(db_url, dt.datetime(2000, 1, 1))
     uuid = make_instance(db_url)
     with pytest.raises(NoValidHost, match=r"ComputeFilter removed 1 host \(1 -> 0\)"):
         Scheduler(make_settings()).select_and_claim(sessions_for(db_url), spec_for(uuid))

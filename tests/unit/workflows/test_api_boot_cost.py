@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from models import Instance, InstanceAction, OperationInFlight, Service, utcnow
 from models.db import session_scope
 from tests.costs import Sql, count_broker_connections, counting_sql
+from tests.factories import set_last_seen_up
 from tests.unit.workflows.servers import clear_queues, placed_server, queued
 from workflows import api
 
@@ -132,10 +133,10 @@ def test_a_delete_on_a_host_that_is_not_up_is_local(db_url: str, down: str) -> N
         service = session.scalars(select(Service).where(Service.host == "host1")).one()
         if down == "forced_down":
             service.forced_down = True
-        elif down == "silent":
-            service.last_seen_up = utcnow() - dt.timedelta(hours=1)
-        else:
+        elif down == "no_service":
             service.deleted = service.id
+    if down == "silent":
+        set_last_seen_up(db_url, utcnow() - dt.timedelta(hours=1), "host1")
     api.delete(uuid)
     with session_scope(db_url) as session:
         instance = session.scalars(select(Instance).where(Instance.uuid == uuid)).one()

@@ -33,7 +33,7 @@ from novaq.exceptions import (
     InvalidInput,
 )
 from tasks.rebuild import on_rebuild_error
-from tests.factories import make_compute_node, make_image_ref, make_instance
+from tests.factories import make_compute_node, make_image_ref, make_instance, set_last_seen_up
 from tests.unit.workflows.servers import (
     action_count,
     boot_active,
@@ -96,13 +96,10 @@ def _image(db_url: str, name: str, **values: Any) -> str:
 
 def _set_host_down(db_url: str, host: str, forced: bool = False) -> None:
     values: dict[str, Any] = (
-        {"forced_down": True}
-        if forced
-        else {
-            "last_seen_up": dt.datetime(2000, 1, 1),
-            "created_at": dt.datetime(2000, 1, 1),
-        }
+        {"forced_down": True} if forced else {"created_at": dt.datetime(2000, 1, 1)}
     )
+    if not forced:
+        set_last_seen_up(db_url, dt.datetime(2000, 1, 1), host)
     with session_scope(db_url) as session:
         session.execute(update(Service).where(Service.host == host).values(**values))
 

@@ -18,9 +18,9 @@ from compute.instance_actions import latest_fault
 from compute.instance_state import get_instance
 from compute.periodic.reaper import reap_operations_in_flight
 from compute.sessions import sessions_for
-from models import Instance, OperationInFlight, Service, TaskDelivery, utcnow
+from models import Instance, OperationInFlight, TaskDelivery, utcnow
 from models.db import session_scope
-from tests.factories import make_settings
+from tests.factories import make_settings, set_last_seen_up
 from tests.unit.workflows.servers import (
     boot_active,
     clear_queues,
@@ -118,12 +118,7 @@ def test_an_operation_whose_host_is_down_is_undone_and_its_late_message_skipped(
     active: str, db_url: str
 ) -> None:
     api.stop(active)
-    with session_scope(db_url) as session:
-        session.execute(
-            update(Service)
-            .where(Service.host == "host1")
-            .values(last_seen_up=utcnow() - dt.timedelta(seconds=3600))
-        )
+    set_last_seen_up(db_url, utcnow() - dt.timedelta(seconds=3600), "host1")
     # First seen down: watched, not believed yet (heartbeats missed during a database
     # outage look the same); still down a few report intervals later: undone.
     assert _reap(db_url) == {}
