@@ -163,8 +163,25 @@ def heartbeat(runs: Runs) -> str:
     )
 
 
+def issuing(runs: Runs) -> str:
+    """How long issuing the deletes took against the whole phase: a share near 1 says
+    the serial issuing, not the workers, bounded deletes/s."""
+    rows = []
+    for database, sides in runs.items():
+        for side in ("novaq", "bare"):
+            issue = _median([r.deletes.issue_s for r in sides[side]])
+            whole = _median([r.deletes.seconds for r in sides[side]])
+            rows.append([database, side, issue, whole, issue / whole])
+    return table(
+        "Deletes: issuing them (first call to the last return) against the phase (median s)",
+        ("database", "side", "issuing s", "phase s", "share"),
+        rows,
+    )
+
+
 def report(runs: Runs) -> str:
-    return "\n".join(f(runs) for f in (throughput, per_operation, by_step, latency, heartbeat))
+    parts = (throughput, per_operation, by_step, latency, issuing, heartbeat)
+    return "\n".join(f(runs) for f in parts)
 
 
 __all__ = ["Counts", "report"]

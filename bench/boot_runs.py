@@ -11,6 +11,7 @@ lock), the bare app's results with one MGET. The settling before and after each 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 import uuid
@@ -45,6 +46,8 @@ class Phase:
     broker: BrokerCounts
     sql: Counts = field(default_factory=dict)
     call_ms: list[float] = field(default_factory=list)  # api.boot or the bare publish
+    #: From the first call to the return of the last (the rest of ``seconds`` is waiting).
+    issue_s: float = math.nan
 
     @property
     def per_s(self) -> float:
@@ -181,11 +184,13 @@ class NovaqSide:
         for uuid_ in uuids:
             self.api.delete(uuid_)
         delete_cpu_ns = time.thread_time_ns() - delete_cpu_ns
+        issue_s = time.perf_counter() - started
         _wait(f"{n} servers deleted", self._all(uuids, None), timeout_s)
         delete_s = time.perf_counter() - started
         after, broker_after = self.settle(), read_counts(self.broker)
         boots = Phase(boot_s, n, broker_middle - broker_before, _diff(middle, before), calls)
         deletes = Phase(delete_s, n, broker_after - broker_middle, _diff(after, middle))
+        deletes.issue_s = issue_s
         _api_cpu(boots, boot_cpu_ns)
         _api_cpu(deletes, delete_cpu_ns)
         return Repetition(boots, deletes, probe.latencies_ms, probe.errors)
@@ -250,12 +255,14 @@ class BareSide:
             kwargs = {"instance_uuid": server, "request_id": f"req-d-{server}", "host": host}
             ids.append(self.app.signature("compute.bare_delete", kwargs=kwargs).apply_async().id)
         delete_cpu_ns = time.thread_time_ns() - delete_cpu_ns
+        issue_s = time.perf_counter() - started
         _wait(f"{n} bare deletes", self._all_done(ids), timeout_s)
         delete_s = time.perf_counter() - started
         time.sleep(0.5)
         broker_after, after = read_counts(self.broker), self.counts()
         boots = Phase(boot_s, n, broker_middle - broker_before, _diff(middle, before), calls)
         deletes = Phase(delete_s, n, broker_after - broker_middle, _diff(after, middle))
+        deletes.issue_s = issue_s
         _api_cpu(boots, boot_cpu_ns)
         _api_cpu(deletes, delete_cpu_ns)
         return Repetition(boots, deletes)

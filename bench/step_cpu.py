@@ -1,5 +1,6 @@
-"""The thread CPU of the boot's two worker steps, the scheduler's and the build, as a
-worker runs them: a real Celery worker in a thread of this process (threads pool) on
+"""The thread CPU of the boot's two worker steps (the scheduler's, the build) and of the
+terminate (with ``api.delete``'s own, in the bench's thread), as a worker runs them: a
+real Celery worker in a thread of this process (threads pool) on
 Redis, SQLite or PostgreSQL (a database of its own, ``<--pg-prefix>_<pid>``, dropped at
 the end), one boot at a time (a tool, not in ``make bench``).
 
@@ -40,7 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-STEPS = {"scheduler": "scheduler.select_destinations", "build": "compute.build_and_run_instance"}
+STEPS = {
+    "scheduler": "scheduler.select_destinations",
+    "build": "compute.build_and_run_instance",
+    "terminate": "compute.terminate_instance",
+}
+#: ``api.delete``'s own thread CPU (the bench's thread, one call at a time).
+API_DELETE = "api.delete"
 #: Servers booted before they are deleted (room on host1, a short instances table).
 BATCH = 20
 
@@ -127,16 +134,21 @@ def _boot_all(args: argparse.Namespace, url: str, clock: StepClock) -> None:
             clock.on = False
             booted.append(uuid)
             if len(booted) == BATCH or i == args.warmup + args.boots - 1:
+                clock.on = i >= args.warmup
                 for server in booted:
+                    t0 = time.thread_time_ns()
                     api.delete(server)
+                    if clock.on:
+                        clock.cpu[API_DELETE].append(time.thread_time_ns() - t0)
                 for server in booted:
                     api.wait(server, "DELETED", timeout=60)
+                clock.on = False
                 booted.clear()
 
 
 def _report(clock: StepClock, out: str | None) -> None:
     figures = {}
-    for short, name in STEPS.items():
+    for short, name in [*STEPS.items(), ("delete", API_DELETE)]:
         values = [v / 1e6 for v in clock.cpu.get(name, [])]
         if not values:
             continue
