@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from sqlalchemy import bindparam, event, insert, select, update
+from sqlalchemy import Update, bindparam, event, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -52,7 +52,7 @@ def register_service(
     set_committed_value(service, "last_seen_up", now)
     url = session.get_bind().engine.url.render_as_string(hide_password=False)
     params = {"service": service.id, "reports": reports, "now": now}
-    event.listen(session, "after_commit", lambda _s: _report(url, params), once=True)
+    event.listen(session, "after_commit", lambda _s: _report(url, _REGISTERED, params), once=True)
     return service
 
 
@@ -83,13 +83,13 @@ def heartbeat(db_url: str, service_id: int) -> None:
     liveness table (``models.db.liveness_write``: on SQLite a file of its own, so the
     writers' transactions, whose waits would make a busy host look down, never hold it
     up). A row found missing (a liveness file lost) is made again."""
-    params = {"service": service_id, "now": utcnow()}
-    if not liveness_write(db_url, _HEARTBEAT, params):
-        liveness_write(db_url, _FIRST_REPORT, {**params, "reports": 1})
+    _report(db_url, _HEARTBEAT, {"service": service_id, "now": utcnow(), "reports": 1})
 
 
-def _report(db_url: str, params: dict[str, object]) -> None:
-    if not liveness_write(db_url, _REGISTERED, params):
+def _report(db_url: str, update_row: Update, params: dict[str, object]) -> None:
+    """``update_row`` of the service's liveness row, or its first report (``params``'
+    ``reports``) when it has none."""
+    if not liveness_write(db_url, update_row, params):
         liveness_write(db_url, _FIRST_REPORT, params)
 
 

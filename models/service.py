@@ -7,6 +7,7 @@ A service's liveness (``report_count``, ``last_seen_up``) is read here, from
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import String, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, column_property, mapped_column
@@ -15,6 +16,17 @@ from models.base import Base, str255, timestamp
 from models.liveness import ServiceLiveness
 
 _LIVENESS = ServiceLiveness.__table__.c
+
+
+def _liveness_of(service_id: Any, column: Any) -> Any:
+    """The service's ``column`` of its liveness row, loaded with the row (read-only:
+    ``compute.servicegroup`` writes it)."""
+    return column_property(
+        select(column)
+        .where(_LIVENESS.service_id == service_id)
+        .correlate_except(ServiceLiveness)
+        .scalar_subquery()
+    )
 
 
 class Service(Base):
@@ -34,19 +46,8 @@ class Service(Base):
     deleted_at: Mapped[dt.datetime | None]
     deleted: Mapped[int] = mapped_column(default=0)
 
-    #: The liveness, loaded with the row (read-only: ``compute.servicegroup`` writes it).
-    report_count: Mapped[int | None] = column_property(
-        select(_LIVENESS.report_count)
-        .where(_LIVENESS.service_id == id)
-        .correlate_except(ServiceLiveness)
-        .scalar_subquery()
-    )
-    last_seen_up: Mapped[dt.datetime | None] = column_property(
-        select(_LIVENESS.last_seen_up)
-        .where(_LIVENESS.service_id == id)
-        .correlate_except(ServiceLiveness)
-        .scalar_subquery()
-    )
+    report_count: Mapped[int | None] = _liveness_of(id, _LIVENESS.report_count)
+    last_seen_up: Mapped[dt.datetime | None] = _liveness_of(id, _LIVENESS.last_seen_up)
 
     def __repr__(self) -> str:
         return f"<Service {self.binary}@{self.host} reports={self.report_count}>"
