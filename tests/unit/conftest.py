@@ -53,6 +53,18 @@ def migrated_url() -> str:
 
 
 @pytest.fixture
+def migrated_sqlite_url(tmp_path: Path) -> Iterator[str]:
+    """A SQLite database file of the test's own, migrated (``migrated_pg_url``'s twin)."""
+    from models.db import dispose_all
+    from models.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path}/migrated.sqlite"
+    upgrade(url)
+    yield url
+    dispose_all()
+
+
+@pytest.fixture
 def migrated_pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A new database on the local PostgreSQL, migrated, named after the test module and
     this process (xdist workers run side by side), dropped after. Skips the test when no

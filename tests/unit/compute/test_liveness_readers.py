@@ -9,8 +9,6 @@ import datetime as dt
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -18,8 +16,7 @@ from sqlalchemy import select
 from compute.servicegroup import COMPUTE, heartbeat, is_up, register_service, service_dict
 from compute.sessions import sessions_for
 from models import Service, ServiceLiveness, utcnow
-from models.db import dispose_all, session_scope
-from models.migrate import upgrade
+from models.db import session_scope
 from novaq.exceptions import NoValidHost
 from scheduler.candidates import load_candidates
 from scheduler.manager import Scheduler
@@ -35,17 +32,9 @@ from workflows import api
 LONG_AGO = dt.datetime(2000, 1, 1)
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path}/liveness.sqlite"
-    upgrade(url)
-    yield url
-    dispose_all()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest) -> str:
-    name = "sqlite_url" if request.param == "sqlite" else "migrated_pg_url"
+    name = "migrated_sqlite_url" if request.param == "sqlite" else "migrated_pg_url"
     return str(request.getfixturevalue(name))
 
 

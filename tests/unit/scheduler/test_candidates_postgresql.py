@@ -7,8 +7,6 @@ Skipped when no PostgreSQL listens on 127.0.0.1:5432."""
 from __future__ import annotations
 
 import uuid as uuid_module
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +20,7 @@ from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
 from compute.stats import IO_TASK_STATES
 from models import ComputeNode, Flavor, Instance, Service, utcnow
-from models.db import dispose_all, get_engine, session_scope
-from models.migrate import upgrade
+from models.db import get_engine, session_scope
 from models.pg_connection import ReaderCommitsConnection
 from novaq.settings import Settings
 from scheduler.candidate_sql import AGGREGATED, PCI_FREE, candidates_query
@@ -50,11 +47,8 @@ def pg_db(migrated_pg_url: str) -> str:
 
 
 @pytest.fixture
-def sqlite_db(tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path}/candidates.sqlite"
-    upgrade(url)
-    yield url
-    dispose_all()
+def sqlite_db(migrated_sqlite_url: str) -> str:
+    return migrated_sqlite_url
 
 
 def _populate(url: str, hosts: int) -> dict[str, tuple[int, int]]:
