@@ -189,8 +189,9 @@ class NovaqSide:
         delete_s = time.perf_counter() - started
         after, broker_after = self.settle(), read_counts(self.broker)
         boots = Phase(boot_s, n, broker_middle - broker_before, _diff(middle, before), calls)
-        deletes = Phase(delete_s, n, broker_after - broker_middle, _diff(after, middle))
-        deletes.issue_s = issue_s
+        deletes = Phase(
+            delete_s, n, broker_after - broker_middle, _diff(after, middle), issue_s=issue_s
+        )
         _api_cpu(boots, boot_cpu_ns)
         _api_cpu(deletes, delete_cpu_ns)
         return Repetition(boots, deletes, probe.latencies_ms, probe.errors)
@@ -261,8 +262,9 @@ class BareSide:
         time.sleep(0.5)
         broker_after, after = read_counts(self.broker), self.counts()
         boots = Phase(boot_s, n, broker_middle - broker_before, _diff(middle, before), calls)
-        deletes = Phase(delete_s, n, broker_after - broker_middle, _diff(after, middle))
-        deletes.issue_s = issue_s
+        deletes = Phase(
+            delete_s, n, broker_after - broker_middle, _diff(after, middle), issue_s=issue_s
+        )
         _api_cpu(boots, boot_cpu_ns)
         _api_cpu(deletes, delete_cpu_ns)
         return Repetition(boots, deletes)
