@@ -4,7 +4,7 @@ commits an engine runs, and the broker connections kombu establishes."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -37,25 +37,33 @@ class Sql:
 
 
 @contextlib.contextmanager
-def counting_sql(db_url: str) -> Iterator[Sql]:
-    """What ``db_url``'s engines run while the block runs: the writers' and, on SQLite,
-    the read-only sessions' own (``models.db.reader_engine``)."""
-    seen = Sql()
+def listening(db_url: str, listeners: Sequence[tuple[str, Callable[..., Any]]]) -> Iterator[None]:
+    """``listeners`` (an engine event's name, its function) on ``db_url``'s engines while
+    the block runs: the writers' and, on SQLite, the read-only sessions' own
+    (``models.db.reader_engine``)."""
     engines = engines_of(db_url)
+    for engine in engines:
+        for name, fn in listeners:
+            event.listen(engine, name, fn)
+    try:
+        yield
+    finally:
+        for engine in engines:
+            for name, fn in listeners:
+                event.remove(engine, name, fn)
+
+
+@contextlib.contextmanager
+def counting_sql(db_url: str) -> Iterator[Sql]:
+    """What ``db_url``'s engines run while the block runs (``listening``)."""
+    seen = Sql()
     listeners = (
         ("before_cursor_execute", seen._statement),
         ("commit", seen._commit),
         ("rollback", seen._rollback),
     )
-    for engine in engines:
-        for name, fn in listeners:
-            event.listen(engine, name, fn)
-    try:
+    with listening(db_url, listeners):
         yield seen
-    finally:
-        for engine in engines:
-            for name, fn in listeners:
-                event.remove(engine, name, fn)
 
 
 def count_broker_connections(monkeypatch: pytest.MonkeyPatch) -> list[Connection]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, event, select, text, update
+from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from compute import claims
@@ -31,12 +31,13 @@ from models import (
     ServiceLiveness,
     liveness,
 )
-from models.db import engines_of, get_engine, liveness_write, session_scope
+from models.db import get_engine, liveness_write, session_scope
 from models.pci_device import ALLOCATED
 from models.pci_device import PciDevice as PciDeviceRow
 from models.states import MIGRATION_TRANSITIONS, MigrationStatus
 from novaq.settings import Settings
 from scheduler.request_spec import RequestSpec
+from tests.costs import listening
 from virt.driver import HostResources, PciDevice
 
 
@@ -417,11 +418,5 @@ def statements_run(db_url: str) -> Iterator[list[str]]:
         if not statement.startswith("BEGIN"):
             statements.append(statement)
 
-    engines = engines_of(db_url)
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", record)
-    try:
+    with listening(db_url, [("before_cursor_execute", record)]):
         yield statements
-    finally:
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", record)
