@@ -7,13 +7,17 @@ holds the source (old flavor and old PCI devices) and the instance holds the des
 (new flavor and new devices); confirm frees the source, revert frees the destination and
 gives the source back to the instance.
 
-The disks move as in Nova's libvirt driver: prep_resize records where the destination
-keeps instance directories (``dest_instances_path`` in the migration's context);
+The disks move as in Nova's libvirt driver, but pulled rather than pushed:
 resize_instance refuses a shrink (the move rolled back, the server as it was, with a
 fault), takes the guest down and has the driver keep the originals aside
-(``<uuid>_resize``) and copy the disks there; finish_resize grows them and starts the
-guest; confirm removes the originals, revert removes the destination's copy and
-finish_revert_resize puts the originals back and starts the guest on them.
+(``<uuid>_resize``), which the source's disk endpoint serves (``compute.transfer``);
+finish_resize has the destination's driver pull them from the endpoint the source's
+services row names at that moment, grow them and start the guest; confirm removes the
+originals, revert removes the destination's copy and finish_revert_resize puts the
+originals back and starts the guest on them. A same-host resize, or a source that
+publishes no endpoint (no ``[transfer] secret``: one machine), copies the disks locally
+instead, into the destination's instances path that prep_resize records
+(``dest_instances_path`` in the migration's context).
 
 Every step is a ``Step`` run by ``compute.steps.run_step`` (``compute.move_step`` gives
 them their shape) and moves task_state with a compare-and-swap that also accepts its own
@@ -56,9 +60,11 @@ from compute.move_step import (
 )
 from compute.pci import held_devices
 from compute.power import instance_power_off_timeout
+from compute.servicegroup import disk_endpoint_of
 from compute.states import TaskState, VmState
 from compute.steps import StepContext, StepRun, close_event
-from models import Instance
+from compute.transfer import warn_local_copies
+from models import Instance, Migration
 from models.states import MigrationStatus
 from novaq.exceptions import ResizeError
 from virt import power_state
@@ -133,14 +139,25 @@ def _migrate_disks(ctx: StepContext, run: StepRun) -> None:
         instance = get_instance(session, uuid)
         old = guest_spec(session, instance, migration.flavors.old, [])
         new = guest_spec(session, instance, migration.flavors.new, [])
-        dest_path = migration.context.dest_instances_path
-    # NOTE: without a recorded destination path the instances path is shared (Nova's
-    # shared storage): the destination's directory is this host's.
-    dest = dest_path or str(ctx.driver.instances_path)
+        dest = _local_copy_target(session, ctx, migration)
     # Nova refuses a shrink before it touches the guest, so check before the power-off.
     check_can_resize(old, new)
     _power_off_cleanly(ctx, uuid)
     ctx.driver.migrate_disk_and_power_off(old, new, dest)
+
+
+def _local_copy_target(session: Session, ctx: StepContext, migration: Migration) -> str | None:
+    """Where the source copies the disks itself: nowhere (None) when it publishes a disk
+    endpoint and the destination is another host, which pulls them; else the
+    destination's instances path (a same-host resize, or one machine without a secret)."""
+    same_host = migration.source_compute == migration.dest_compute
+    if not same_host and disk_endpoint_of(session, ctx.host) is not None:
+        return None
+    if not same_host:
+        warn_local_copies(ctx.host)
+    # NOTE: without a recorded destination path the instances path is shared (Nova's
+    # shared storage): the destination's directory is this host's.
+    return migration.context.dest_instances_path or str(ctx.driver.instances_path)
 
 
 def _migrated(session: Session, instance: Instance, run: StepRun) -> None:
@@ -212,7 +229,12 @@ def _start_on_destination(ctx: StepContext, run: StepRun) -> int:
         addresses = [d.address for d in held_devices(session, uuid, dest)]
         spec = guest_spec(session, instance, migration.flavors.new, addresses)
         stopped = instance.old_vm_state == VmState.STOPPED
-    return ctx.driver.finish_migration(spec, power_on=not stopped).power_state
+        # Read now, not when the move began: a source restarted since is found at its
+        # new address. None: the disks are here already (copied, or a same-host resize).
+        source = migration.source_compute
+        disks_from = None if source in (None, ctx.host) else disk_endpoint_of(session, source)
+    info = ctx.driver.finish_migration(spec, power_on=not stopped, disks_from=disks_from)
+    return info.power_state
 
 
 def _resized(session: Session, instance: Instance, run: StepRun) -> None:

@@ -25,11 +25,17 @@ SCHEDULER = "novaq-scheduler"
 
 
 def register_service(
-    session: Session, host: str, binary: str, topic: str, settings: Settings
+    session: Session,
+    host: str,
+    binary: str,
+    topic: str,
+    settings: Settings,
+    disk_endpoint: str | None = None,
 ) -> Service:
     """Create the service row, or revive the existing one (same host and binary), and
     count the report: its liveness row (``models.liveness``) is written once the
-    transaction has committed, so it never names a service that was rolled back."""
+    transaction has committed, so it never names a service that was rolled back.
+    ``disk_endpoint`` replaces what a former process published (None clears it)."""
     service = session.scalars(
         select(Service).where(Service.host == host, Service.binary == binary, Service.deleted == 0)
     ).first()
@@ -45,6 +51,7 @@ def register_service(
         )
         session.add(service)
     service.topic = topic
+    service.disk_endpoint = disk_endpoint
     service.updated_at = now
     session.flush()
     # What the liveness row will hold, as the loaded row's (read-only) attributes.
@@ -114,6 +121,16 @@ def service_dict(service: Service, settings: Settings) -> dict[str, object]:
         "report_count": service.report_count,
         "last_seen_up": service.last_seen_up.isoformat() if service.last_seen_up else None,
     }
+
+
+def disk_endpoint_of(session: Session, host: str) -> str | None:
+    """The disk endpoint compute host ``host`` publishes now (None: none, or no such
+    service)."""
+    return session.scalars(
+        select(Service.disk_endpoint).where(
+            Service.host == host, Service.binary == COMPUTE, Service.deleted == 0
+        )
+    ).first()
 
 
 class ServiceNotFound(NotFound):

@@ -45,6 +45,9 @@ class Service(Base):
     updated_at: Mapped[dt.datetime | None]
     deleted_at: Mapped[dt.datetime | None]
     deleted: Mapped[int] = mapped_column(default=0)
+    #: A compute host's disk endpoint (``http://<my_ip>:<port>``), where the destination
+    #: of a move pulls the disks from; None: it publishes none (no ``[transfer] secret``).
+    disk_endpoint: Mapped[str | None] = mapped_column(String(255))
 
     report_count: Mapped[int | None] = _liveness_of(id, _LIVENESS.report_count)
     last_seen_up: Mapped[dt.datetime | None] = _liveness_of(id, _LIVENESS.last_seen_up)

@@ -59,6 +59,7 @@ from novaq.settings_groups import (
     SchedulerGroup,
     SimulatedHost,
     SimulatedPciDevice,
+    TransferGroup,
     WorkaroundsGroup,
     split_list_option,
 )
@@ -164,6 +165,7 @@ class Settings(BaseSettings):
     consoleauth: ConsoleAuthGroup = ConsoleAuthGroup()
     periodic: PeriodicGroup = PeriodicGroup()
     glance: GlanceGroup = GlanceGroup()
+    transfer: TransferGroup = TransferGroup()
     workarounds: WorkaroundsGroup = WorkaroundsGroup()
     metrics: MetricsGroup = MetricsGroup()
 

@@ -314,9 +314,44 @@ class PeriodicGroup(_Group):
 
 class GlanceGroup(_Group):
     """``[glance]``: where novaq's image registry keeps image data. ``store_path`` is a
-    directory (default: ``<state_dir>/images``); each image's data is ``<store_path>/<id>``."""
+    directory (default: ``<state_dir>/images``); each image's data is ``<store_path>/<id>``.
+
+    ``api_servers`` (Nova's option): the image endpoints a compute host fetches image data
+    from (``<server>/images/<id>``, signed with ``[transfer] secret``), tried in order;
+    empty (the default), a host reads the store's file itself (one machine)."""
 
     store_path: Path | None = None
+    api_servers: Annotated[tuple[str, ...], NoDecode] = ()
+
+    @field_validator("api_servers", mode="before")
+    @classmethod
+    def _servers_from_a_string(cls, value: object) -> object:
+        return split_list_option(value)
+
+    @field_validator("api_servers")
+    @classmethod
+    def _http_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"api_servers: {url!r} is not an http(s) URL")
+        return tuple(url.rstrip("/") for url in value)
+
+
+class TransferGroup(_Group):
+    """``[transfer]``: the signed-URL file service images and migrating disks travel by
+    (``virt.transfer``). ``secret`` is shared by every machine of the cloud; without it no
+    host publishes a disk endpoint and every move copies locally (one machine only).
+    ``disk_port`` is the port a compute host's disk endpoint listens on (0: any free one,
+    published in its services row); ``url_ttl`` how long a signed URL stays valid (s)."""
+
+    secret: SecretStr | None = None
+    disk_port: int = Field(default=0, ge=0, le=65535)
+    url_ttl: int = Field(default=300, gt=0)
+
+    @field_validator("secret")
+    @classmethod
+    def _blank_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None
 
 
 class WorkaroundsGroup(_Group):

@@ -3,10 +3,12 @@
 At start, a compute worker (one consuming ``compute.<NOVAQ_HOST>``) opens its hypervisor,
 listens to its guest lifecycle events (``compute.lifecycle_events``; libvirt's event loop
 runs in a thread of the worker process from the first connection on), registers or
-revives its ``services`` row, recovers what a crash interrupted and records its compute
-node; a scheduler worker registers its row. Then each heartbeats every
-``report_interval`` on the worker's own timer (as Celery's own worker heartbeat does), so
-a host is up only while it says so itself (not beat, not the scheduler).
+revives its ``services`` row (with the URL of its disk endpoint, ``compute.transfer``,
+which serves from a thread of the worker's main process), recovers what a crash
+interrupted and records its compute node; a scheduler worker registers its row. Then
+each heartbeats every ``report_interval`` on the worker's own timer (as Celery's own
+worker heartbeat does), so a host is up only while it says so itself (not beat, not the
+scheduler).
 
 Neither a database nor a broker that is down at start stops a worker:
 
@@ -36,6 +38,7 @@ from compute import (
     recovery,
     resource_tracker,
     servicegroup,
+    transfer,
 )
 from compute.periodic import PeriodicContext
 from models.db import session_scope
@@ -44,6 +47,7 @@ from tasks import context
 from tasks.periodic import send_requests
 from tasks.waiting import database_unreachable, until_database_answers
 from virt.event import LifecycleEvent
+from virt.transfer.file_server import SignedFileServer
 from workflows.periodic import queue_run_immediately
 
 LOG = logging.getLogger(__name__)
@@ -116,9 +120,10 @@ def listen_to_lifecycle_events(host: str) -> bool:
     return True
 
 
-def _register(host: str, binary: str, topic: str) -> int:
+def _register(host: str, binary: str, topic: str, disk_endpoint: str | None = None) -> int:
     with session_scope(context.db_url()) as session:
-        return servicegroup.register_service(session, host, binary, topic, context.settings()).id
+        s = context.settings()
+        return servicegroup.register_service(session, host, binary, topic, s, disk_endpoint).id
 
 
 def _waiting(what: str, fn: Callable[[], T]) -> T:
@@ -126,16 +131,17 @@ def _waiting(what: str, fn: Callable[[], T]) -> T:
     return until_database_answers(what, fn, should_stop=worker_state.maybe_shutdown)
 
 
-def start_compute_service(host: str) -> int:
+def start_compute_service(host: str, endpoint: SignedFileServer | None = None) -> int:
     """The compute host's start (Nova's ``init_host``), each database part waiting for the
-    database."""
+    database; ``endpoint``: its disk endpoint, whose URL the registration publishes."""
     s = context.settings()
     driver = context.driver()
     driver.init_host(host)
     listen_to_lifecycle_events(host)
+    url = endpoint.url if endpoint is not None else None
     service_id = _waiting(
         f"Registering compute service {host}",
-        lambda: _register(host, servicegroup.COMPUTE, f"compute.{host}"),
+        lambda: _register(host, servicegroup.COMPUTE, f"compute.{host}", url),
     )
     _waiting(
         f"Start-up recovery of {host}",
@@ -174,6 +180,7 @@ class NovaqServiceStep(bootsteps.StartStopStep):
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self.heartbeats: list[Heartbeat] = []
+        self.disk_endpoint: SignedFileServer | None = None
 
     def start(self, worker: Any) -> None:
         s = context.settings()
@@ -190,7 +197,9 @@ class NovaqServiceStep(bootsteps.StartStopStep):
                     reason=f"a compute worker consumes compute.<its host> only; host is "
                     f"{s.host!r} but the queues are {sorted(computes)}",
                 )
-            services.append(start_compute_service(s.host))
+            # Serving before registering: the URL published is one that answers.
+            self.disk_endpoint = transfer.start_disk_endpoint(s, context.driver().instances_path)
+            services.append(start_compute_service(s.host, self.disk_endpoint))
             LOG.info("Compute service on %s started", s.host)
         if "scheduler" in queues:
             services.append(start_scheduler_service(s.host))
@@ -208,6 +217,9 @@ class NovaqServiceStep(bootsteps.StartStopStep):
         for beat in self.heartbeats:
             beat.stop()
         self.heartbeats.clear()
+        if self.disk_endpoint is not None:
+            self.disk_endpoint.close()
+            self.disk_endpoint = None
 
 
 class RunImmediately(bootsteps.StartStopStep):

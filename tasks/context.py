@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from compute import transfer
 from compute.sessions import Sessions, sessions_for
 from compute.steps import StepContext
 from novaq.settings import Settings, get_settings
@@ -102,8 +103,14 @@ def guest_options(s: Settings) -> GuestOptions:
 
 
 def disk_options(s: Settings) -> DiskOptions:
-    """``[DEFAULT] use_cow_images`` and ``force_raw_images`` for the image backend."""
-    return DiskOptions(use_cow_images=s.use_cow_images, force_raw_images=s.force_raw_images)
+    """``[DEFAULT] use_cow_images`` and ``force_raw_images`` for the image backend, and
+    where images and moved disks come from (``compute.transfer``)."""
+    return DiskOptions(
+        use_cow_images=s.use_cow_images,
+        force_raw_images=s.force_raw_images,
+        image_servers=transfer.image_servers(s),
+        transfer_key=transfer.transfer_key(s),
+    )
 
 
 @functools.cache

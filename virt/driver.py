@@ -363,21 +363,26 @@ class ComputeDriver(Protocol):
 
     @property
     def instances_path(self) -> Path:
-        """Where this host keeps instance directories; a move's source copies disks to
-        the destination's (recorded by prep_resize, which runs there)."""
+        """Where this host keeps instance directories; a move's source without a disk
+        endpoint copies disks to the destination's (recorded by prep_resize, which runs
+        there)."""
         ...
 
     def migrate_disk_and_power_off(
-        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str
+        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str | None
     ) -> None:
         """On the source: ``ResizeError`` (nothing touched) if ``new_spec`` shrinks a disk;
-        else the guest goes down, its files are kept aside until confirm or revert and
-        its disks copied to ``dest_instances_path``. Safe to run again."""
+        else the guest goes down, its files are kept aside until confirm or revert and,
+        given a local ``dest_instances_path``, its disks copied there (None: the
+        destination pulls them from this host's disk endpoint). Safe to run again."""
         ...
 
-    def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
-        """On the destination: the copied disks grown to ``spec``, the guest defined and,
-        when ``power_on``, started. A guest already defined is only started."""
+    def finish_migration(
+        self, spec: GuestSpec, power_on: bool, disks_from: str | None = None
+    ) -> GuestInfo:
+        """On the destination: the disks pulled from the source's disk endpoint
+        ``disks_from`` (None: copied here already), grown to ``spec``, the guest defined
+        and, when ``power_on``, started. A guest already defined is only started."""
         ...
 
     def confirm_migration(self, uuid: str) -> None:

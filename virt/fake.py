@@ -258,7 +258,7 @@ class FakeDriver:
     # -- moves and rescue, with the libvirt driver's rules ----------------------------
 
     def migrate_disk_and_power_off(
-        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str
+        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str | None
     ) -> None:
         check_can_resize(spec, new_spec)
         self.destroy(spec.uuid)
@@ -267,7 +267,9 @@ class FakeDriver:
                 self.instance_files.discard(spec.uuid)
                 self.resize_files.add(spec.uuid)
 
-    def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+    def finish_migration(
+        self, spec: GuestSpec, power_on: bool, disks_from: str | None = None
+    ) -> GuestInfo:
         return self._define_and_settle(spec, power_on)
 
     def confirm_migration(self, uuid: str) -> None:

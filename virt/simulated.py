@@ -312,15 +312,17 @@ class SimulatedHostDriver:
     # -- moves and rescue (the same libvirt driver code, persisted) ----------------
 
     def migrate_disk_and_power_off(
-        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str
+        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str | None
     ) -> None:
         with self._persisting(spec.uuid):
             self._driver.migrate_disk_and_power_off(spec, new_spec, dest_instances_path)
 
-    def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
+    def finish_migration(
+        self, spec: GuestSpec, power_on: bool, disks_from: str | None = None
+    ) -> GuestInfo:
         with self._persisting(spec.uuid):
             self._delay_start(spec.uuid)
-            return self._driver.finish_migration(spec, power_on)
+            return self._driver.finish_migration(spec, power_on, disks_from)
 
     def confirm_migration(self, uuid: str) -> None:
         with self._lock_for(uuid):

@@ -12,6 +12,7 @@ from novaq.cli import (  # noqa: F401  (they register their commands)
     consoles,
     flavors,
     hosts,
+    image_endpoint,
     images,
     lifecycle,
     moves,

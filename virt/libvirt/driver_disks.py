@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from novaq.exceptions import HypervisorError
 from virt import power_state
 from virt.atomic_write import write_atomically
 from virt.driver import GuestInfo, GuestSpec, ImageSpec, check_can_resize
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from virt.libvirt.host import Host
     from virt.libvirt.imagebackend import ImageBackend
     from virt.libvirt.instance_files import InstanceFiles
+    from virt.transfer.signing import TransferKey
 
 LOG = logging.getLogger(__name__)
 
@@ -59,27 +61,44 @@ class DiskOperations:
     # -- resize and cold migration --------------------------------------------
 
     def migrate_disk_and_power_off(
-        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str
+        self, spec: GuestSpec, new_spec: GuestSpec, dest_instances_path: str | None
     ) -> None:
         """On the source: refuse a shrink (nothing touched), take the guest down, keep
-        the originals in ``<uuid>_resize`` and copy the disks to the destination."""
+        the originals in ``<uuid>_resize`` and, given a local ``dest_instances_path``,
+        copy the disks there (None: the destination pulls them)."""
         check_can_resize(spec, new_spec)
         if self._find(spec.uuid) is not None:
             self.power_off(spec.uuid)  # the driver's stop (a clean shutdown where it is one)
         self.destroy(spec.uuid)
-        migration.copy_disks(self._files, spec.uuid, Path(dest_instances_path))
+        if dest_instances_path is None:
+            migration.move_aside(self._files, spec.uuid)
+        else:
+            migration.copy_disks(self._files, spec.uuid, Path(dest_instances_path))
 
-    def finish_migration(self, spec: GuestSpec, power_on: bool) -> GuestInfo:
-        """On the destination: the copied disks adopted and grown, the guest defined from
+    def finish_migration(
+        self, spec: GuestSpec, power_on: bool, disks_from: str | None = None
+    ) -> GuestInfo:
+        """On the destination: the disks pulled from the source's disk endpoint
+        ``disks_from`` (None: already here), adopted and grown, the guest defined from
         ``spec`` and started unless the server was stopped."""
         guest = self._find(spec.uuid)
         if guest is None:
+            if disks_from is not None:
+                migration.pull_disks(self._files, spec.uuid, disks_from, self._transfer_key())
             self._files.make_dir(spec.uuid)
             directory = self._files.path(spec.uuid)
             formats = migration.adopt_disks(self._backend, directory, spec)
             self._files.write_disk_info(spec.uuid, formats)
             guest = self._define(self.guest_xml(spec))
         return self._settle(guest, power_on)
+
+    def _transfer_key(self) -> TransferKey:
+        key = self._backend.options.transfer_key
+        if key is None:
+            raise HypervisorError(
+                reason="disks of a move cannot be pulled without [transfer] secret"
+            )
+        return key
 
     def confirm_migration(self, uuid: str) -> None:
         """On the source: the originals kept for a revert go."""

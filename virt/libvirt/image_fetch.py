@@ -2,7 +2,9 @@
 ``images.fetch_to_raw`` on an ``ImageSpec``.
 
 The data is streamed from ``ImageSpec.location`` (an absolute file path, or an
-``http(s)://`` URL read with urllib) into a temporary file in the base directory, its
+``http(s)://`` URL read with urllib), or with ``[glance] api_servers`` from each image
+endpoint in turn (``virt.transfer.image_source``: a signed URL, the next endpoint tried
+when one cannot be read), into a temporary file in the base directory, its
 SHA-256 compared with ``ImageSpec.checksum``, its real format read with ``qemu-img
 info`` (it must be the format the image declares and have no backing file: a qcow2
 naming a host file would let an image read that file), then with ``force_raw_images``
@@ -14,7 +16,7 @@ the caller (``ImageCache.fetch``) holds the per-image lock.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import http.client
 import logging
 import os
 import tempfile
@@ -27,10 +29,11 @@ from typing import BinaryIO, Final
 from novaq.exceptions import ImageUnacceptable
 from virt.driver import ImageSpec
 from virt.libvirt import qemu_img
+from virt.transfer.download import copy_sparse, shown
+from virt.transfer.image_source import ImageServers
 
 LOG = logging.getLogger(__name__)
 
-CHUNK_BYTES: Final = 1024 * 1024
 URL_TIMEOUT_S: Final = 60
 
 
@@ -45,8 +48,25 @@ class ImageChecksumError(ImageFetchError):
     )
 
 
-def fetch_to_base(image: ImageSpec, base: Path, force_raw: bool) -> None:
-    """Make ``base`` hold ``image``'s verified data (raw when ``force_raw``)."""
+def fetch_to_base(
+    image: ImageSpec, base: Path, force_raw: bool, servers: ImageServers | None = None
+) -> None:
+    """Make ``base`` hold ``image``'s verified data (raw when ``force_raw``), from the
+    first of ``servers``' endpoints that answers (none: ``image.location``)."""
+    candidates = (servers or ImageServers()).candidates(image)
+    for attempt, located in enumerate(candidates, start=1):
+        try:
+            _fetch_one(located, base, force_raw)
+            return
+        except ImageChecksumError:
+            raise  # the data itself is wrong: another endpoint serves the same store
+        except ImageFetchError as exc:
+            if attempt == len(candidates):
+                raise
+            LOG.warning("image %s: %s; trying the next image endpoint", image.id, exc)
+
+
+def _fetch_one(image: ImageSpec, base: Path, force_raw: bool) -> None:
     fd, name = tempfile.mkstemp(prefix=f".{base.name}.", suffix=".part", dir=base.parent)
     part = Path(name)
     converted = part.with_suffix(".converted")
@@ -59,23 +79,18 @@ def fetch_to_base(image: ImageSpec, base: Path, force_raw: bool) -> None:
     finally:
         part.unlink(missing_ok=True)
         converted.unlink(missing_ok=True)
-    LOG.info("image %s: fetched from %s into %s", image.id, image.location, base)
+    LOG.info("image %s: fetched from %s into %s", image.id, shown(image.location), base)
 
 
 def _download(image: ImageSpec, out: BinaryIO) -> str:
     """Stream the data into ``out``, leaving holes where it is zeros (a raw image is
     mostly empty disk); its SHA-256 in hex."""
-    digest, zeros, length = hashlib.sha256(), bytes(CHUNK_BYTES), 0
     with _open(image) as source:
-        while chunk := source.read(CHUNK_BYTES):
-            digest.update(chunk)
-            length += len(chunk)
-            if chunk == zeros[: len(chunk)]:
-                out.seek(len(chunk), os.SEEK_CUR)
-            else:
-                out.write(chunk)
-    out.truncate(length)
-    return digest.hexdigest()
+        try:
+            return copy_sparse(source, out)[1]
+        except (OSError, http.client.HTTPException) as exc:  # the connection dropped
+            reason = f"cannot read {shown(image.location)}: {exc!r}"
+            raise ImageFetchError(image=image.id, reason=reason) from exc
 
 
 @contextlib.contextmanager
@@ -93,13 +108,17 @@ def _open(image: ImageSpec) -> Iterator[BinaryIO]:
                 image=image.id, reason=f"location {location!r} is neither a path nor a URL"
             )
     except (OSError, urllib.error.URLError) as exc:
-        raise ImageFetchError(image=image.id, reason=f"cannot read {location}: {exc}") from exc
+        reason = f"cannot read {shown(location)}: {exc}"
+        raise ImageFetchError(image=image.id, reason=reason) from exc
 
 
 def _verify_checksum(image: ImageSpec, actual: str) -> None:
     if image.checksum and image.checksum.lower() != actual:
         raise ImageChecksumError(
-            image=image.id, expected=image.checksum, location=image.location, actual=actual
+            image=image.id,
+            expected=image.checksum,
+            location=shown(image.location),
+            actual=actual,
         )
 
 

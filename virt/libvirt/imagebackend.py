@@ -38,6 +38,8 @@ from virt.libvirt import qemu_img
 from virt.libvirt.base_info import BaseInfoCache
 from virt.libvirt.imagecache import ImageCache
 from virt.libvirt.overlays import OverlayMaker
+from virt.transfer.image_source import ImageServers
+from virt.transfer.signing import TransferKey
 
 LOG = logging.getLogger(__name__)
 
@@ -59,10 +61,14 @@ class DiskTooSmall(ImageUnacceptable):
 
 @dataclass(frozen=True, slots=True)
 class DiskOptions:
-    """Nova's ``[DEFAULT] use_cow_images`` and ``force_raw_images`` (both default True)."""
+    """Nova's ``[DEFAULT] use_cow_images`` and ``force_raw_images`` (both default True);
+    ``image_servers``: where image data is fetched from (``[glance] api_servers``);
+    ``transfer_key``: what signs the pull of a moved disk (``[transfer] secret``)."""
 
     use_cow_images: bool = True
     force_raw_images: bool = True
+    image_servers: ImageServers = ImageServers()
+    transfer_key: TransferKey | None = None
 
 
 def disk_names(spec: GuestSpec) -> list[str]:
@@ -100,7 +106,7 @@ class ImageBackend:
         """The base file of ``image`` (fetched if needed), None if it has no data."""
         if image is None or not image.location:
             return None
-        return self.cache.fetch(image, self.options.force_raw_images)
+        return self.cache.fetch(image, self.options.force_raw_images, self.options.image_servers)
 
     def _ephemeral_base(self, size_gb: int, fs_type: str) -> Path:
         def make(path: Path) -> None:

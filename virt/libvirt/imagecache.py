@@ -39,6 +39,7 @@ from typing import Final
 
 from virt.driver import ImageCacheReport, ImageSpec
 from virt.libvirt.image_fetch import fetch_to_base
+from virt.transfer.image_source import ImageServers
 
 LOG = logging.getLogger(__name__)
 
@@ -89,16 +90,16 @@ class ImageCache:
         """The lock of base file ``name``: held to create it and to remove it."""
         return file_lock(self._locks_dir / f"image-cache-{name}")
 
-    def fetch(self, image: ImageSpec, force_raw: bool) -> Path:
-        """The base file of ``image``, fetched once (concurrent callers wait for it); either
-        way it is used now."""
+    def fetch(self, image: ImageSpec, force_raw: bool, servers: ImageServers | None = None) -> Path:
+        """The base file of ``image``, fetched once (from ``servers``' image endpoints when
+        there are any; concurrent callers wait for it); either way it is used now."""
         path = self.base_file(image.id)
         with self.lock(path.name):
             if path.exists():
                 _touch(path)
             else:
                 self.base_dir.mkdir(parents=True, exist_ok=True)
-                fetch_to_base(image, path, force_raw)
+                fetch_to_base(image, path, force_raw, servers)
         return path
 
     def ensure(self, name: str, make: Callable[[Path], None]) -> Path:

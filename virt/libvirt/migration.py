@@ -1,13 +1,17 @@
 """The disk side of a cold move (resize or cold migration) between instance directories:
-Nova's ``migrate_disk_and_power_off`` copy and the disk part of ``finish_migration``.
+Nova's ``migrate_disk_and_power_off`` and the disk part of ``finish_migration``.
 
-The source renames ``<uuid>`` to ``<uuid>_resize`` and copies each disk but swap (the
-destination makes a new one, as Nova does) and ``disk.info`` into the destination's
-``<instances_path>/<uuid>``. On one machine that is a local path: another simulated
-host's directory, or the same one for a same-host resize. Across machines it needs a
-shared file system mounted at the destination's ``instances_path`` on the source; there
-is no network transport yet (Nova's is ssh/rsync). Each copy goes to a temporary name
-first, so a half-copied disk is never taken for a whole one.
+The source renames ``<uuid>`` to ``<uuid>_resize``: the originals, kept until confirm or
+revert. What travels is each disk but swap (the destination makes a new one, as Nova
+does) and ``disk.info``. Across machines the destination pulls them (``pull_disks``) from
+the source's disk endpoint (``virt.transfer``: a signed GET per file, verified against
+the SHA-256 the endpoint sends, written sparse under a temporary name, then renamed), so
+no host ever writes into another's directory. Without an endpoint (a cluster with no
+``[transfer] secret``, one machine) and for a same-host resize the source copies them
+into the destination's ``<instances_path>/<uuid>`` itself (``copy_disks``), a local path.
+Either way a half-copied disk is never taken for a whole one, and both are safe to run
+again after an interruption: the originals stay in ``_resize`` and the copies are made
+again.
 
 On the destination the copied overlays are pointed at its own base files, the root disk
 grown to the new ``root_gb`` (``qemu-img resize``), the ephemeral disk grown to the new
@@ -28,6 +32,9 @@ from virt.driver import GuestSpec
 from virt.libvirt import qemu_img
 from virt.libvirt.imagebackend import EPHEMERAL, GIB, ROOT, ImageBackend
 from virt.libvirt.instance_files import DISK_INFO, InstanceFiles
+from virt.transfer.download import fetch_to_file, shown
+from virt.transfer.names import disk_path
+from virt.transfer.signing import TransferKey, signed_url
 
 LOG = logging.getLogger(__name__)
 
@@ -35,14 +42,18 @@ LOG = logging.getLogger(__name__)
 COPIED: Final = (ROOT, EPHEMERAL, DISK_INFO)
 
 
-def copy_disks(files: InstanceFiles, uuid: str, dest_instances_path: Path) -> Path:
-    """Move ``<uuid>`` aside to ``<uuid>_resize`` and copy its disks into the destination's
-    directory; returns that directory. Safe to run again after an interruption: the
-    originals stay in ``_resize`` and the copies are made again."""
+def move_aside(files: InstanceFiles, uuid: str) -> Path:
+    """``<uuid>`` moved aside to ``<uuid>_resize`` (already there: left as it is)."""
     try:
-        source = files.move_to_resize(uuid)
+        return files.move_to_resize(uuid)
     except FileNotFoundError as exc:
         raise HypervisorError(reason=f"guest {uuid} has no instance files to move") from exc
+
+
+def copy_disks(files: InstanceFiles, uuid: str, dest_instances_path: Path) -> Path:
+    """Move ``<uuid>`` aside to ``<uuid>_resize`` and copy its disks into the destination's
+    directory (a local path); returns that directory."""
+    source = move_aside(files, uuid)
     target = dest_instances_path / uuid
     target.mkdir(parents=True, exist_ok=True)
     for name in COPIED:
@@ -60,6 +71,26 @@ def _copy(source: Path, target: Path) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def pull_disks(files: InstanceFiles, uuid: str, endpoint: str, key: TransferKey) -> Path:
+    """On the destination: the moved-aside disks of ``uuid`` fetched from the source's disk
+    endpoint ``endpoint`` into ``<uuid>``; returns that directory. Each file is fetched
+    again (a redelivery finds the source's originals unchanged and replaces whatever an
+    interrupted attempt left); one the source does not have is not kept here either."""
+    target = files.path(uuid)
+    target.mkdir(parents=True, exist_ok=True)
+    for name in sorted(COPIED, key=lambda n: n != DISK_INFO):  # disk.info first: fail fast
+        url = signed_url(key, endpoint, disk_path(uuid, name))
+        if fetch_to_file(url, target / name):
+            continue
+        if name == DISK_INFO:
+            raise HypervisorError(
+                reason=f"the source {shown(endpoint)} has no moved-aside disks of {uuid}"
+            )
+        (target / name).unlink(missing_ok=True)
+    LOG.info("Pulled the disks of %s from %s into %s", uuid, shown(endpoint), target)
+    return target
 
 
 def adopt_disks(backend: ImageBackend, directory: Path, spec: GuestSpec) -> dict[str, str]:
