@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from compute.host_ip import host_ip, ip_text
+from novaq.exceptions import ConfigError
 from novaq.settings import Settings
 from virt.libvirt.instance_files import RESIZE_SUFFIX
 from virt.libvirt.migration import COPIED
@@ -46,7 +47,14 @@ def start_disk_endpoint(settings: Settings, instances_path: Path) -> SignedFileS
         return None
     resolve = disk_resolver(instances_path, COPIED, RESIZE_SUFFIX)
     address = ip_text(host_ip(settings)) or "127.0.0.1"
-    server = bind(address, settings.transfer.disk_port, key, resolve)
+    try:
+        server = bind(address, settings.transfer.disk_port, key, resolve)
+    except OSError as exc:
+        raise ConfigError(
+            option="[transfer] disk_port",
+            reason=f"the disk endpoint cannot listen on {address}:"
+            f"{settings.transfer.disk_port} (my_ip must be this host's): {exc}",
+        ) from exc
     server.serve_in_thread(name=f"disk-endpoint-{settings.host}")
     LOG.info("Disk endpoint of %s serving at %s", settings.host, server.url)
     return server

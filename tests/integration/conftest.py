@@ -13,6 +13,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +48,8 @@ os.environ.update(
     NOVAQ_CELERY__UNACKED_RESTORE_INTERVAL="2",
     NOVAQ_ALLOW_RESIZE_TO_SAME_HOST="true",
     NOVAQ_CONFIG=str(_STATE / "novaq.toml"),
+    # Images and moved disks travel over HTTP, signed (virt.transfer), as across machines.
+    NOVAQ_TRANSFER__SECRET="novaq-integration-tier",
 )
 # Both hosts carry two Quadro M4000 GPUs, at different addresses, so a test can tell which
 # host's devices a guest has.
@@ -105,6 +108,22 @@ def _register_cirros() -> None:
     ensure_demo_image(get_settings())
 
 
+def _serve_images() -> Any:
+    """The controller's image endpoint (what ``novaq image-endpoint`` runs), in a thread of
+    this process; the workers started after read images from it (``[glance] api_servers``)."""
+    from compute.transfer import transfer_key
+    from novaq.settings import load_settings
+    from virt.transfer.file_server import bind
+    from virt.transfer.names import image_resolver
+    from workflows.api.images_store import store_path
+
+    settings = load_settings()
+    key = transfer_key(settings)
+    server = bind("127.0.0.1", 0, key, image_resolver(store_path(settings)))  # type: ignore[arg-type]
+    os.environ["NOVAQ_GLANCE__API_SERVERS"] = server.url
+    return server.serve_in_thread()
+
+
 @pytest.fixture(scope="session")
 def services() -> Iterator[str]:
     """A fresh PostgreSQL database with the schema, and an empty Redis database."""
@@ -125,7 +144,9 @@ def services() -> Iterator[str]:
     url = os.environ["NOVAQ_DATABASE_URL"]
     upgrade(url)
     _register_cirros()
+    images = _serve_images()
     yield url
+    images.close()
     from models.db import dispose_all
 
     dispose_all()

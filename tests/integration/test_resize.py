@@ -3,6 +3,8 @@ the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU mus
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from sqlalchemy import update
 
@@ -21,6 +23,11 @@ from workflows import api
 pytestmark = pytest.mark.integration
 
 
+def api_server() -> str:
+    """The image endpoint the tier's workers fetch from (``tests/integration/conftest.py``)."""
+    return os.environ["NOVAQ_GLANCE__API_SERVERS"]
+
+
 def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]) -> None:
     idle = memory_used()
     server = boot_active("r1", flavor("rs.16g", 2, 16000), cleanup)
@@ -29,6 +36,11 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
     view = api.wait(server["uuid"], "VERIFY_RESIZE", timeout=60)
     assert view["host"] != source and view["flavor"]["name"] == "rs.17g"
     assert api.diagnostics(server["uuid"])["vcpus"] == 4
+    # Over the network, as across machines: the destination pulled the disks from the
+    # source's disk endpoint, and both read the image from the image endpoint.
+    logs = {host: two_hosts.workers[host].log.read_text() for host in (source, view["host"])}
+    assert f"Pulled the disks of {server['uuid']} from http://" in logs[view["host"]]
+    assert all(f"fetched from {api_server()}/images/" in log for log in logs.values())
     [migration] = api.list_migrations(instance_uuid=server["uuid"])
     assert (migration["status"], migration["source_compute"], migration["dest_compute"]) == (
         "finished",
