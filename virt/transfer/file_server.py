@@ -94,6 +94,7 @@ def _sha256(path: Path) -> str:
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: SignedFileServer
     protocol_version = "HTTP/1.1"
+    server_version, sys_version = "novaq-transfer", ""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         parts = urllib.parse.urlsplit(self.path)
