@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     IPvAnyAddress,
@@ -198,6 +199,10 @@ def split_list_option(value: object) -> object:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+#: A list option that a string gives too (``split_list_option``).
+ListOption = Annotated[tuple[str, ...], NoDecode, BeforeValidator(split_list_option)]
+
+
 def parse_weight_setting(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
     """``[metrics] weight_setting`` as (metric name, ratio) pairs, in order (a name given
     twice counts twice, as in Nova). Raises ``ValueError`` naming the first element that
@@ -321,12 +326,7 @@ class GlanceGroup(_Group):
     empty (the default), a host reads the store's file itself (one machine)."""
 
     store_path: Path | None = None
-    api_servers: Annotated[tuple[str, ...], NoDecode] = ()
-
-    @field_validator("api_servers", mode="before")
-    @classmethod
-    def _servers_from_a_string(cls, value: object) -> object:
-        return split_list_option(value)
+    api_servers: ListOption = ()
 
     @field_validator("api_servers")
     @classmethod

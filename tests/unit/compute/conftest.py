@@ -12,17 +12,22 @@ import pytest
 
 from compute import notifications
 from virt.host_profile import HostProfile
+from virt.libvirt.imagebackend import DiskOptions
 from virt.simulated import SimulatedHostDriver
 
 Hosts = dict[str, SimulatedHostDriver]
 Sent = list[tuple[dict[str, Any], str]]
 
 
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[Hosts]:
+def simulated_hosts(tmp_path: Path, disk_options: DiskOptions | None = None) -> Iterator[Hosts]:
+    """``src`` and ``dst``, each with its own state and instances directory (nothing
+    shared), open for the test."""
     drivers = {
         name: SimulatedHostDriver(
-            HostProfile(name), tmp_path / "state" / name, instances_path=tmp_path / name
+            HostProfile(name),
+            tmp_path / "state" / name,
+            instances_path=tmp_path / name,
+            disk_options=disk_options,
         )
         for name in ("src", "dst")
     }
@@ -31,6 +36,11 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
     yield drivers
     for driver in drivers.values():
         driver.close()
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[Hosts]:
+    yield from simulated_hosts(tmp_path)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ corrupt transfer fails its check; confirm and revert keep Nova's semantics."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,26 +16,27 @@ from typing import Any
 import pytest
 
 from compute import moves, servicegroup, transfer
-from compute.build import guest_spec
-from compute.claims import ResourceRequest
-from compute.instance_state import get_instance
 from models.db import session_scope
-from models.flavor import FlavorSnapshot
 from novaq.settings import Settings
-from tests.disk_images import make_raw_image, qemu_img_info
-from tests.factories import claim, make_compute_node, make_instance, make_settings
-from tests.unit.compute.test_moves_disks import NEW, OLD, _ctx, _names, _request, _rewind, _set
+from tests.disk_images import qemu_img_info
+from tests.factories import make_settings
+from tests.unit.compute.conftest import Hosts, simulated_hosts
+from tests.unit.compute.test_moves_disks import (
+    NEW,
+    _ctx,
+    _names,
+    _request,
+    _rewind,
+    _server,
+    _set,
+)
 from virt import power_state
-from virt.host_profile import HostProfile
 from virt.libvirt.imagebackend import DiskOptions
-from virt.simulated import SimulatedHostDriver
 from virt.transfer.download import TransferChecksumError, TransferError
 from virt.transfer.file_server import SignedFileServer
 
 GIB = 1024**3
 SECRET = "a secret every host of the test cloud shares"
-
-Hosts = dict[str, SimulatedHostDriver]
 
 
 def _settings(host: str) -> Settings:
@@ -45,22 +45,9 @@ def _settings(host: str) -> Settings:
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    """Two hosts, each with its own state and instances directory and the cloud's key."""
+    """Two hosts, nothing shared, each with the cloud's key."""
     options = DiskOptions(transfer_key=transfer.transfer_key(_settings("src")))
-    drivers = {
-        name: SimulatedHostDriver(
-            HostProfile(name),
-            tmp_path / name / "state",
-            instances_path=tmp_path / name / "instances",
-            disk_options=options,
-        )
-        for name in ("src", "dst")
-    }
-    for name, driver in drivers.items():
-        driver.init_host(name)
-    yield drivers
-    for driver in drivers.values():
-        driver.close()
+    yield from simulated_hosts(tmp_path, options)
 
 
 class Endpoints:
@@ -96,22 +83,9 @@ def endpoints(db_url: str, hosts: Hosts) -> Iterator[Endpoints]:
     running.stop()
 
 
-def _server(db_url: str, hosts: Hosts, tmp_path: Path) -> str:
-    # The source's services row is its worker's (``Endpoints.start``): left alone here.
-    nodes = {h: make_compute_node(db_url, h, service=h == "dst") for h in ("src", "dst")}
-    uuid = make_instance(
-        db_url, flavor=OLD, host="src", node="src", vm_state="active", request_spec={"flavor": OLD}
-    )
-    claim(db_url, nodes["src"], uuid, ResourceRequest.from_flavor(FlavorSnapshot.load(OLD)))
-    with session_scope(db_url) as session:
-        spec = guest_spec(session, get_instance(session, uuid))
-    image = make_raw_image(tmp_path / "store", "cirros")
-    hosts["src"].spawn(dataclasses.replace(spec, image=image))
-    return uuid
-
-
 def _moved_aside(db_url: str, hosts: Hosts, tmp_path: Path) -> tuple[str, str]:
-    uuid = _server(db_url, hosts, tmp_path)
+    # The source's services row is its worker's (``Endpoints.start``): left alone here.
+    uuid = _server(db_url, hosts, tmp_path, ("dst",), src_service=False)
     migration = _request(db_url, uuid, NEW)
     moves.prep_resize(_ctx(db_url, migration, hosts["dst"], "dst"))
     moves.resize_instance(_ctx(db_url, migration, hosts["src"], "src"))

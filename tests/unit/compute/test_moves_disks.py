@@ -43,9 +43,15 @@ NEW = flavor_dict(2, 1024, 2, ephemeral_gb=2, swap=32)
 SMALLER = flavor_dict(3, 1024, 0, ephemeral_gb=1)
 
 
-def _server(db_url: str, hosts: Hosts, tmp_path: Path, dest_hosts: tuple[str, ...]) -> str:
-    """A server of a real image running on src (spawned by the driver, as a build does)."""
-    nodes = {h: make_compute_node(db_url, h) for h in {"src", *dest_hosts}}
+def _server(
+    db_url: str, hosts: Hosts, tmp_path: Path, dest_hosts: tuple[str, ...], src_service: bool = True
+) -> str:
+    """A server of a real image running on src (spawned by the driver, as a build does);
+    without ``src_service`` the source's services row is left to the test."""
+    nodes = {
+        h: make_compute_node(db_url, h, service=src_service or h != "src")
+        for h in {"src", *dest_hosts}
+    }
     uuid = make_instance(
         db_url, flavor=OLD, host="src", node="src", vm_state="active", request_spec={"flavor": OLD}
     )
