@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any
 
 from novaq.launcher.children import BrokerMember
 from novaq.launcher.embedded_broker import EmbeddedRedis
 from novaq.launcher.group import SHUTDOWN_TIMEOUT_S, ProcessGroup
 from novaq.launcher.plan import plan_processes, write_cluster_config
 from novaq.launcher.specs import ProcessSpec
-from novaq.launcher.supervisor import Member, RestartPolicy
+from novaq.launcher.supervisor import Member
 from novaq.settings import Settings
 
 LOG = logging.getLogger(__name__)
@@ -45,32 +45,20 @@ def _prepare_database(settings: Settings, url: str) -> None:
 
 
 class Cluster(ProcessGroup):
-    """A local cluster (see :class:`ProcessGroup` for its life). ``n_hosts`` simulated
-    hosts unless the settings declare some; ``migrate`` (default ``models.migrate.upgrade``
-    plus the demo image) is called with the database URL before anything starts."""
+    """A local cluster (see :class:`ProcessGroup` for its life and ``options``).
+    ``n_hosts`` simulated hosts unless the settings declare some; ``migrate`` (default
+    ``models.migrate.upgrade`` plus the demo image) is called with the database URL before
+    anything starts."""
 
     def __init__(
         self,
         settings: Settings,
         *,
         n_hosts: int = 2,
-        quiet: bool = False,
-        output: TextIO | None = None,
         migrate: Callable[[str], None] | None = None,
-        env: Mapping[str, str] | None = None,
-        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
-        restart_policy: RestartPolicy | None = None,
-        follow: bool = False,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            settings,
-            quiet=quiet,
-            output=output,
-            env=env,
-            shutdown_timeout_s=shutdown_timeout_s,
-            restart_policy=restart_policy,
-            follow=follow,
-        )
+        super().__init__(settings, **options)
         self.n_hosts = n_hosts
         self._migrate = migrate or functools.partial(_prepare_database, settings)
         self._broker: EmbeddedRedis | None = None

@@ -5,9 +5,7 @@ environment files that are there; those files give each role what it needs."""
 from __future__ import annotations
 
 import configparser
-import os
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -22,12 +20,8 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = {"controller": "novaq-controller.service", "compute": "novaq-compute.service"}
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith(("NOVAQ_", "FLOWER_")):
-            monkeypatch.delenv(name)
-    yield
+# The settings of each test are its own: no NOVAQ_* or FLOWER_* of the shell or the tier.
+pytestmark = pytest.mark.usefixtures("without_novaq_env")
 
 
 def service(unit: str) -> configparser.SectionProxy:

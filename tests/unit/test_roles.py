@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,8 @@ BROKER = "redis://127.0.0.1:6399/0"
 DATABASE = "postgresql://novaq@db.example:5432/novaq"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith(("NOVAQ_", "FLOWER_")):
-            monkeypatch.delenv(name)
-    yield
+# The settings of each test are its own: no NOVAQ_* or FLOWER_* of the shell or the tier.
+pytestmark = pytest.mark.usefixtures("without_novaq_env")
 
 
 def shared(tmp_path: Path, **overrides: object) -> Settings:
