@@ -26,12 +26,14 @@ What a role refuses, and why:
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from novaq.exceptions import ConfigError, ServiceUnavailable
+from novaq.exceptions import ConfigError
 from novaq.launcher.group import ProcessGroup
 from novaq.launcher.specs import (
     ProcessSpec,
@@ -45,6 +47,10 @@ from novaq.launcher.specs import (
 )
 from novaq.settings import Settings, redact_url
 
+LOG = logging.getLogger(__name__)
+
+#: A compute host's name: a host name (it makes a queue and a Celery node name).
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: What a role needs from its settings, by option and environment variable.
 _REQUIRED = (
     ("broker_url", "NOVAQ_BROKER_URL"),
@@ -96,7 +102,6 @@ def controller_plan(
     env: Mapping[str, str],
     *,
     image_endpoint: ImageEndpoint | None = ImageEndpoint(),
-    holder: str | None = None,
 ) -> list[ProcessSpec]:
     """The controller's processes: the scheduler worker as ``scheduler@<[DEFAULT] host>``,
     a standby beat (it takes over when another controller's beat dies), Flower, and the
@@ -104,7 +109,7 @@ def controller_plan(
     common = role_env(settings, env, "controller")
     specs = [
         scheduler_spec(settings, common, host=settings.host),
-        beat_spec(settings, common, holder or beat_lease_holder("novaq-controller"), standby=True),
+        beat_spec(settings, common, beat_lease_holder("novaq-controller"), standby=True),
         flower_spec(settings, common),
     ]
     if image_endpoint is not None:
@@ -116,26 +121,32 @@ def controller_plan(
 
 def compute_plan(settings: Settings, env: Mapping[str, str], host: str) -> list[ProcessSpec]:
     """The compute host's one process: the compute worker of ``host``."""
-    if not host.strip():
-        raise ConfigError(option="--host", reason="a compute host needs a name")
+    if not _HOST_NAME.fullmatch(host):
+        # NOTE: a ',' would make the worker consume two queues (-Q compute.a,b), an '@'
+        # another node name; Nova's hosts are host names.
+        raise ConfigError(
+            option="--host",
+            reason=f"{host!r} is not a host name (letters, digits, '.', '-', '_', starting "
+            "with a letter or digit)",
+        )
     return [compute_spec(settings, role_env(settings, env, "compute"), host)]
 
 
 def check_schema(database_url: str) -> None:
-    """Refuse a database that is not at the newest revision this code knows."""
-    from alembic.script import ScriptDirectory  # imported late: only a role needs it
+    """Refuse a database that is not at the newest revision this code knows. A database
+    that does not answer yet is waited for, as workers and beat wait for it (saying so
+    once, retrying with backoff; SIGTERM or Ctrl-C ends the wait)."""
+    from alembic.script import ScriptDirectory  # imported late: only a role needs them
 
     from models.migrate import alembic_config, current
+    from tasks.waiting import until_database_answers
 
     head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
-    try:
-        revision = current(database_url)
-    except Exception as exc:  # noqa: BLE001 - any driver's "cannot connect"
-        raise ServiceUnavailable(
-            service="database",
-            reason=f"{redact_url(database_url)} did not answer "
-            f"({' '.join(str(exc).split())[:300]})",
-        ) from None
+    revision = until_database_answers(
+        f"checking the schema of {redact_url(database_url)}",
+        lambda: current(database_url),
+        logger=LOG,
+    )
     if revision != head:
         raise ConfigError(
             f"the database {redact_url(database_url)} is at revision {revision or 'none'}, "

@@ -9,7 +9,7 @@ database (PostgreSQL).
 - a second controller stands by: its beat waits for the lease; when the first controller's
   machine dies (every one of its processes SIGKILLed), the second's beat takes over within
   the lease's bound, and its scheduler serves the next boot;
-- SIGTERM stops every launcher cleanly, children included.
+- SIGTERM stops every launcher cleanly, children included (a beat standing by too).
 
 The image endpoint (``novaq image-endpoint``) is left out (``--no-image-endpoint``): the
 hosts read the tier's image store, on this one machine.
@@ -211,8 +211,14 @@ def test_a_controller_and_two_compute_hosts_boot_and_delete_and_a_standby_contro
     assert "took over the beat lease" in ctl_b.log("beat")
     _delete(_boot_on("rh2", cleanup))  # the second controller's scheduler serves
 
+    # A third controller stands by in turn (and is stopped while it does).
+    ctl_c = _controller(tmp_path, "ctl-c")
+    launchers.append(ctl_c)
+    ctl_c.wait_for("controller ready: scheduler, beat, flower;")
+    _wait(lambda: "standing by" in ctl_c.log("beat"), 120, lambda: ctl_c.log("beat")[-3000:])
+
     # SIGTERM stops each launcher and everything it started.
-    for launcher in (ctl_b, *computes):
+    for launcher in (ctl_c, ctl_b, *computes):
         children = launcher.children()
         launcher.worker.stop(signal.SIGTERM, timeout_s=90)
         assert launcher.worker.proc is not None

@@ -108,9 +108,10 @@ def test_a_compute_host_runs_the_same_worker_as_novaq_up_for_that_host(tmp_path:
     assert worker.env["NOVAQ_HOST"] == "cn-7"
 
 
-def test_a_compute_host_needs_a_name(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--host"):
-        compute_plan(shared(tmp_path), {}, " ")
+@pytest.mark.parametrize("name", ["", " ", "cn-1,cn-2", "compute@cn-1", "cn 1", "-cn"])
+def test_a_compute_host_needs_a_host_name(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError, match=r"--host.*is not a host name"):
+        compute_plan(shared(tmp_path), {}, name)
 
 
 # -- the environment of a role's children --------------------------------------------------
@@ -235,3 +236,28 @@ def test_a_role_refuses_a_database_that_is_not_migrated_and_names_the_command(
 
 def test_a_migrated_database_passes_the_check(migrated_sqlite_url: str) -> None:
     check_schema(migrated_sqlite_url)
+
+
+def test_a_role_started_before_its_database_answers_waits_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+    import time
+
+    from models.migrate import upgrade
+
+    # A real database that cannot be opened yet: its directory does not exist.
+    url = f"sqlite:///{tmp_path}/later/novaq.sqlite"
+
+    def bring_it_up() -> None:
+        deadline = time.monotonic() + 60
+        while "waiting for it" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        upgrade(url)  # makes the directory and the schema
+
+    helper = threading.Thread(target=bring_it_up, daemon=True)
+    helper.start()
+    check_schema(url)  # returns once the database answers at the newest revision
+    helper.join(timeout=60)
+    assert "checking the schema of sqlite:///" in caplog.text
+    assert "the database answered after" in caplog.text
