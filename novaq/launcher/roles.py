@@ -21,7 +21,8 @@ What a role refuses, and why:
   role does not upgrade the schema: two controllers starting together would race Alembic,
   and an upgrade is a decision taken once per release from one machine (``novaq db
   upgrade``). A role checks that the database is at the newest revision its code knows,
-  and refuses to start otherwise, naming the command.
+  and refuses to start otherwise, naming the command (it waits for a database that does
+  not answer yet, as workers and beat do).
 """
 
 from __future__ import annotations
