@@ -122,15 +122,22 @@ def controller_plan(
 
 def compute_plan(settings: Settings, env: Mapping[str, str], host: str) -> list[ProcessSpec]:
     """The compute host's one process: the compute worker of ``host``."""
+    check_host_name(host)
+    return [compute_spec(settings, role_env(settings, env, "compute"), host)]
+
+
+def check_host_name(host: str) -> None:
+    """Refuse a compute host's name that is not a host name.
+
+    NOTE: a ',' would make the worker consume two queues (``-Q compute.a,b``), an '@'
+    another node name; Nova's hosts are host names.
+    """
     if not _HOST_NAME.fullmatch(host):
-        # NOTE: a ',' would make the worker consume two queues (-Q compute.a,b), an '@'
-        # another node name; Nova's hosts are host names.
         raise ConfigError(
             option="--host",
             reason=f"{host!r} is not a host name (letters, digits, '.', '-', '_', starting "
             "with a letter or digit)",
         )
-    return [compute_spec(settings, role_env(settings, env, "compute"), host)]
 
 
 def check_schema(database_url: str) -> None:
@@ -201,6 +208,7 @@ class ComputeHost(Role):
     runs_flower = False
 
     def __init__(self, settings: Settings, host: str, **options: Any) -> None:
+        check_host_name(host)  # before anything starts
         self.host = host
         self.label = f"compute {host}"
         super().__init__(settings, **options)

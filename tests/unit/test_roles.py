@@ -261,3 +261,25 @@ def test_a_role_started_before_its_database_answers_waits_for_it(
     helper.join(timeout=60)
     assert "checking the schema of sqlite:///" in caplog.text
     assert "the database answered after" in caplog.text
+
+
+# -- the command ---------------------------------------------------------------------------
+def test_the_compute_command_refuses_a_host_that_is_not_a_host_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.unit.cli import refused
+
+    monkeypatch.setenv("NOVAQ_BROKER_URL", BROKER)
+    monkeypatch.setenv("NOVAQ_DATABASE_URL", DATABASE)
+    line = refused("compute", "--host", "cn-1,cn-2", "--state-dir", str(tmp_path / "s"))
+    assert "ERROR (ConfigError): Invalid setting --host: 'cn-1,cn-2' is not a host name" in line
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_controller_command_names_every_missing_setting(tmp_path: Path) -> None:
+    from tests.unit.cli import refused
+
+    line = refused("controller", "--state-dir", str(tmp_path / "s"))
+    assert "needs NOVAQ_BROKER_URL and NOVAQ_DATABASE_URL (or broker_url and database_url" in line
+    assert "Nothing was started." in line
+    assert not (tmp_path / "s").exists()
