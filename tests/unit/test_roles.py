@@ -244,6 +244,7 @@ def test_a_role_started_before_its_database_answers_waits_for_it(
     import threading
     import time
 
+    from models.db import dispose_all
     from models.migrate import upgrade
 
     # A real database that cannot be opened yet: its directory does not exist.
@@ -253,7 +254,9 @@ def test_a_role_started_before_its_database_answers_waits_for_it(
         deadline = time.monotonic() + 60
         while "waiting for it" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.05)
-        upgrade(url)  # makes the directory and the schema
+        # Migrated aside, then put in place at once: the check never sees half a schema.
+        upgrade(f"sqlite:///{tmp_path}/staging/novaq.sqlite")
+        (tmp_path / "staging").rename(tmp_path / "later")
 
     helper = threading.Thread(target=bring_it_up, daemon=True)
     helper.start()
@@ -261,6 +264,7 @@ def test_a_role_started_before_its_database_answers_waits_for_it(
     helper.join(timeout=60)
     assert "checking the schema of sqlite:///" in caplog.text
     assert "the database answered after" in caplog.text
+    dispose_all()
 
 
 # -- the command ---------------------------------------------------------------------------
