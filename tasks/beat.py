@@ -2,7 +2,10 @@
 file in the state directory) plus two things Nova's periodic runner had and beat has not:
 
 - **a singleton**: the beat lease (``compute/periodic/beat_lease.py``) is taken before the first
-  tick and renewed at every tick; a second beat exits with an error naming the first;
+  tick and renewed at every tick; a second beat exits with an error naming the first,
+  unless it is a standby (:class:`StandbyScheduler`, ``novaq controller``'s beat): that
+  one waits for the lease and takes over when the holder dies, within
+  :data:`TAKEOVER_BOUND_S` of its death;
 - **run_immediately**: entries of the scheduler's tasks Nova marks ``run_immediately``
   are due at start instead of one spacing later (the compute ones run at each compute
   worker's own start).
@@ -47,6 +50,13 @@ LEASE_TTL_S = 30.0
 RENEW_EVERY_S = 5.0
 #: How often a beat that lost the database tries to renew its lease.
 DATABASE_RETRY_S = 2.0
+#: How often a standby beat tries to take the lease another beat holds.
+STANDBY_POLL_S = 2.0
+#: The longest a standby beat waits after the holder's death: the holder renewed at
+#: most when it died, so its lease expires at most LEASE_TTL_S later, and the standby
+#: tries again at most STANDBY_POLL_S after that. (Plus the clock difference between the
+#: two machines: the expiry is written by the holder's clock and read by the standby's.)
+TAKEOVER_BOUND_S = LEASE_TTL_S + STANDBY_POLL_S
 
 
 #: One holder per beat process (the scheduler object may be built more than once), or the
@@ -164,6 +174,37 @@ class NovaqScheduler(PersistentScheduler):  # type: ignore[misc]
             beat_lease.release(self._sessions, self.lease_holder)
         except Exception:  # noqa: BLE001 - the lease expires on its own
             LOG.exception("could not release the beat lease")
+
+
+class StandbyScheduler(NovaqScheduler):
+    """A beat that waits while another holds the lease, instead of exiting: the beat of
+    each ``novaq controller``, so that when the machine whose beat publishes dies, another
+    controller's beat takes over (within :data:`TAKEOVER_BOUND_S`) with no one restarting
+    anything. Until then it publishes nothing; SIGTERM ends the wait at once."""
+
+    def _take_lease(self) -> None:
+        waiting_for: str | None = None
+        while True:
+            other = beat_lease.acquire(self._sessions, self.lease_holder, LEASE_TTL_S)
+            if other is None:
+                break
+            if other.holder != waiting_for:
+                waiting_for = other.holder
+                LOG.info(
+                    "beat %s standing by: %s holds the beat lease (until %s UTC unless "
+                    "renewed); trying every %g s",
+                    self.lease_holder,
+                    other.holder,
+                    f"{other.expires_at:%Y-%m-%d %H:%M:%S}",
+                    STANDBY_POLL_S,
+                )
+            time.sleep(STANDBY_POLL_S)
+        self._renewed_at = time.monotonic()
+        self._holds_lease = True
+        if waiting_for is None:
+            LOG.info("beat lease taken by %s", self.lease_holder)
+        else:
+            LOG.warning("beat %s took over the beat lease from %s", self.lease_holder, waiting_for)
 
 
 @contextlib.contextmanager

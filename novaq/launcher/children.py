@@ -1,7 +1,8 @@
-"""The processes ``novaq up`` runs, as its supervisor sees them: a child (a worker, beat,
-Flower) whose output goes to its log file, its tail and a sink, and the embedded broker.
+"""The processes a launcher (``novaq up``, ``controller``, ``compute``) runs, as its
+supervisor sees them: a child (a worker, beat, Flower) whose output goes to its log file,
+its tail and a sink, and the embedded broker.
 
-Each child runs in a session of its own (see ``novaq/launcher/cluster.py`` for why), so
+Each child runs in a session of its own (see ``novaq/launcher/group.py`` for why), so
 that a Ctrl-C in the terminal reaches only the launcher, and a SIGKILL of its process
 group reaches its pool too.
 """
@@ -32,7 +33,8 @@ Respec = Callable[[ProcessSpec], ProcessSpec]
 
 class Child:
     """A running ProcessSpec: its output goes to its log file, its tail and the sink.
-    ``respec``, if given, is applied to the spec before each restart."""
+    ``respec``, if given, is applied to the spec before each restart; ``launcher`` names
+    the command that restarts it in the line its log gets then."""
 
     def __init__(
         self,
@@ -41,8 +43,10 @@ class Child:
         sink: Sink,
         colour: int | None,
         respec: Respec | None = None,
+        launcher: str = "novaq up",
     ) -> None:
         self.spec = spec
+        self._launcher = launcher
         self._respec = respec
         self.log_path = log_dir / f"{spec.name}.log"
         self._sink = sink
@@ -103,7 +107,8 @@ class Child:
     def restart(self) -> None:
         """Run the spec again (after its process ended), appending to the same log."""
         self._reader.join(timeout=5.0)
-        self._log.write(f"--- restarted by novaq up after it {self._ended()} ---\n".encode())
+        line = f"--- restarted by {self._launcher} after it {self._ended()} ---\n"
+        self._log.write(line.encode())
         self._log.flush()
         if self._respec is not None:
             self.spec = self._respec(self.spec)

@@ -1,86 +1,33 @@
-"""The local cluster behind ``novaq up`` and ``novaq demo``.
+"""The local cluster behind ``novaq up`` and ``novaq demo``: every process on one machine.
 
 It runs the plan of ``novaq/launcher/plan.py`` (the processes and the cluster's TOML file)
-and owns the embedded broker when no ``NOVAQ_BROKER_URL`` is set, the database upgrade,
-and the children's lives and output. In the foreground (:meth:`Cluster.run_forever`) it
-supervises: a child or the embedded broker that dies is restarted with backoff and one
-line saying so, and only a process that keeps dying stops the cluster
-(``novaq/launcher/supervisor.py``). Before that, :meth:`Cluster.wait_ready` (``novaq
-demo``) fails fast instead: a child that dies before it first answers a ping is a broken
-setting or install, which a restart would only repeat, and the operator wants its log
-tail at once.
-
-NOTE: children are ``subprocess.Popen``'d (``novaq/launcher/children.py``), each in a
-session of its own; honcho supplies only the look of the output (its ``Printer`` and
-colours). ``honcho.manager.Manager`` does not fit: ``loop()`` blocks and installs
-SIGINT/SIGTERM handlers (so it cannot run in a background thread, and ``start()`` must not
-block), it forks a ``multiprocessing`` helper per child and runs each command through a
-shell, it allows 5 s (``KILL_WAIT``) before SIGKILL where a warm Celery shutdown needs
-longer, and it cannot tee output to log files or keep it off the console for ``novaq demo``.
-With a session per child, a Ctrl-C in the terminal reaches only the launcher, which then
-sends one SIGTERM (Celery's warm shutdown) to each child's main process, and SIGKILLs the
-whole process group (prefork pool included) of any child still alive after the grace period.
+as a supervised :class:`~novaq.launcher.group.ProcessGroup`, and owns what only the
+one-machine shortcut has: the embedded broker when no ``NOVAQ_BROKER_URL`` is set (itself
+supervised, restarted on the same URL), the cluster's TOML with its simulated hosts, the
+database upgrade and the demo image. The roles of a cluster of many machines are
+``novaq/launcher/roles.py``.
 """
 
 from __future__ import annotations
 
-import atexit
-import dataclasses
-import datetime
 import functools
 import logging
-import os
-import re
-import signal
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any
 
-from celery import Celery
-from honcho.colour import get_colours
-from honcho.printer import Message, Printer
-from kombu.exceptions import OperationalError
-
-from novaq.exceptions import ServiceUnavailable
-from novaq.launcher.children import BrokerMember, Child
+from novaq.launcher.children import BrokerMember
 from novaq.launcher.embedded_broker import EmbeddedRedis
-from novaq.launcher.flower_guard import (
-    flower_command,
-    flower_url,
-    new_operator_credential,
-    operator_credential,
-    with_free_flower_port,
-)
-from novaq.launcher.flower_probe import workers_heard
-from novaq.launcher.plan import (
-    FLOWER,
-    ProcessSpec,
-    plan_processes,
-    write_cluster_config,
-)
-from novaq.launcher.private_files import (
-    make_private_dir,
-    tighten_tree,
-)
-from novaq.launcher.supervisor import Member, RestartPolicy, Supervisor
+from novaq.launcher.group import SHUTDOWN_TIMEOUT_S, ProcessGroup
+from novaq.launcher.plan import plan_processes, write_cluster_config
+from novaq.launcher.specs import ProcessSpec
+from novaq.launcher.supervisor import Member
 from novaq.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
-SHUTDOWN_TIMEOUT_S = 15.0
-READY_TIMEOUT_S = 60.0
-_SYSTEM = "system"
-#: A child's line that is a log record of level ERROR or CRITICAL (Celery's format,
-#: ``[<time>: ERROR/MainProcess] ...``): shown on the console even when the children's
-#: output goes to their logs only.
-_SEVERE = re.compile(r"^\[[^\]]*: (ERROR|CRITICAL)/")
+__all__ = ["Cluster", "SHUTDOWN_TIMEOUT_S"]
 
 
-# -- the cluster ---------------------------------------------------------------------------
 def _upgrade_database(url: str) -> None:
     from models.migrate import upgrade  # imported late: models/ is optional for this module
 
@@ -97,52 +44,26 @@ def _prepare_database(settings: Settings, url: str) -> None:
         LOG.info("registered the demo image cirros in %s", settings.image_store_path)
 
 
-class Cluster:
-    """A local cluster: a context manager, ``start()`` (non-blocking), ``wait_ready()``,
-    ``run_forever()`` (foreground, restarting what dies, until Ctrl-C, SIGTERM or a
-    process that keeps dying; ``restart_policy`` says how) and ``stop()``.
-
-    The children's output goes to ``<state_dir>/logs/<name>.log``; unless ``quiet``,
-    ``output`` (default stdout) gets the launcher's own lines (started, died, restarted,
-    ready, stopped), the children's ERROR and CRITICAL log lines, and, with ``follow``,
-    every line of the children (their banners included), prefixed with the process
-    name. ``migrate`` (default
+class Cluster(ProcessGroup):
+    """A local cluster (see :class:`ProcessGroup` for its life and ``options``).
+    ``n_hosts`` simulated hosts unless the settings declare some; ``migrate`` (default
     ``models.migrate.upgrade`` plus the demo image) is called with the database URL before
-    anything starts.
-    """
+    anything starts."""
 
     def __init__(
         self,
         settings: Settings,
         *,
         n_hosts: int = 2,
-        quiet: bool = False,
-        output: TextIO | None = None,
         migrate: Callable[[str], None] | None = None,
-        env: Mapping[str, str] | None = None,
-        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
-        restart_policy: RestartPolicy | None = None,
-        follow: bool = False,
+        **options: Any,
     ) -> None:
-        self.settings = settings
-        self.follow = follow
-        self._credentials: Path | None = None
-        self.restart_policy = restart_policy or RestartPolicy()
+        super().__init__(settings, **options)
         self.n_hosts = n_hosts
-        self.state_dir = settings.state_dir.resolve()
-        self.log_dir = self.state_dir / "logs"
-        self.shutdown_timeout_s = shutdown_timeout_s
         self._migrate = migrate or functools.partial(_prepare_database, settings)
-        self._env = dict(os.environ if env is None else env)
-        self._printer = None if quiet else Printer(output or sys.stdout, width=len(_SYSTEM))
-        self._print_lock = threading.RLock()  # RLock: signal handlers print too
-        self._colours: Iterator[int] = get_colours()
         self._broker: EmbeddedRedis | None = None
         self._hosts: list[str] = []
-        self._children: list[Child] = []
-        self._started = False
 
-    # -- properties ------------------------------------------------------------------------
     @property
     def broker_url(self) -> str:
         if self.settings.broker_url:
@@ -152,296 +73,35 @@ class Cluster:
         return self._broker.url
 
     @property
-    def flower_url(self) -> str:
-        return flower_url(self.settings)
-
-    @property
     def hosts(self) -> list[str]:
         return list(self._hosts)
 
-    @property
-    def processes(self) -> list[ProcessSpec]:
-        return [child.spec for child in self._children]
-
-    def log_path(self, name: str) -> Path:
-        return self.log_dir / f"{name}.log"
-
-    # -- lifecycle -------------------------------------------------------------------------
     def plan(self, broker_url: str) -> list[ProcessSpec]:
         """The processes to run (tests override this to run a smaller app)."""
         return plan_processes(self.settings, self._hosts, broker_url, self._env)
 
-    def start(self) -> Cluster:
-        """Start the broker, upgrade the database, launch the children; do not wait."""
-        if self._started:
-            return self
-        flower_command(self.settings)  # refuse an open Flower before starting anything
-        self._move_flower_if_its_port_is_taken()
-        self._started = True
-        try:
-            make_private_dir(self.state_dir)
-            make_private_dir(self.log_dir)
-            self._credentials = new_operator_credential(self.settings)
-            if not self.settings.broker_url:
-                self._broker = EmbeddedRedis(self.state_dir).start()
-            _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
-            self._migrate(self.settings.sqlalchemy_url)
-            # What an older run left readable, and what the migration wrote in this
-            # process (the demo image); the children run under PRIVATE_UMASK.
-            tighten_tree(self.state_dir)
-            self._launch(self.plan(self.broker_url))
-        except BaseException:
-            self.stop()
-            raise
-        atexit.register(self.stop)
-        return self
+    def prepare(self) -> None:
+        """Start the embedded broker (unless one is configured), write the cluster's TOML,
+        upgrade the database."""
+        if not self.settings.broker_url:
+            self._broker = EmbeddedRedis(self.state_dir).start()
+        _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
+        self._migrate(self.settings.sqlalchemy_url)
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Return once the scheduler and every compute worker answer a broadcast ping and
-        Flower, when it runs, hears their events (``flower_probe``: else it would miss
-        the first steps of what comes next).
-
-        A child that exits meanwhile raises ``ServiceUnavailable`` with its log's tail (no
-        restart here: see the module's docstring)."""
-        expected = {spec.node for spec in self.processes if spec.node}
-        app = Celery("novaq-cluster-probe", broker=self.broker_url, set_as_current=False)
-        deadline = time.monotonic() + timeout_s
-        missing = expected
-        try:
-            while True:
-                self._raise_if_a_child_exited()
-                missing = expected - _ping(app)
-                if not missing or time.monotonic() >= deadline:
-                    break
-        finally:
-            app.close()
-        if missing:
-            raise self._not_ready(missing, timeout_s)
-        while not self._flower_hears(expected):
-            self._raise_if_a_child_exited()
-            if time.monotonic() >= deadline:
-                raise self._flower_deaf(expected, timeout_s)
-            time.sleep(0.5)
-
-    def run_forever(self) -> int:
-        """Run in the foreground, restarting whatever dies, until Ctrl-C, SIGTERM or SIGHUP,
-        or until one process dies too often (``restart_policy``); then stop everything.
-
-        Returns 0 after a requested stop, else the status of the process that kept dying
-        (its exit status, 128+N for signal N, 1 if it exited with 0).
-        """
-        self.start()
-        requested = threading.Event()
-        previous = _install_stop_handlers(requested, self._system)
-        supervisor = Supervisor(self._warn, self.restart_policy)
-        done = threading.Event()
-        announcer = threading.Thread(
-            target=self._announce_ready, args=(done,), name="novaq-ready", daemon=True
-        )
-        announcer.start()
-        status = 0
-        try:
-            while not requested.wait(0.2):
-                stop = supervisor.poll(self._members())
-                if stop is not None:
-                    status = stop
-                    break
-        finally:
-            done.set()
-            announcer.join(timeout=5.0)
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-            self.stop()
-        return status
-
-    def ready_line(self) -> str:
-        """The line that ends the start-up output: what runs, where Flower is and where
-        its credential is kept (never the credential itself), where the logs are."""
-        names = ", ".join(child.name for child in self._children)
-        login = (
-            f"user:password in {self._credentials}"
-            if self._credentials is not None
-            else "user:password of [flower] basic_auth"
-        )
-        return (
-            f"cluster ready: {names}; Flower {self.flower_url} (log in with the {login}); "
-            f"logs in {self.log_dir}; Ctrl-C stops it"
-        )
-
-    def stop(self) -> None:
-        """SIGTERM every child, SIGKILL those left after the grace period, stop the broker.
-
-        Idempotent.
-        """
-        atexit.unregister(self.stop)
-        self._started = False
-        children, self._children = self._children, []
-        self._shut_down(children)
-        for child in children:
-            child.close()
-        if children:
-            self._system("all processes stopped")
+    def announce_prepared(self) -> None:
         if self._broker is not None:
-            self._broker.stop()
-
-    def __enter__(self) -> Cluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    # -- internals -------------------------------------------------------------------------
-    def _members(self) -> list[Member]:
-        """What the supervisor watches: the embedded broker first, then the children."""
-        members: list[Member] = [] if self._broker is None else [BrokerMember(self._broker)]
-        return [*members, *self._children]
-
-    def _announce_ready(self, done: threading.Event) -> None:
-        """Print :meth:`ready_line` once every worker answers a ping and Flower hears
-        them; give up silently when ``done`` is set first (the cluster stopped)."""
-        expected = {spec.node for spec in self.processes if spec.node}
-        app = Celery("novaq-cluster-ready", broker=self.broker_url, set_as_current=False)
-        try:
-            while not done.is_set():
-                if expected <= _ping(app) and self._flower_hears(expected):
-                    if not done.is_set():
-                        self._system(self.ready_line())
-                    return
-                done.wait(0.5)
-        except Exception:  # noqa: BLE001 - the announcement must never stop the cluster
-            LOG.exception("could not tell whether the cluster is ready")
-        finally:
-            app.close()
-
-    def _flower_hears(self, nodes: set[str]) -> bool:
-        """Whether Flower (if the plan runs one) has had events from every one of
-        ``nodes``."""
-        if not any(child.name == FLOWER for child in self._children):
-            return True
-        return nodes <= workers_heard(self.flower_url, operator_credential(self.settings))
-
-    def _flower_deaf(self, nodes: set[str], timeout_s: float) -> ServiceUnavailable:
-        [flower] = [c for c in self._children if c.name == FLOWER]
-        return ServiceUnavailable(
-            service="novaq cluster",
-            reason=f"Flower had no events from {', '.join(sorted(nodes))} within "
-            f"{timeout_s:g} s\n--- {flower.name} ({flower.log_path}):\n{flower.tail()}",
-        )
-
-    def _move_flower_if_its_port_is_taken(self) -> None:
-        self.settings, taken = with_free_flower_port(self.settings)
-        if taken is not None:
-            self._system(
-                f"Flower's port {taken} is taken; Flower listens on {self.settings.flower.port}"
-            )
-
-    def _flower_respec(self, spec: ProcessSpec) -> ProcessSpec:
-        """Flower's spec for a restart: on another port if its own was taken meanwhile."""
-        self._move_flower_if_its_port_is_taken()
-        port = f"--port={self.settings.flower.port}"
-        argv = [port if arg.startswith("--port=") else arg for arg in spec.argv]
-        return dataclasses.replace(spec, argv=argv)
-
-    def _child_line(self, name: str, colour: int | None, line: str) -> None:
-        """A child's line for the console: every line with ``follow``, else its errors."""
-        if self.follow or _SEVERE.match(line):
-            self._emit(name, colour, line)
-
-    def _launch(self, specs: list[ProcessSpec]) -> None:
-        if self._printer is not None:
-            self._printer.width = max([len(_SYSTEM), *(len(s.name) for s in specs)])
-        if self._broker is not None:  # (said here, once the output's width is known)
             self._system(
                 f"broker started (pid={self._broker.pid}, 127.0.0.1:{self._broker.port}; "
                 f"its URL in {self._broker.url_path})"
             )
-        for spec in specs:
-            respec = self._flower_respec if spec.name == FLOWER else None
-            child = Child(spec, self.log_dir, self._child_line, next(self._colours), respec)
-            self._children.append(child)
-            self._system(f"{spec.name} started (pid={child.proc.pid})")
 
-    def _shut_down(self, children: list[Child]) -> None:
-        for child in children:
-            if child.alive():
-                self._system(f"sending SIGTERM to {child.name} (pid {child.proc.pid})")
-                child.terminate()
-        deadline = time.monotonic() + self.shutdown_timeout_s
-        for child in children:
-            if not child.wait(deadline - time.monotonic()):
-                self._system(f"sending SIGKILL to {child.name} (pid {child.proc.pid})")
-                child.kill()
-                child.wait(5.0)
+    def stop(self) -> None:
+        """Stop the children (:meth:`ProcessGroup.stop`), then the embedded broker."""
+        super().stop()
+        if self._broker is not None:
+            self._broker.stop()
 
-    def _raise_if_a_child_exited(self) -> None:
-        for child in self._children:
-            if not child.alive():
-                raise ServiceUnavailable(
-                    service="novaq cluster",
-                    reason=f"{child.name} exited with status {child.proc.returncode} "
-                    f"(log: {child.log_path}):\n{child.tail()}",
-                )
-
-    def _not_ready(self, missing: set[str], timeout_s: float) -> ServiceUnavailable:
-        tails = "\n".join(
-            f"--- {c.name} ({c.log_path}):\n{c.tail()}"
-            for c in self._children
-            if c.spec.node in missing
-        )
-        return ServiceUnavailable(
-            service="novaq cluster",
-            reason=f"{', '.join(sorted(missing))} did not answer a ping within "
-            f"{timeout_s:g} s\n{tails}",
-        )
-
-    def _emit(self, name: str, colour: int | None, line: str) -> None:
-        if self._printer is None:
-            return
-        message = Message("line", line, datetime.datetime.now(), name, colour)
-        with self._print_lock:
-            self._printer.write(message)
-
-    def _system(self, text: str) -> None:
-        LOG.debug("%s", text)
-        self._emit(_SYSTEM, None, text)
-
-    def _warn(self, text: str) -> None:
-        """A supervisor's line: on the console, or logged as a warning when the cluster is
-        quiet (``novaq demo --keep``), so that a death is always seen."""
-        if self._printer is None:
-            LOG.warning("%s", text)
-        else:
-            self._system(text)
-
-
-def _ping(app: Celery) -> set[str]:
-    """The node names that answer a broadcast ping within a second."""
-    try:
-        replies = app.control.ping(timeout=1.0)
-    except OperationalError as exc:  # the broker is not reachable (yet)
-        LOG.debug("ping failed: %s", exc)
-        time.sleep(0.5)
-        return set()
-    return {node for reply in replies for node in reply}
-
-
-def _install_stop_handlers(
-    requested: threading.Event, report: Callable[[str], None]
-) -> dict[int, Any]:
-    """Turn SIGINT, SIGTERM and SIGHUP into ``requested``; return the previous handlers."""
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        report(f"{signal.Signals(signum).name} received")
-        requested.set()
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is not threading.main_thread():
-        return previous  # only the main thread may set handlers; the caller calls stop()
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        previous[signum] = signal.signal(signum, _on_signal)
-    return previous
+    def _members(self) -> list[Member]:
+        """What the supervisor watches: the embedded broker first, then the children."""
+        members: list[Member] = [] if self._broker is None else [BrokerMember(self._broker)]
+        return [*members, *super()._members()]

@@ -1,32 +1,34 @@
 """The plan of the local cluster behind ``novaq up`` and ``novaq demo``: which processes
 run (one scheduler worker, one compute worker per simulated host, beat, Flower; as in the
-``Procfile``), with which argv and environment, and the cluster's TOML file (the simulated
-hosts, their GPUs, the PCI alias). ``novaq/launcher/cluster.py`` runs the plan.
+``Procfile``; each built by ``specs.py``, as the roles' are), with which environment, and
+the cluster's TOML file (the simulated hosts, their GPUs, the PCI alias).
+``novaq/launcher/cluster.py`` runs the plan.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-import socket
-import sys
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from novaq.launcher.flower_guard import flower_command
 from novaq.launcher.private_files import make_private_dir, write_private_text
+from novaq.launcher.specs import (
+    BEAT_HOLDER_ENV,
+    CELERY_ARGV,
+    FLOWER,
+    ProcessSpec,
+    beat_lease_holder,
+    beat_spec,
+    compute_spec,
+    flower_spec,
+    scheduler_spec,
+    shared_env,
+)
 from novaq.settings import CLUSTER_CONFIG_FILE, Settings
-
-#: How children run celery: this interpreter, so the venv's celery even when its ``bin/`` is
-#: not on the PATH.
-CELERY_ARGV: tuple[str, ...] = (sys.executable, "-m", "celery")
-#: Flower's process name (the launcher moves it to a free port when its own is taken).
-FLOWER = "flower"
 
 GPU_VENDOR_ID = "10de"  # NVIDIA
 GPU_PRODUCT_ID = "13f1"  # Quadro M4000
@@ -40,24 +42,7 @@ DEFAULT_PCI_ALIAS = {
 DEFAULT_PCI_DEVICE_SPEC = {"vendor_id": GPU_VENDOR_ID, "product_id": GPU_PRODUCT_ID}
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessSpec:
-    """One child: its name (log file and output prefix), argv and complete environment.
-
-    ``node`` is the Celery node name a worker answers pings as (None for beat and Flower).
-    """
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    node: str | None = None
-
-
 # -- the plan ----------------------------------------------------------------------------
-def scheduler_node() -> str:
-    return f"scheduler@{socket.gethostname()}"
-
-
 def cluster_config_path(settings: Settings) -> Path:
     return settings.state_dir.resolve() / CLUSTER_CONFIG_FILE
 
@@ -72,69 +57,25 @@ def plan_processes(
 ) -> list[ProcessSpec]:
     """The cluster's processes. ``env`` is the base environment (usually ``os.environ``).
 
-    Compute workers use the threads pool, never prefork: libvirt's ``test:///`` driver keeps
-    its guests in the memory of the process that opened it, so one compute host must be one
-    process.
+    Every child reads the cluster's TOML (``write_cluster_config``), which names the
+    simulated hosts; each compute worker plays one of them.
     """
-    common = _common_env(settings, broker_url, env)
+    common = shared_env(
+        env,
+        broker_url=broker_url,
+        database_url=settings.sqlalchemy_url,
+        state_dir=settings.state_dir,
+        config=str(cluster_config_path(settings)),
+    )
     celery = list(celery_argv)
-    specs = [_scheduler_spec(settings, celery, common)]
-    specs += [_compute_spec(settings, celery, common, host) for host in hosts]
-    schedule = settings.state_dir.resolve() / "celerybeat-schedule"
-    beat = [*celery, "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(schedule)]
-    specs.append(ProcessSpec("beat", beat, {**common, BEAT_HOLDER_ENV: beat_lease_holder()}))
-    flower_argv, flower_env = flower_command(settings, celery)
-    specs.append(ProcessSpec(FLOWER, flower_argv, {**common, **flower_env}))
+    specs = [scheduler_spec(settings, common, celery=celery)]
+    specs += [compute_spec(settings, common, host, celery=celery) for host in hosts]
+    specs.append(beat_spec(settings, common, beat_lease_holder(), celery=celery))
+    specs.append(flower_spec(settings, common, celery=celery))
     return specs
 
 
-#: How the launcher names beat's lease holder (read by ``tasks/beat.py``).
-BEAT_HOLDER_ENV = "NOVAQ_BEAT_LEASE_HOLDER"
-_RUN_TOKEN = secrets.token_hex(4)
-
-
-def beat_lease_holder() -> str:
-    """One holder for every beat this launcher (re)starts: a beat restarted after a
-    SIGKILL takes back its predecessor's lease at once rather than being refused until
-    it expires (the supervisor restarts beat only once the old one is reaped)."""
-    return f"{socket.gethostname()}:novaq-up-{os.getpid()}:{_RUN_TOKEN}"
-
-
-def _common_env(settings: Settings, broker_url: str, env: Mapping[str, str]) -> dict[str, str]:
-    common = dict(env)
-    # NOTE: a NOVAQ_HOST inherited from the shell would make every process claim one host;
-    # only compute workers get one, their own.
-    common.pop("NOVAQ_HOST", None)
-    common.update(
-        NOVAQ_BROKER_URL=broker_url,
-        NOVAQ_DATABASE_URL=settings.sqlalchemy_url,
-        NOVAQ_STATE_DIR=str(settings.state_dir.resolve()),
-        NOVAQ_CONFIG=str(cluster_config_path(settings)),
-        PYTHONUNBUFFERED="1",
-    )
-    return common
-
-
-def _scheduler_spec(settings: Settings, celery: list[str], env: dict[str, str]) -> ProcessSpec:
-    node = scheduler_node()
-    argv = [
-        *celery, "-A", "tasks", "worker", "-Q", "scheduler,maintenance", "-n", node,
-        "--pool", "prefork", "--concurrency", str(settings.celery.scheduler_concurrency),
-        "-E", "-l", "INFO",
-    ]  # fmt: skip
-    return ProcessSpec("scheduler", argv, dict(env), node)
-
-
-def _compute_spec(
-    settings: Settings, celery: list[str], env: dict[str, str], host: str
-) -> ProcessSpec:
-    node = f"compute@{host}"
-    argv = [
-        *celery, "-A", "tasks", "worker", "-Q", f"compute.{host}", "-n", node,
-        "--pool", "threads", "--concurrency", str(settings.celery.compute_concurrency),
-        "-E", "-l", "INFO",
-    ]  # fmt: skip
-    return ProcessSpec(f"compute-{host}", argv, {**env, "NOVAQ_HOST": host}, node)
+__all__ = ["BEAT_HOLDER_ENV", "CELERY_ARGV", "FLOWER", "ProcessSpec", "plan_processes"]
 
 
 # -- the cluster's TOML ------------------------------------------------------------------

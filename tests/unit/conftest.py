@@ -117,3 +117,12 @@ def task_costs() -> Iterator[TaskCosts]:
     """COMMITs and statements per task while the test runs (``tests.unit.task_costs``)."""
     with counting_task_costs() as found:
         yield found
+
+
+@pytest.fixture
+def without_novaq_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``NOVAQ_*`` or ``FLOWER_*`` variable in the environment (the launcher's tests,
+    whose settings are the test's own)."""
+    for name in list(os.environ):
+        if name.startswith(("NOVAQ_", "FLOWER_")):
+            monkeypatch.delenv(name)

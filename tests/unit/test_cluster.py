@@ -9,7 +9,6 @@ import socket
 import sys
 import time
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +34,8 @@ REPO = HERE.parents[1]
 BROKER = "redis://127.0.0.1:6399/0"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith(("NOVAQ_", "FLOWER_")):
-            monkeypatch.delenv(name)
-    yield
+# The settings of each test are its own: no NOVAQ_* or FLOWER_* of the shell or the tier.
+pytestmark = pytest.mark.usefixtures("without_novaq_env")
 
 
 def by_name(specs: list[ProcessSpec]) -> dict[str, ProcessSpec]:

@@ -17,13 +17,8 @@ from novaq.launcher.plan import ProcessSpec, write_cluster_config
 from novaq.launcher.private_files import tighten_tree
 from novaq.settings import Settings
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith(("NOVAQ_", "FLOWER_")):
-            monkeypatch.delenv(name)
-    yield
+# The settings of each test are its own: no NOVAQ_* or FLOWER_* of the shell or the tier.
+pytestmark = pytest.mark.usefixtures("without_novaq_env")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,8 @@ from novaq.settings import Settings
 FAST = RestartPolicy(max_deaths=5, window_s=60.0, first_delay_s=0.1, max_delay_s=1.0)
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith(("NOVAQ_", "FLOWER_")):
-            monkeypatch.delenv(name)
-    yield
+# The settings of each test are its own: no NOVAQ_* or FLOWER_* of the shell or the tier.
+pytestmark = pytest.mark.usefixtures("without_novaq_env")
 
 
 class ScriptedCluster(Cluster):

@@ -1,10 +1,14 @@
-"""celery beat as novaq runs it: a singleton held by a lease in the database, Nova's
-``run_immediately``, and a schedule that publishes fan-outs with ``expires``."""
+"""celery beat as novaq runs it: a singleton held by a lease in the database (a standby
+beat waits for it), Nova's ``run_immediately``, and a schedule that publishes fan-outs
+with ``expires``."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -184,3 +188,74 @@ def test_a_beat_that_cannot_reach_the_database_publishes_nothing_until_it_renews
     finally:
         beat._sessions = reachable
         beat.close()
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_standby_beat_waits_while_the_lease_is_held_and_takes_it_once_it_expires(
+    beat_app: Celery,
+    tmp_path: Path,
+    db_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tasks import beat as beat_module
+
+    caplog.set_level(logging.INFO, logger="tasks.beat")
+    monkeypatch.setattr(beat_module, "STANDBY_POLL_S", 0.05)
+    # The first controller's beat: "SIGKILLed" below, it never closes nor renews again.
+    _scheduler(beat_app, tmp_path / "a", holder="ctl-a")
+    (tmp_path / "b").mkdir()
+    built: list[beat_module.NovaqScheduler] = []
+
+    def standby() -> None:
+        built.append(
+            beat_module.StandbyScheduler(
+                app=beat_app, schedule_filename=str(tmp_path / "b" / "s"), lease_holder="ctl-b"
+            )
+        )
+
+    waiter = threading.Thread(target=standby, daemon=True)
+    waiter.start()
+    assert _wait_until(lambda: "standing by: ctl-a holds the beat lease" in caplog.text)
+    assert waiter.is_alive() and not built  # it waits rather than exit
+    assert beat_lease.holder_of(sessions_for(db_url)).holder == "ctl-a"
+
+    with session_scope(db_url) as session:  # ctl-a's lease runs out
+        session.get(BeatLease, "beat").expires_at = utcnow() - dt.timedelta(seconds=1)
+    waiter.join(timeout=60)
+    assert built, "the standby did not take the lease over"
+    try:
+        assert beat_lease.holder_of(sessions_for(db_url)).holder == "ctl-b"
+        assert "beat ctl-b took over the beat lease from ctl-a" in caplog.text
+    finally:
+        built[0].close()
+
+
+def test_the_takeover_bound_is_the_lease_ttl_plus_one_standby_poll() -> None:
+    from tasks.beat import LEASE_TTL_S, RENEW_EVERY_S, STANDBY_POLL_S, TAKEOVER_BOUND_S
+
+    assert TAKEOVER_BOUND_S == LEASE_TTL_S + STANDBY_POLL_S
+    assert RENEW_EVERY_S < LEASE_TTL_S  # a live holder renews long before its lease ends
+
+
+def test_a_standby_beat_with_the_lease_free_takes_it_at_once(
+    beat_app: Celery, tmp_path: Path, db_url: str
+) -> None:
+    from tasks.beat import StandbyScheduler
+
+    beat = StandbyScheduler(
+        app=beat_app, schedule_filename=str(tmp_path / "s"), lease_holder="ctl-a"
+    )
+    try:
+        assert beat_lease.holder_of(sessions_for(db_url)).holder == "ctl-a"
+    finally:
+        beat.close()
+    assert beat_lease.holder_of(sessions_for(db_url)) is None
