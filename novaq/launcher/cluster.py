@@ -18,7 +18,7 @@ from typing import Any
 from novaq.launcher.children import BrokerMember
 from novaq.launcher.embedded_broker import EmbeddedRedis
 from novaq.launcher.group import SHUTDOWN_TIMEOUT_S, ProcessGroup
-from novaq.launcher.plan import plan_processes, write_cluster_config
+from novaq.launcher.plan import free_loopback_port, plan_processes, write_cluster_config
 from novaq.launcher.specs import ProcessSpec
 from novaq.launcher.supervisor import Member
 from novaq.settings import Settings
@@ -63,6 +63,8 @@ class Cluster(ProcessGroup):
         self._migrate = migrate or functools.partial(_prepare_database, settings)
         self._broker: EmbeddedRedis | None = None
         self._hosts: list[str] = []
+        # The cluster's own image endpoint, unless the settings name one ([glance]).
+        self._image_port: int | None = None
 
     @property
     def broker_url(self) -> str:
@@ -78,14 +80,21 @@ class Cluster(ProcessGroup):
 
     def plan(self, broker_url: str) -> list[ProcessSpec]:
         """The processes to run (tests override this to run a smaller app)."""
-        return plan_processes(self.settings, self._hosts, broker_url, self._env)
+        return plan_processes(
+            self.settings, self._hosts, broker_url, self._env, image_port=self._image_port
+        )
 
     def prepare(self) -> None:
-        """Start the embedded broker (unless one is configured), write the cluster's TOML,
-        upgrade the database."""
+        """Start the embedded broker (unless one is configured), pick the image endpoint's
+        port (unless ``[glance] api_servers`` names one), write the cluster's TOML, upgrade
+        the database."""
         if not self.settings.broker_url:
             self._broker = EmbeddedRedis(self.state_dir).start()
-        _, self._hosts = write_cluster_config(self.settings, self.n_hosts)
+        if not self.settings.glance.api_servers:
+            self._image_port = free_loopback_port()
+        _, self._hosts = write_cluster_config(
+            self.settings, self.n_hosts, image_port=self._image_port
+        )
         self._migrate(self.settings.sqlalchemy_url)
 
     def announce_prepared(self) -> None:

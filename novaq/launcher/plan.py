@@ -8,6 +8,8 @@ the cluster's TOML file (the simulated hosts, their GPUs, the PCI alias).
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +27,7 @@ from novaq.launcher.specs import (
     beat_spec,
     compute_spec,
     flower_spec,
+    image_endpoint_spec,
     scheduler_spec,
     shared_env,
 )
@@ -40,6 +43,7 @@ DEFAULT_PCI_ALIAS = {
     "device_type": "type-PCI",
 }
 DEFAULT_PCI_DEVICE_SPEC = {"vendor_id": GPU_VENDOR_ID, "product_id": GPU_PRODUCT_ID}
+LOOPBACK = "127.0.0.1"
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -54,11 +58,15 @@ def plan_processes(
     env: Mapping[str, str],
     *,
     celery_argv: Sequence[str] = CELERY_ARGV,
+    image_port: int | None = None,
 ) -> list[ProcessSpec]:
     """The cluster's processes. ``env`` is the base environment (usually ``os.environ``).
 
     Every child reads the cluster's TOML (``write_cluster_config``), which names the
-    simulated hosts; each compute worker plays one of them.
+    simulated hosts; each compute worker plays one of them. With ``image_port``, the
+    cluster serves its images on ``127.0.0.1:<image_port>`` (``novaq image-endpoint``), as
+    a controller does, so a one-machine cluster's hosts fetch images and pull each
+    other's disks over the network like the hosts of many machines.
     """
     common = shared_env(
         env,
@@ -72,7 +80,16 @@ def plan_processes(
     specs += [compute_spec(settings, common, host, celery=celery) for host in hosts]
     specs.append(beat_spec(settings, common, beat_lease_holder(), celery=celery))
     specs.append(flower_spec(settings, common, celery=celery))
+    if image_port is not None:
+        specs.append(image_endpoint_spec(common, address=LOOPBACK, port=image_port))
     return specs
+
+
+def free_loopback_port() -> int:
+    """A loopback port nothing listens on now, for the cluster's image endpoint."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
 
 
 __all__ = ["BEAT_HOLDER_ENV", "CELERY_ARGV", "FLOWER", "ProcessSpec", "plan_processes"]
@@ -95,7 +112,11 @@ def demo_hosts(n_hosts: int) -> list[dict[str, Any]]:
 
 
 def write_cluster_config(
-    settings: Settings, n_hosts: int, *, user_config: Path | None = None
+    settings: Settings,
+    n_hosts: int,
+    *,
+    user_config: Path | None = None,
+    image_port: int | None = None,
 ) -> tuple[Path, list[str]]:
     """Write ``<state_dir>/cluster.toml`` for the children; return it and the host names.
 
@@ -103,7 +124,10 @@ def write_cluster_config(
     names) so their options are kept. Hosts declared in the settings win; otherwise
     ``n_hosts`` demo hosts are generated, plus the Quadro alias and device spec if the
     settings declare neither a PCI alias nor a device spec. The database URL the cluster
-    uses is written too, for the other processes of its directory.
+    uses is written too, for the other processes of its directory. So are a transfer
+    secret of the cluster's own unless the settings give one (the hosts' disk endpoints
+    and the image endpoint sign with it) and, with ``image_port``, the image endpoint the
+    hosts fetch from (``[glance] api_servers``).
     """
     if user_config is None and os.environ.get("NOVAQ_CONFIG"):
         user_config = Path(os.environ["NOVAQ_CONFIG"])
@@ -122,8 +146,13 @@ def write_cluster_config(
     # The database the cluster uses, however it was given (NOVAQ_DATABASE_URL included):
     # the API of a second shell in this directory finds it here (find_local_cluster).
     data["database_url"] = settings.sqlalchemy_url
+    if settings.transfer.secret is None:
+        data.setdefault("transfer", {})["secret"] = secrets.token_urlsafe(32)
+    if image_port is not None:
+        data.setdefault("glance", {})["api_servers"] = [f"http://{LOOPBACK}:{image_port}"]
     path = cluster_config_path(settings)
     make_private_dir(path.parent)
-    # 0600: the user's file may hold secrets ([flower] basic_auth, database passwords).
+    # 0600: it holds secrets ([transfer] secret, the user's [flower] basic_auth, database
+    # passwords).
     write_private_text(path, tomli_w.dumps(data))
     return path, [h["name"] for h in hosts]

@@ -143,6 +143,18 @@ def test_the_procfile_runs_the_same_workers_as_the_plan_for_two_hosts(tmp_path: 
     assert procfile["flower"] == "celery -A tasks flower --address=127.0.0.1 --port=5555"
 
 
+def test_plan_serves_the_clusters_images_on_loopback_only_when_given_a_port(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(state_dir=tmp_path)
+    assert "image-endpoint" not in by_name(plan_processes(settings, ["host1"], BROKER, {}))
+    specs = by_name(plan_processes(settings, ["host1"], BROKER, {}, image_port=40123))
+    endpoint = specs["image-endpoint"]
+    assert endpoint.argv[-5:] == ["image-endpoint", "--address", "127.0.0.1", "--port", "40123"]
+    assert endpoint.env["NOVAQ_CONFIG"] == specs["compute-host1"].env["NOVAQ_CONFIG"]
+    assert endpoint.node is None
+
+
 # -- write_cluster_config ------------------------------------------------------------------
 def load_as_settings(path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("NOVAQ_CONFIG", str(path))
@@ -557,3 +569,31 @@ def test_flower_restarted_after_its_port_was_taken_meanwhile_moves_to_a_free_one
     assert f"--port={moved}" in child.spec.argv
     assert cluster.flower_url == f"http://127.0.0.1:{moved}"
     assert f"Flower's port {port} is taken; Flower listens on {moved}" in output.getvalue()
+
+
+def test_cluster_config_gives_the_cluster_a_transfer_secret_and_its_image_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = write_cluster_config(Settings(state_dir=tmp_path), 1, image_port=40123)
+    loaded = load_as_settings(path, monkeypatch)
+    assert loaded.glance.api_servers == ("http://127.0.0.1:40123",)
+    assert loaded.transfer.secret is not None
+    assert len(loaded.transfer.secret.get_secret_value()) >= 32
+    monkeypatch.delenv("NOVAQ_CONFIG")  # not the first cluster's file as the user's
+    again, _ = write_cluster_config(Settings(state_dir=tmp_path / "other"), 1)
+    other = load_as_settings(again, monkeypatch)
+    assert other.transfer.secret is not None  # every cluster has a secret of its own
+    assert other.transfer.secret.get_secret_value() != loaded.transfer.secret.get_secret_value()
+    assert other.glance.api_servers == ()
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_cluster_config_keeps_the_users_transfer_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NOVAQ_TRANSFER__SECRET", "the-operators-own")
+    settings = Settings(state_dir=tmp_path)
+    path, _ = write_cluster_config(settings, 1)
+    assert "transfer" not in path.read_text()  # the environment's reaches the children
+    monkeypatch.delenv("NOVAQ_TRANSFER__SECRET")
+    assert load_as_settings(path, monkeypatch).transfer.secret is None
