@@ -11,8 +11,9 @@ database (PostgreSQL).
   the lease's bound, and its scheduler serves the next boot;
 - SIGTERM stops every launcher cleanly, children included (a beat standing by too).
 
-The image endpoint (``novaq image-endpoint``) is left out (``--no-image-endpoint``): the
-hosts read the tier's image store, on this one machine.
+Each controller serves the images (``novaq image-endpoint``, on a port of its own); the
+compute hosts fetch from them (``[glance] api_servers``, both controllers, in order), never
+from the image store's files.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import pytest
 from compute.periodic import beat_lease
 from compute.sessions import sessions_for
 from novaq.exceptions import FlavorExists
-from novaq.settings import BROKER_URL_FILE, CLUSTER_CONFIG_FILE
+from novaq.settings import BROKER_URL_FILE, CLUSTER_CONFIG_FILE, get_settings
 from tasks.beat import TAKEOVER_BOUND_S
 from tests.integration.workers import ROOT, Worker
 from workflows import api
@@ -137,15 +138,30 @@ def launchers() -> Iterator[list[Launcher]]:
         launcher.kill_leftovers()
 
 
+#: Each controller's image endpoint: ctl-a, ctl-b, ctl-c (the compute hosts know the first two).
+IMAGE_PORTS = {name: _free_port() for name in ("ctl-a", "ctl-b", "ctl-c")}
+
+
+def _image_server(name: str) -> str:
+    return f"http://127.0.0.1:{IMAGE_PORTS[name]}"
+
+
 def _controller(tmp_path: Path, name: str) -> Launcher:
-    env = _env(NOVAQ_HOST=name, NOVAQ_FLOWER__PORT=str(_free_port()))
-    return Launcher(name, ["controller", "--no-image-endpoint"], env, tmp_path / name)
+    # The API (this process, on the controller's machine) keeps the images in its store.
+    store = str(get_settings().image_store_path.resolve())
+    env = _env(
+        NOVAQ_HOST=name, NOVAQ_FLOWER__PORT=str(_free_port()), NOVAQ_GLANCE__STORE_PATH=store
+    )
+    args = ["controller", "--image-endpoint-address", "127.0.0.1",
+            "--image-endpoint-port", str(IMAGE_PORTS[name])]  # fmt: skip
+    return Launcher(name, args, env, tmp_path / name)
 
 
 def _compute(tmp_path: Path, host: str) -> Launcher:
     state_dir = tmp_path / host
     _leave_a_novaq_up_clusters_files(state_dir, host)
-    env = _env(NOVAQ_HOST="not-this-one")
+    servers = f"{_image_server('ctl-a')},{_image_server('ctl-b')}"
+    env = _env(NOVAQ_HOST="not-this-one", NOVAQ_GLANCE__API_SERVERS=servers)
     env.pop("NOVAQ_CONFIG")  # no operator's file: the role must not fall back to cluster.toml
     return Launcher(host, ["compute", "--host", host], env, state_dir)
 
@@ -177,7 +193,7 @@ def test_a_controller_and_two_compute_hosts_boot_and_delete_and_a_standby_contro
     launchers.append(ctl_a)
     computes = [_compute(tmp_path, host) for host in HOSTS]
     launchers.extend(computes)
-    ctl_a.wait_for("controller ready: scheduler, beat, flower;")
+    ctl_a.wait_for("controller ready: scheduler, beat, flower, image-endpoint;")
     for compute in computes:
         compute.wait_for(f"compute {compute.name} ready: compute-{compute.name};")
     assert f":novaq-controller-{ctl_a.pid}:" in _holder(services)
@@ -191,11 +207,15 @@ def test_a_controller_and_two_compute_hosts_boot_and_delete_and_a_standby_contro
         _delete(uuid)
     for compute in computes:
         assert (compute.state_dir / "hosts" / compute.name).is_dir()  # its own hypervisor
+        # The image came over the network, from the first controller's endpoint.
+        assert f"fetched from {_image_server('ctl-a')}/images/" in compute.log(
+            f"compute-{compute.name}"
+        )
 
     # A second controller: its beat stands by while the first's holds the lease.
     ctl_b = _controller(tmp_path, "ctl-b")
     launchers.append(ctl_b)
-    ctl_b.wait_for("controller ready: scheduler, beat, flower;")
+    ctl_b.wait_for("controller ready: scheduler, beat, flower, image-endpoint;")
     _wait(lambda: "standing by" in ctl_b.log("beat"), 120, lambda: ctl_b.log("beat")[-3000:])
     assert f":novaq-controller-{ctl_a.pid}:" in _holder(services)
     assert "restarting it" not in ctl_b.output()  # waiting, not dying and coming back
@@ -214,7 +234,7 @@ def test_a_controller_and_two_compute_hosts_boot_and_delete_and_a_standby_contro
     # A third controller stands by in turn (and is stopped while it does).
     ctl_c = _controller(tmp_path, "ctl-c")
     launchers.append(ctl_c)
-    ctl_c.wait_for("controller ready: scheduler, beat, flower;")
+    ctl_c.wait_for("controller ready: scheduler, beat, flower, image-endpoint;")
     _wait(lambda: "standing by" in ctl_c.log("beat"), 120, lambda: ctl_c.log("beat")[-3000:])
 
     # SIGTERM stops each launcher and everything it started.
