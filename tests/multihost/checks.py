@@ -60,3 +60,26 @@ def stuck() -> list[tuple[str, str, str | None]]:
         for s in api.list_instances()
         if s["task_state"] is not None
     ]
+
+
+def queue_length(name: str) -> int:
+    """Messages waiting in queue ``name`` on the broker (Redis or RabbitMQ)."""
+    from amqp.exceptions import ChannelError
+
+    from tasks import app
+
+    with app.connection_for_write() as connection:
+        try:
+            declared = connection.default_channel.queue_declare(queue=name, passive=True)
+        except ChannelError as exc:
+            if str(exc.reply_code) != "404":  # NOT_FOUND: Redis keeps no empty list
+                raise
+            return 0
+        return int(declared.message_count)
+
+
+def service_up(host: str) -> bool:
+    [service] = [
+        s for s in api.list_services() if s["binary"] == "novaq-compute" and s["host"] == host
+    ]
+    return bool(service["up"])

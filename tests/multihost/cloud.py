@@ -105,6 +105,9 @@ class Cloud:
     def _start(
         self, key: str, role: str, machine: Machine, argv: list[str], env: dict[str, str]
     ) -> roles.Process:
+        former = self.processes.get(key)
+        if former is not None:  # a machine's role started again: the old one ends (reaped)
+            former.stop()
         process = roles.start(role, machine, machine.name, argv, env, self.home(machine.name))
         self.processes[key] = process
         return process

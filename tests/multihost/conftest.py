@@ -37,14 +37,6 @@ _CONTROLLER_STATE = _BASE / "ctl" / "state"
 COMPUTE_HOSTS = ("mh1", "mh2", "mh3")
 SCHEDULERS = ("sch1", "sch2")
 
-if BROKER == "rabbitmq":
-    _BROKER_URL = f"amqp://guest:guest@{{address}}:5672/{VHOST}"
-    _BROKER_PORT = 5672
-else:
-    _BROKER_URL = f"redis://{{address}}:6379/{REDIS_DB}"
-    _BROKER_PORT = 6379
-_DATABASE_URL = f"postgresql://postgres@{{address}}:5432/{PG_DB}"
-
 #: Every machine's timings, and the test process's: short, so a dead or cut-off machine
 #: shows within the test's patience.
 TIMINGS = {
@@ -53,7 +45,22 @@ TIMINGS = {
     # A SIGKILLed worker's messages come back after the visibility timeout (Redis).
     "NOVAQ_CELERY__VISIBILITY_TIMEOUT": "15",
     "NOVAQ_CELERY__UNACKED_RESTORE_INTERVAL": "2",
+    # Beat fans the per-host periodic tasks out every 5 s (each expiring after as long),
+    # so a cut-off host's queue gets some before the host counts as down.
+    "NOVAQ_PERIODIC__DEFAULT_SPACING": "5",
 }
+
+if BROKER == "rabbitmq":
+    _BROKER_URL = f"amqp://guest:guest@{{address}}:5672/{VHOST}"
+    _BROKER_PORT = 5672
+    # Results come back on the caller's own reply queue (Celery's "amqp" result backend
+    # is gone; without this novaq would derive it from the broker URL).
+    TIMINGS["NOVAQ_RESULT_BACKEND"] = "rpc://"
+else:
+    _BROKER_URL = f"redis://{{address}}:6379/{REDIS_DB}"
+    _BROKER_PORT = 6379
+_DATABASE_URL = f"postgresql://postgres@{{address}}:5432/{PG_DB}"
+
 
 for _name in [n for n in os.environ if n.startswith("NOVAQ_") and not n.startswith("NOVAQ_MH_")]:
     del os.environ[_name]
