@@ -57,6 +57,8 @@ class Cloud:
     processes: dict[str, roles.Process] = field(default_factory=dict)
     forwarders: list[Forwarder] = field(default_factory=list)
     image_endpoint: ImageEndpoint | None = None
+    #: Each compute machine's own extra settings, kept for its restart.
+    compute_extras: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
 
     @classmethod
     def create(
@@ -112,25 +114,31 @@ class Cloud:
         self.processes[key] = process
         return process
 
-    def add_compute(self, host: str) -> roles.Process:
+    def add_compute(
+        self, host: str, extra_toml: str = "", extra_env: dict[str, str] | None = None
+    ) -> roles.Process:
         """A compute machine named ``host`` running one compute worker for ``host``; its
-        simulated hypervisor and instances directory are its own."""
+        simulated hypervisor and instances directory are its own. ``extra_toml`` and
+        ``extra_env`` are more of its settings (e.g. a disk transport's listener on its
+        ``address`` for moves between machines)."""
         machine = self.network.machines.get(host) or self.network.add(host)
+        self.compute_extras[host] = (extra_toml, dict(extra_env or {}))
         home = self.home(host)
         home.mkdir(parents=True, exist_ok=True)
         config = home / "novaq.toml"
         config.write_text(
             f'[[hosts]]\nname = "{host}"\nhost_ip = "{machine.address}"\n\n'
-            f'[libvirt]\ninstances_path = "{home / "instances"}"\n'
+            f'[libvirt]\ninstances_path = "{home / "instances"}"\n\n{extra_toml}'
         )
-        env = self._env(host, NOVAQ_HOST=host, NOVAQ_CONFIG=str(config))
+        env = self._env(host, NOVAQ_HOST=host, NOVAQ_CONFIG=str(config), **(extra_env or {}))
         return self._start(host, "compute", machine, roles.compute_argv(host), env)
 
     def restart_compute(self, host: str) -> roles.Process:
         """The compute worker of ``host`` started again (its machine back from a reboot):
         whatever still runs in its namespace is killed first."""
         roles.power_off(self.network.machines[host])
-        return self.add_compute(host)
+        extra_toml, extra_env = self.compute_extras[host]
+        return self.add_compute(host, extra_toml, extra_env)
 
     def add_scheduler(self, name: str) -> roles.Process:
         machine = self.network.machines.get(name) or self.network.add(name)
@@ -168,7 +176,14 @@ class Cloud:
             f"--- {key} ({p.machine.name}):\n{p.tail(1500)}" for key, p in self.processes.items()
         )
 
-    def destroy(self) -> None:
+    def destroy(self, keep_logs: Path | None = None) -> None:
+        """Everything undone; the machines' logs copied to ``keep_logs`` first if given."""
+        if keep_logs is not None:
+            for process in self.processes.values():
+                target = keep_logs / process.machine.name / process.log.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(process.log, target)
         for process in self.processes.values():
             with contextlib.suppress(OSError):
                 process.stop(timeout_s=5)

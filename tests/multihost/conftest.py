@@ -6,7 +6,8 @@ broker. The broker is Redis (``NOVAQ_MH_BROKER=redis``, the default; database
 ``NOVAQ_MH_REDIS_DB``, 11 unless set) or RabbitMQ (``NOVAQ_MH_BROKER=rabbitmq``, a vhost of
 the run's own). The PostgreSQL database is ``<NOVAQ_MH_DB_PREFIX>_<pid>`` (prefix
 ``novaq_mh``). Everything is removed at the end, failed or not; namespaces a crashed run
-left are removed at the next start.
+left are removed at the next start. ``NOVAQ_MH_KEEP_LOGS=<dir>`` keeps every machine's
+log there.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def cloud() -> Iterator[Cloud]:
         stack.enter_context(_broker())
         stack.enter_context(_database())
         cloud = Cloud.create(_BASE, _BROKER_URL, _DATABASE_URL, TIMINGS)
-        stack.callback(cloud.destroy)
+        keep = os.environ.get("NOVAQ_MH_KEEP_LOGS")
+        stack.callback(cloud.destroy, Path(keep) / PG_DB if keep else None)
         _image_served_by(cloud.serve_images(_CONTROLLER_STATE / "images"))
         for name in SCHEDULERS:
             cloud.add_scheduler(name)
