@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.integration.workers import Worker
 from tests.multihost import roles
 from tests.multihost.forwarder import Forwarder, ImageEndpoint
 from tests.multihost.netns import Machine, Network
@@ -54,7 +55,7 @@ class Cloud:
     database_url: str
     #: Options every machine gets (the tier's short timings).
     common_env: dict[str, str]
-    processes: dict[str, roles.Process] = field(default_factory=dict)
+    processes: dict[str, Worker] = field(default_factory=dict)
     forwarders: list[Forwarder] = field(default_factory=list)
     image_endpoint: ImageEndpoint | None = None
     #: Each compute machine's own extra settings, kept for its restart.
@@ -106,17 +107,18 @@ class Cloud:
 
     def _start(
         self, key: str, role: str, machine: Machine, argv: list[str], env: dict[str, str]
-    ) -> roles.Process:
+    ) -> Worker:
         former = self.processes.get(key)
         if former is not None:  # a machine's role started again: the old one ends (reaped)
             former.stop()
-        process = roles.start(role, machine, machine.name, argv, env, self.home(machine.name))
+        log = self.home(machine.name) / f"{role}.log"
+        process = roles.start(machine, machine.name, argv, env, log)
         self.processes[key] = process
         return process
 
     def add_compute(
         self, host: str, extra_toml: str = "", extra_env: dict[str, str] | None = None
-    ) -> roles.Process:
+    ) -> Worker:
         """A compute machine named ``host`` running one compute worker for ``host``; its
         simulated hypervisor and instances directory are its own. ``extra_toml`` and
         ``extra_env`` are more of its settings (e.g. a disk transport's listener on its
@@ -133,18 +135,18 @@ class Cloud:
         env = self._env(host, NOVAQ_HOST=host, NOVAQ_CONFIG=str(config), **(extra_env or {}))
         return self._start(host, "compute", machine, roles.compute_argv(host), env)
 
-    def restart_compute(self, host: str) -> roles.Process:
+    def restart_compute(self, host: str) -> Worker:
         """The compute worker of ``host`` started again (its machine back from a reboot):
         whatever still runs in its namespace is killed first."""
         roles.power_off(self.network.machines[host])
         extra_toml, extra_env = self.compute_extras[host]
         return self.add_compute(host, extra_toml, extra_env)
 
-    def add_scheduler(self, name: str) -> roles.Process:
+    def add_scheduler(self, name: str) -> Worker:
         machine = self.network.machines.get(name) or self.network.add(name)
         return self._start(name, "scheduler", machine, roles.scheduler_argv(), self._env(name))
 
-    def start_beat(self) -> roles.Process:
+    def start_beat(self) -> Worker:
         """Beat on the controller machine (sharing the API's state directory: one machine)."""
         env = self._env(CONTROLLER)
         return self._start("beat", "beat", self.controller, roles.beat_argv(), env)
@@ -173,14 +175,14 @@ class Cloud:
 
     def logs(self) -> str:
         return "\n".join(
-            f"--- {key} ({p.machine.name}):\n{p.tail(1500)}" for key, p in self.processes.items()
+            f"--- {key} ({p.name}):\n{p.tail(1500)}" for key, p in self.processes.items()
         )
 
     def destroy(self, keep_logs: Path | None = None) -> None:
         """Everything undone; the machines' logs copied to ``keep_logs`` first if given."""
         if keep_logs is not None:
             for process in self.processes.values():
-                target = keep_logs / process.machine.name / process.log.name
+                target = keep_logs / process.name / process.log.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(OSError):
                     shutil.copyfile(process.log, target)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.workers import Worker
 from tests.multihost.checks import (
     audit_clean,
     boot,
@@ -20,7 +21,6 @@ from tests.multihost.checks import (
 )
 from tests.multihost.cloud import Cloud, wait_until
 from tests.multihost.conftest import COMPUTE_HOSTS
-from tests.multihost.roles import Process
 from workflows import api
 
 pytestmark = pytest.mark.multihost
@@ -85,7 +85,7 @@ def test_boots_in_flight_survive_a_scheduler_machine_that_dies(cloud: Cloud) -> 
 _TASK_LINE = re.compile(r"Task ([\w.]+)\[([0-9a-f-]+)\] (received|succeeded|failed|raised)")
 
 
-def _unfinished(process: Process) -> set[str]:
+def _unfinished(process: Worker) -> set[str]:
     """The tasks ``process`` has logged as received and not (yet) as ended."""
     received: set[str] = set()
     ended: set[str] = set()
