@@ -129,7 +129,7 @@ def _database() -> Iterator[None]:
         # its row locks held, until its connection dies: with TCP keepalives' defaults
         # hours later, and never here (the server's client is the controller's forwarder,
         # which stays up). An evacuation that needs one of those rows (its server's, its
-        # source node's) would wait for the partition to heal. The server ends such a
+        # source node's, we infer) would wait for the partition to heal. The server ends such a
         # session instead, as a deployment of compute hosts on the database must too.
         conn.execute(
             text(f"ALTER DATABASE \"{PG_DB}\" SET idle_in_transaction_session_timeout = '30s'")
