@@ -12,12 +12,12 @@ from tests.tcp_proxy import TcpProxy
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    names = {"unit", "integration", "hypervisor"}
+    names = {"unit", "integration", "hypervisor", "multihost"}
     tiers = {part for item in items for part in item.path.parts if part in names}
     if len(tiers) > 1:
         raise pytest.UsageError(
-            "run tests/unit, tests/integration and tests/hypervisor in separate pytest sessions "
-            "(see scripts/test)"
+            "run tests/unit, tests/integration, tests/hypervisor and tests/multihost in separate "
+            "pytest sessions (see scripts/test)"
         )
 
 
