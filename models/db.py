@@ -265,6 +265,19 @@ def _cached_engine(cache: dict[str, Engine], url: str, make: Callable[[str], Eng
 #: SQLite connections: a lock waited for in SQLite's busy handler; URI filenames read as
 #: such (the liveness file's ATTACH, ``_attach_liveness``).
 _SQLITE_CONNECT = {"timeout": 30, "uri": True}
+#: PostgreSQL connections: TCP keepalives on both ends, so a machine cut off the network
+#: (not a clean stop) loses its sessions within about 25 s. Without them the server keeps
+#: a cut-off compute host's open transaction, and the row locks it holds, until the
+#: kernel gives up on the connection (hours): the scheduler's claims and an evacuation of
+#: that very host wait on those locks meanwhile. Keepalives, not a limit on how long a
+#: transaction may sit idle: a slow step is not a dead machine.
+_PG_CONNECT = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "options": "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3",
+}
 #: The engines on which the liveness table is in the main schema (``models.liveness``).
 _IN_MAIN = {"schema_translate_map": liveness.SCHEMA_TRANSLATE}
 
@@ -274,7 +287,13 @@ def _make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args=_SQLITE_CONNECT)
         _configure_sqlite(engine)
     elif url.startswith("postgresql+psycopg"):
-        engine = create_engine(url, pool_size=5, max_overflow=10, execution_options=_IN_MAIN)
+        engine = create_engine(
+            url,
+            pool_size=5,
+            max_overflow=10,
+            execution_options=_IN_MAIN,
+            connect_args=_PG_CONNECT,
+        )
         use_reader_commits(engine)
         _ping_unless_just_used(engine)
     else:
@@ -681,6 +700,7 @@ def _make_liveness_engine(url: str) -> Engine:
         pool_size=1,
         max_overflow=2,
         execution_options=_IN_MAIN,
+        connect_args=_PG_CONNECT if url.startswith("postgresql") else {},
     )
     if engine.dialect.name == "postgresql":
 
