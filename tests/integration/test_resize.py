@@ -1,5 +1,6 @@
 """Resize and cold migrate across two real hosts, checked through show, diagnostics and
-the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU must not exist."""
+the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU must not exist.
+A resize across hosts and its revert run on RabbitMQ too."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from tests.integration.checks import (
     hostdevs,
     memory_used,
 )
+from tests.integration.brokers import Deployment, on_both_brokers
 from tests.integration.workers import Cluster
 from workflows import api
 
 pytestmark = pytest.mark.integration
 
 
-def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]) -> None:
+@on_both_brokers
+def test_resize_across_hosts_then_confirm(deployment: Deployment, cleanup: list[str]) -> None:
     idle = memory_used()
     server = boot_active("r1", flavor("rs.16g", 2, 16000), cleanup)
     source = server["host"]
@@ -53,7 +56,10 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
     assert_no_leaks()
 
 
-def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: list[str]) -> None:
+@on_both_brokers
+def test_resize_then_revert_returns_to_the_source(
+    deployment: Deployment, cleanup: list[str]
+) -> None:
     idle = memory_used()
     server = boot_active("r2", flavor("rs.16g", 2, 16000), cleanup)
     api.resize(server["uuid"], flavor("rs.17g", 4, 17000))
