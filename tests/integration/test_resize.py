@@ -9,6 +9,7 @@ from sqlalchemy import update
 
 from models import Service
 from models.db import session_scope
+from tests.integration.brokers import Deployment, on_both_brokers
 from tests.integration.checks import (
     assert_no_leaks,
     boot_active,
@@ -16,7 +17,6 @@ from tests.integration.checks import (
     hostdevs,
     memory_used,
 )
-from tests.integration.brokers import Deployment, on_both_brokers
 from tests.integration.workers import Cluster
 from workflows import api
 
