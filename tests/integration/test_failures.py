@@ -185,6 +185,9 @@ def test_a_worker_killed_in_the_middle_of_a_resize_resumes_and_leaks_nothing(
     deployment.cluster.wait_ready({"compute@slow"})
     view = api.wait(uuid, "VERIFY_RESIZE", timeout=90)  # the step comes back and resumes
     assert view["task_state"] is None and view["flavor"]["name"] == "it.medium.kill"
+    # The same message (task id) was delivered again and counted (the redelivery bound,
+    # ``[celery] max_delivery_attempts``, is checked against this count).
+    assert _deliveries(uuid, "compute.finish_resize") == [2]
     assert api.diagnostics(uuid)["vcpus"] == 2
     report = api.audit()
     assert report["leaks"] == 0, report
@@ -193,3 +196,9 @@ def test_a_worker_killed_in_the_middle_of_a_resize_resumes_and_leaks_nothing(
     api.delete(uuid)
     api.wait(uuid, "DELETED", timeout=30)
     assert api.audit()["leaks"] == 0
+
+
+def _deliveries(uuid: str, task: str) -> list[int]:
+    """How many times each ``task`` step of the server's workflow was delivered."""
+    steps = [step for op in api.timeline(uuid)["operations"] for step in op["steps"]]
+    return [step["deliveries"] for step in steps if step["task"] == task]
