@@ -11,7 +11,7 @@ connection drops; kombu's Redis transport with novaq's workaround for a lost con
 from __future__ import annotations
 
 from compute.periodic.schedule import beat_schedule_for
-from novaq.broker_options import broker_options
+from novaq.broker_options import beat_entry_options, broker_options
 from novaq.settings import find_local_cluster, get_settings, required_broker_url
 
 _settings = get_settings()
@@ -69,3 +69,6 @@ beat_scheduler = "tasks.beat:NovaqScheduler"
 beat_schedule_filename = str((_settings.state_dir / "celerybeat-schedule").resolve())
 beat_max_loop_interval = 5
 beat_schedule = beat_schedule_for(_settings)
+# On RabbitMQ, beat's messages ask for no result (novaq.broker_options.beat_entry_options).
+for _entry in beat_schedule.values():
+    _entry["options"] = {**dict(_entry["options"]), **beat_entry_options(broker_url)}  # type: ignore[call-overload]

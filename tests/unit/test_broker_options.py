@@ -102,10 +102,12 @@ def _celery_conf(broker_url: str) -> dict[str, Any]:
         "    'transport': c.broker_transport,\n"
         "    'options': c.broker_transport_options,\n"
         "    'scheduler': queues['scheduler'].queue_arguments,\n"
-        "    'host': queues['compute.h1'].queue_arguments}))\n"
+        "    'host': queues['compute.h1'].queue_arguments,\n"
+        "    'beat': [e['options'] for e in c.beat_schedule.values()]}))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "NOVAQ_RESULT_BACKEND"}
-    env.update(NOVAQ_BROKER_URL=broker_url, PYTHONPATH=str(ROOT))
+    # (the unit tier turns periodic tasks off: beat's schedule would be empty)
+    env.update(NOVAQ_BROKER_URL=broker_url, NOVAQ_PERIODIC_ENABLE="true", PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
     )
@@ -118,6 +120,9 @@ def test_celeryconfig_declares_every_queue_quorum_on_rabbitmq() -> None:
     assert conf["host"] == {"x-queue-type": "quorum"}  # a compute.<host> queue made on demand
     assert conf["options"] == {"confirm_publish": True}
     assert (conf["result_backend"], conf["transport"]) == ("rpc://", None)
+    # Beat reads no result: none is sent to its reply queue, which nothing consumes.
+    assert conf["beat"] and all(o["ignore_result"] is True for o in conf["beat"])
+    assert all(o["expires"] > 0 for o in conf["beat"])
 
 
 def test_celeryconfig_keeps_classic_queues_on_redis() -> None:
@@ -125,3 +130,4 @@ def test_celeryconfig_keeps_classic_queues_on_redis() -> None:
     assert conf["scheduler"] is None and conf["host"] is None
     assert conf["transport"] == "novaq.redis_transport:Transport"
     assert conf["options"]["visibility_timeout"] == 3600
+    assert conf["beat"] and all("ignore_result" not in o for o in conf["beat"])
