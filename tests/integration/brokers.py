@@ -64,14 +64,18 @@ class Deployment:
         return self.broker.db_url
 
 
+def skip_or_fail(message: str) -> None:
+    """A server the tier needs is missing: skip locally, fail in CI (CI=true)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def require_rabbitmq() -> None:
     """Skip (locally) or fail (CI=true) unless RabbitMQ answers and ``rabbitmqctl`` works."""
     problem = _rabbitmq_problem()
     if problem:
-        message = f"the RabbitMQ runs need {problem}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(f"the RabbitMQ runs need {problem}")
 
 
 def _rabbitmq_problem() -> str:
@@ -83,6 +87,10 @@ def _rabbitmq_problem() -> str:
         return f"RabbitMQ on {parts.hostname}:{parts.port or 5672}"
     if shutil.which("rabbitmqctl") is None:
         return "rabbitmqctl on the PATH"
+    try:
+        _rabbitmqctl("list_vhosts")
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"rabbitmqctl to work (as root, on the broker's machine): {exc}"
     return ""
 
 
@@ -216,4 +224,5 @@ __all__ = [
     "rabbitmq_vhost",
     "redis_queue_length",
     "require_rabbitmq",
+    "skip_or_fail",
 ]

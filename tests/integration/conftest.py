@@ -30,6 +30,7 @@ from tests.integration.brokers import (
     rabbitmq_vhost,
     redis_queue_length,
     require_rabbitmq,
+    skip_or_fail,
 )
 from tests.integration.workers import Cluster, Worker, start_cluster
 
@@ -106,10 +107,7 @@ def _require_services() -> None:
         name for name, port in (("Redis", 6379), ("PostgreSQL", 5432)) if not _reachable(port)
     ]
     if missing:
-        message = f"integration tier needs {', '.join(missing)} on loopback"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(f"integration tier needs {', '.join(missing)} on loopback")
 
 
 def _register_cirros() -> None:
