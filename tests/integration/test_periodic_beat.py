@@ -160,18 +160,21 @@ def test_beat_runs_every_periodic_task_on_every_up_host_and_skips_a_down_one(
     assert any(after[(t, h)] > before[(t, h)] for (t, h) in before if h == "pa")
 
     # pb comes back: whatever is still queued for it is discarded as expired, and it runs
-    # its periodic tasks again.
+    # its periodic tasks again. (Not "its queue empty": new ticks keep coming once it is
+    # up, faster than a loaded machine's worker may take them.)
     log = beat_cluster.state_dir / "pb.log"
     offset = log.stat().st_size
+
+    def discarded() -> int:
+        restarted = log.read_bytes()[offset:].decode(errors="replace")
+        return len(re.findall(r"Discarding revoked task: compute\.\w+", restarted))
+
     _compute(beat_cluster, "pb")
     beat_cluster.wait_ready({"compute@pb"})
-    _until(lambda: length("compute.pb") == 0, 30, "pb's queue drained", beat_cluster)
+    _until(lambda: discarded() >= queued, 60, "pb discarding its stale ticks", beat_cluster)
     _until(
         lambda: any(v > before[k] for k, v in _run_counts(services).items() if k[1] == "pb"),
-        30,
+        60,
         "pb running its periodic tasks again",
         beat_cluster,
     )
-    restarted = log.read_bytes()[offset:].decode(errors="replace")
-    discarded = re.findall(r"Discarding revoked task: compute\.\w+", restarted)
-    assert len(discarded) >= queued
