@@ -154,7 +154,7 @@ def pointed_at(env: dict[str, str]) -> Iterator[None]:
             else:
                 os.environ[name] = value
         get_settings.cache_clear()
-        _restore_app(saved_conf)
+        _reconfigure(saved_conf)
 
 
 def _point_app_at(settings: Any) -> dict[str, Any]:
@@ -166,10 +166,6 @@ def _point_app_at(settings: Any) -> dict[str, Any]:
     saved = {name: app.conf.get(name) for name in conf}
     _reconfigure(conf)
     return saved
-
-
-def _restore_app(saved: dict[str, Any]) -> None:
-    _reconfigure(saved)
 
 
 def _reconfigure(conf: dict[str, Any]) -> None:
