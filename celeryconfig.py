@@ -2,15 +2,16 @@
 
 JSON only; late acks with reject-on-worker-lost because every step is idempotent; one
 message reserved per process; the visibility timeout set in all three places Celery reads
-it; per-step routing by a router function; running steps are never cancelled when the
-broker connection drops; kombu's Redis transport with novaq's workaround for a lost
-connection (``novaq.redis_transport``). Each setting and its reason: docs/reliability.md.
+it on Redis; quorum queues and publisher confirms on RabbitMQ (``novaq.broker_options``);
+per-step routing by a router function; running steps are never cancelled when the broker
+connection drops; kombu's Redis transport with novaq's workaround for a lost connection
+(``novaq.redis_transport``). Each setting and its reason: docs/reliability.md.
 """
 
 from __future__ import annotations
 
 from compute.periodic.schedule import beat_schedule_for
-from novaq.redis_transport import transport_for
+from novaq.broker_options import beat_entry_options, broker_options
 from novaq.settings import find_local_cluster, get_settings, required_broker_url
 
 _settings = get_settings()
@@ -23,10 +24,10 @@ if not _settings.broker_url and find_local_cluster():
 # The configured broker or the local cluster's (novaq.settings.find_local_cluster); with
 # neither, ServiceUnavailable at the first use of the app, never a default broker.
 broker_url = required_broker_url(_settings)
-result_backend = _settings.result_backend or broker_url
-# kombu's Redis transport, with which a worker survives a lost broker connection while a
-# step is running (issue 14); None for another broker: kombu's own transport.
-broker_transport = transport_for(broker_url)
+# What depends on the broker (novaq.broker_options): on Redis, the result backend, novaq's
+# Redis transport and the visibility timeout in the three places Celery reads it; on
+# RabbitMQ, quorum queues, publisher confirms and an rpc:// result backend.
+globals().update(broker_options(broker_url, _settings.result_backend, _settings.celery))
 
 task_serializer = "json"
 result_serializer = "json"
@@ -49,21 +50,6 @@ broker_connection_max_retries = None
 # (tasks/celery.py, WORKER_PUBLISH_RETRY_POLICY).
 task_publish_retry_policy = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 
-visibility_timeout = _settings.celery.visibility_timeout
-broker_transport_options = {
-    "visibility_timeout": visibility_timeout,
-    # How often unacked messages of dead workers are looked for (kombu 5.7 options).
-    "unacked_restore_interval": _settings.celery.unacked_restore_interval,
-    "unacked_restore_throttle": 1,
-}
-result_backend_transport_options = {
-    "visibility_timeout": visibility_timeout,
-    # A step's result is stored after its work is committed: retried for about a minute
-    # (a broker restart) rather than the backend's 20 s, after which Celery would count
-    # the finished step as failed and call its errback.
-    "retry_policy": {"max_retries": 60, "interval_start": 0, "interval_step": 1, "interval_max": 1},
-}
-
 task_routes = ("tasks.routing.route_task",)
 task_default_queue = "scheduler"
 task_create_missing_queues = True
@@ -83,3 +69,6 @@ beat_scheduler = "tasks.beat:NovaqScheduler"
 beat_schedule_filename = str((_settings.state_dir / "celerybeat-schedule").resolve())
 beat_max_loop_interval = 5
 beat_schedule = beat_schedule_for(_settings)
+# On RabbitMQ, beat's messages ask for no result (novaq.broker_options.beat_entry_options).
+for _entry in beat_schedule.values():
+    _entry["options"] = {**dict(_entry["options"]), **beat_entry_options(broker_url)}  # type: ignore[call-overload]

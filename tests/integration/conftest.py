@@ -17,6 +17,21 @@ from typing import Any
 
 import pytest
 
+from tests.integration.brokers import (
+    RABBITMQ,
+    REDIS,
+    VHOST_PREFIX,
+    Broker,
+    Deployment,
+    amqp_queue_length,
+    close_connections,
+    pointed_at,
+    rabbitmq_state,
+    rabbitmq_vhost,
+    redis_queue_length,
+    require_rabbitmq,
+    skip_or_fail,
+)
 from tests.integration.workers import Cluster, Worker, start_cluster
 
 __all__ = ["Cluster", "Worker", "start_cluster"]
@@ -94,10 +109,7 @@ def _require_services() -> None:
         name for name, port in (("Redis", 6379), ("PostgreSQL", 5432)) if not _reachable(port)
     ]
     if missing:
-        message = f"integration tier needs {', '.join(missing)} on loopback"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(f"integration tier needs {', '.join(missing)} on loopback")
 
 
 def _register_cirros() -> None:
@@ -129,21 +141,12 @@ def services() -> Iterator[str]:
     """A fresh PostgreSQL database with the schema, and an empty Redis database."""
     _require_services()
     import redis
-    from sqlalchemy import create_engine, text
 
-    from models.migrate import upgrade
-
-    admin = create_engine(
-        PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{PG_DB}"'))
-        conn.execute(text(f'CREATE DATABASE "{PG_DB}"'))
+    _create_database(PG_DB)
     client = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB)
     client.flushdb()
     url = os.environ["NOVAQ_DATABASE_URL"]
-    upgrade(url)
-    _register_cirros()
+    _migrate_and_register(url)
     images = _serve_images()
     yield url
     images.close()
@@ -151,9 +154,41 @@ def services() -> Iterator[str]:
 
     dispose_all()
     client.flushdb()
+    _drop_database(PG_DB)
+
+
+def _create_database(name: str) -> None:
+    from sqlalchemy import text
+
+    admin = _admin()
     with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)'))
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
+
+
+def _admin() -> Any:
+    from sqlalchemy import create_engine
+
+    return create_engine(
+        PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+    )
+
+
+def _drop_database(name: str) -> None:
+    from sqlalchemy import text
+
+    admin = _admin()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _migrate_and_register(url: str) -> None:
+    from models.migrate import upgrade
+
+    upgrade(url)
+    _register_cirros()
 
 
 @pytest.fixture(scope="session")
@@ -180,3 +215,65 @@ def cleanup() -> Iterator[list[str]]:
 @pytest.fixture
 def state_dir() -> Path:
     return _STATE
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_env(services: str) -> Iterator[dict[str, str]]:
+    """The RabbitMQ deployment's settings (``NOVAQ_*``): a vhost, a PostgreSQL database
+    (migrated, the cirros image registered) and a state directory of its own; all
+    removed at the end of the session."""
+    require_rabbitmq()
+    db = f"{PG_DB}_amqp"
+    _create_database(db)
+    vhost = f"{VHOST_PREFIX}_{REDIS_DB}_{os.getpid()}"
+    try:
+        with rabbitmq_vhost(vhost) as broker_url:
+            env = {
+                "NOVAQ_BROKER_URL": broker_url,
+                "NOVAQ_DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{db}",
+                "NOVAQ_STATE_DIR": str(rabbitmq_state(_STATE)),
+                # The tier's image endpoint serves one store (``_serve_images``): this
+                # deployment's images go there too, under ids of their own.
+                "NOVAQ_GLANCE__STORE_PATH": str(_STATE / "images"),
+            }
+            with pointed_at(env):
+                _migrate_and_register(env["NOVAQ_DATABASE_URL"])
+            yield env
+            close_connections(env)
+    finally:
+        from models.db import dispose_all
+
+        dispose_all()
+        _drop_database(db)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_hosts(rabbitmq_env: dict[str, str]) -> Iterator[Cluster]:
+    """``two_hosts``' twin on RabbitMQ: a scheduler and compute workers for host1 and host2."""
+    with pointed_at(rabbitmq_env):
+        state = Path(rabbitmq_env["NOVAQ_STATE_DIR"])
+        cluster = start_cluster(state, ["host1", "host2"], env=rabbitmq_env)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest, services: str) -> Iterator[Broker]:
+    """The broker the test runs on: Redis, unless ``@on_both_brokers`` (tests.integration.
+    brokers) gives RabbitMQ; during the test this process uses that broker and its database."""
+    name = getattr(request, "param", REDIS)
+    if name == REDIS:
+        yield Broker(REDIS, os.environ["NOVAQ_BROKER_URL"], services, redis_queue_length(REDIS_DB))
+        return
+    assert name == RABBITMQ, name
+    env = request.getfixturevalue("rabbitmq_env")
+    url = env["NOVAQ_BROKER_URL"]
+    with pointed_at(env):
+        yield Broker(RABBITMQ, url, env["NOVAQ_DATABASE_URL"], amqp_queue_length(url))
+
+
+@pytest.fixture
+def deployment(request: pytest.FixtureRequest, broker: Broker) -> Deployment:
+    """The broker the test runs on with its scheduler and compute workers (host1, host2)."""
+    cluster_fixture = "two_hosts" if broker.name == REDIS else "rabbitmq_hosts"
+    return Deployment(broker, request.getfixturevalue(cluster_fixture))

@@ -1,4 +1,5 @@
-"""Boot and delete on real Redis, PostgreSQL and worker processes for two hosts."""
+"""Boot and delete on a real broker (Redis; RabbitMQ too where marked), PostgreSQL and
+worker processes for two hosts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy import func, select
 from models import Allocation
 from models.db import session_scope
 from novaq.exceptions import FlavorExists
+from tests.integration.brokers import Deployment, on_both_brokers
 from workflows import api
 
 pytestmark = pytest.mark.integration
@@ -28,8 +30,9 @@ def _allocations(db_url: str) -> int:
         return int(session.scalar(select(func.count()).select_from(Allocation)) or 0)
 
 
+@on_both_brokers
 def test_six_servers_spread_over_both_hosts_then_delete_returns_everything(
-    services: str, two_hosts: object
+    deployment: Deployment,
 ) -> None:
     flavor = _flavor("it.small", 1, 2048, 10)
     uuids = api.boot("it", flavor, "cirros", count=6)
@@ -43,13 +46,13 @@ def test_six_servers_spread_over_both_hosts_then_delete_returns_everything(
         assert f"<uuid>{view['uuid']}</uuid>" in diag["xml"]
     by_host = {h["host"]: h for h in api.list_hosts()}
     assert sum(h["running_vms"] for h in by_host.values()) == 6
-    assert _allocations(services) == 18  # VCPU, MEMORY_MB, DISK_GB per server
+    assert _allocations(deployment.db_url) == 18  # VCPU, MEMORY_MB, DISK_GB per server
 
     for uuid in uuids:
         api.delete(uuid)
     for uuid in uuids:
         assert api.wait(uuid, "DELETED", timeout=60)["deleted_at"] is not None
-    assert _allocations(services) == 0
+    assert _allocations(deployment.db_url) == 0
     for host in api.list_hosts():
         assert (host["vcpus_used"], host["memory_mb_used"], host["local_gb_used"]) == (0, 512, 0)
     with pytest.raises(Exception, match="could not be found"):

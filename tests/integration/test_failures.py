@@ -1,5 +1,6 @@
-"""Failures on real workers: a host whose hypervisor refuses to start guests, and a host
-that stops reporting."""
+"""Failures on real workers: a host whose hypervisor refuses to start guests, a host
+that stops reporting, a worker SIGKILLed mid-step (on Redis and on RabbitMQ: the step's
+message comes back after the visibility timeout on Redis, at once on RabbitMQ)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sqlalchemy import delete, func, select
 from models import Allocation, ComputeNode, Service
 from models.db import session_scope
 from novaq.exceptions import FlavorExists
+from tests.integration.brokers import Deployment, on_both_brokers
 from tests.integration.conftest import Cluster, Worker
 from workflows import api
 
@@ -112,17 +114,18 @@ def test_a_build_failing_on_its_host_lands_on_an_alternate_and_the_host_weighs_l
 
 
 @pytest.fixture
-def slow_host(services: str, two_hosts: Cluster, tmp_path: Path) -> Iterator[Worker]:
+def slow_host(deployment: Deployment, tmp_path: Path) -> Iterator[Worker]:
     """A compute host whose guests take 5 s to start, and more RAM than the others."""
     config = tmp_path / "slow.toml"
     config.write_text('[[hosts]]\nname = "slow"\nmemory_mb = 262144\nspawn_delay_s = 5\n')
     env = {"NOVAQ_CONFIG": str(config)}
-    worker = two_hosts.add("slow", "compute.slow", "compute@slow", "slow", extra_env=env)
-    two_hosts.wait_ready({"compute@slow"})
+    cluster = deployment.cluster
+    worker = cluster.add("slow", "compute.slow", "compute@slow", "slow", extra_env=env)
+    cluster.wait_ready({"compute@slow"})
     yield worker
     worker.stop()
-    two_hosts.workers.pop("slow", None)
-    with session_scope(services) as session:
+    cluster.workers.pop("slow", None)
+    with session_scope(deployment.db_url) as session:
         session.execute(delete(Service).where(Service.host == "slow"))
         session.execute(
             delete(Allocation).where(
@@ -135,7 +138,7 @@ def slow_host(services: str, two_hosts: Cluster, tmp_path: Path) -> Iterator[Wor
 
 
 def test_a_worker_killed_mid_spawn_errors_the_build_at_restart_and_leaks_nothing(
-    services: str, slow_host: Worker, two_hosts: Cluster
+    deployment: Deployment, slow_host: Worker
 ) -> None:
     import signal
 
@@ -149,7 +152,7 @@ def test_a_worker_killed_mid_spawn_errors_the_build_at_restart_and_leaks_nothing
     assert api.show(uuid)["host"] == "slow"
     slow_host.stop(signal.SIGKILL)
     slow_host.start()
-    two_hosts.wait_ready({"compute@slow"})
+    deployment.cluster.wait_ready({"compute@slow"})
     view = api.wait(uuid, "ERROR", timeout=30)
     assert view["fault"]["message"].endswith("interrupted by a restart of slow")
     report = api.audit()
@@ -159,8 +162,9 @@ def test_a_worker_killed_mid_spawn_errors_the_build_at_restart_and_leaks_nothing
     api.delete(uuid)
 
 
+@on_both_brokers
 def test_a_worker_killed_in_the_middle_of_a_resize_resumes_and_leaks_nothing(
-    services: str, slow_host: Worker, two_hosts: Cluster
+    deployment: Deployment, slow_host: Worker
 ) -> None:
     import signal
 
@@ -178,9 +182,12 @@ def test_a_worker_killed_in_the_middle_of_a_resize_resumes_and_leaks_nothing(
     assert api.show(uuid)["host"] == "slow"
     slow_host.stop(signal.SIGKILL)  # mid finish_resize, its guest half started
     slow_host.start()
-    two_hosts.wait_ready({"compute@slow"})
+    deployment.cluster.wait_ready({"compute@slow"})
     view = api.wait(uuid, "VERIFY_RESIZE", timeout=90)  # the step comes back and resumes
     assert view["task_state"] is None and view["flavor"]["name"] == "it.medium.kill"
+    # The same message (task id) was delivered again and counted (the redelivery bound,
+    # ``[celery] max_delivery_attempts``, is checked against this count).
+    assert _deliveries(uuid, "compute.finish_resize") == [2]
     assert api.diagnostics(uuid)["vcpus"] == 2
     report = api.audit()
     assert report["leaks"] == 0, report
@@ -189,3 +196,9 @@ def test_a_worker_killed_in_the_middle_of_a_resize_resumes_and_leaks_nothing(
     api.delete(uuid)
     api.wait(uuid, "DELETED", timeout=30)
     assert api.audit()["leaks"] == 0
+
+
+def _deliveries(uuid: str, task: str) -> list[int]:
+    """How many times each ``task`` step of the server's workflow was delivered."""
+    steps = [step for op in api.timeline(uuid)["operations"] for step in op["steps"]]
+    return [step["deliveries"] for step in steps if step["task"] == task]

@@ -1,10 +1,10 @@
-"""Versioned notifications read back from real Redis by a consumer of the ``notifications``
-exchange, as a Nova notification listener would."""
+"""Versioned notifications read back from the real broker (Redis; RabbitMQ too where
+marked) by a consumer of the ``notifications`` exchange, as a Nova notification listener
+would."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,21 +13,21 @@ from kombu import Connection, Queue
 
 from compute.notifications import EXCHANGE
 from novaq.exceptions import FlavorExists
-from tests.integration.workers import Cluster
+from tests.integration.brokers import Deployment, on_both_brokers
 from workflows import api
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def listener(two_hosts: Cluster) -> Iterator[Any]:
+def listener(deployment: Deployment) -> Iterator[Any]:
     queue = Queue(
         "novaq-test-notifications",
         exchange=EXCHANGE,
         routing_key="versioned_notifications.#",
         durable=False,
     )
-    with Connection(os.environ["NOVAQ_BROKER_URL"]) as connection:
+    with Connection(deployment.broker.url) as connection:
         bound = queue(connection.default_channel)
         bound.declare()
         bound.purge()
@@ -48,6 +48,7 @@ def _read_until(listener: Any, wanted: str, uuid: str, limit: int = 50) -> list[
     raise AssertionError(f"{wanted} never came: {[s['event_type'] for s in seen]}")
 
 
+@on_both_brokers
 def test_boot_and_delete_emit_novas_versioned_notifications(listener: Any) -> None:
     with contextlib.suppress(FlavorExists):
         api.create_flavor("nt.small", 1, 512, 1)

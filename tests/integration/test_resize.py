@@ -1,5 +1,6 @@
 """Resize and cold migrate across two real hosts, checked through show, diagnostics and
-the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU must not exist."""
+the audit, GPUs included: Nova's bug where a 1 → 2 GPU resize left one GPU must not exist.
+A resize across hosts and its revert run on RabbitMQ too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy import update
 
 from models import Service
 from models.db import session_scope
+from tests.integration.brokers import Deployment, on_both_brokers
 from tests.integration.checks import (
     assert_no_leaks,
     boot_active,
@@ -28,7 +30,8 @@ def api_server() -> str:
     return os.environ["NOVAQ_GLANCE__API_SERVERS"]
 
 
-def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]) -> None:
+@on_both_brokers
+def test_resize_across_hosts_then_confirm(deployment: Deployment, cleanup: list[str]) -> None:
     idle = memory_used()
     server = boot_active("r1", flavor("rs.16g", 2, 16000), cleanup)
     source = server["host"]
@@ -38,7 +41,8 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
     assert api.diagnostics(server["uuid"])["vcpus"] == 4
     # Over the network, as across machines: the destination pulled the disks from the
     # source's disk endpoint, and both read the image from the image endpoint.
-    logs = {host: two_hosts.workers[host].log.read_text() for host in (source, view["host"])}
+    workers = deployment.cluster.workers
+    logs = {host: workers[host].log.read_text() for host in (source, view["host"])}
     assert f"Pulled the disks of {server['uuid']} from http://" in logs[view["host"]]
     assert all(f"fetched from {api_server()}/images/" in log for log in logs.values())
     [migration] = api.list_migrations(instance_uuid=server["uuid"])
@@ -65,7 +69,10 @@ def test_resize_across_hosts_then_confirm(two_hosts: Cluster, cleanup: list[str]
     assert_no_leaks()
 
 
-def test_resize_then_revert_returns_to_the_source(two_hosts: Cluster, cleanup: list[str]) -> None:
+@on_both_brokers
+def test_resize_then_revert_returns_to_the_source(
+    deployment: Deployment, cleanup: list[str]
+) -> None:
     idle = memory_used()
     server = boot_active("r2", flavor("rs.16g", 2, 16000), cleanup)
     api.resize(server["uuid"], flavor("rs.17g", 4, 17000))
