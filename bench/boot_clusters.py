@@ -22,6 +22,7 @@ from pathlib import Path
 from bench import bare_app, sql_counts
 from novaq.launcher.cluster import Cluster
 from novaq.launcher.plan import CELERY_ARGV, ProcessSpec
+from novaq.launcher.specs import IMAGE_ENDPOINT
 from novaq.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,15 +31,20 @@ Respec = Callable[[ProcessSpec], ProcessSpec]
 
 class WorkersOnly(Cluster):
     """``novaq up``'s cluster without beat and Flower, each worker's spec passed through
-    ``respec``."""
+    ``respec``; with ``images``, its image endpoint too (novaq's hosts fetch the image
+    from it; the bare app's have none to fetch)."""
 
-    def __init__(self, settings: Settings, n_hosts: int, respec: Respec, **kwargs: object) -> None:
+    def __init__(
+        self, settings: Settings, n_hosts: int, respec: Respec, images: bool, **kwargs: object
+    ) -> None:
         super().__init__(settings, n_hosts=n_hosts, quiet=True, **kwargs)  # type: ignore[arg-type]
         self._respec_worker = respec
+        self._images = images
 
     def plan(self, broker_url: str) -> list[ProcessSpec]:
-        workers = [spec for spec in super().plan(broker_url) if spec.node]
-        return [self._respec_worker(spec) for spec in workers]
+        plan = super().plan(broker_url)
+        workers = [self._respec_worker(spec) for spec in plan if spec.node]
+        return workers + [spec for spec in plan if self._images and spec.name == IMAGE_ENDPOINT]
 
 
 def _pythonpath(env: dict[str, str]) -> str:
@@ -63,7 +69,7 @@ def novaq_cluster(settings: Settings, n_hosts: int, counts_dir: Path) -> Cluster
         }
         return dataclasses.replace(spec, argv=argv, env=env)
 
-    return WorkersOnly(settings, n_hosts, counted)
+    return WorkersOnly(settings, n_hosts, counted, images=True)
 
 
 def bare_cluster(settings: Settings, n_hosts: int, hosts: list[str], counts_dir: Path) -> Cluster:
@@ -87,4 +93,4 @@ def bare_cluster(settings: Settings, n_hosts: int, hosts: list[str], counts_dir:
         argv = [CELERY_ARGV[0], "-m", "bench.sql_counts", *args]
         return dataclasses.replace(spec, name=f"bare-{spec.name}", argv=argv, env=env, node=node)
 
-    return WorkersOnly(settings, n_hosts, bare, migrate=lambda _url: None)
+    return WorkersOnly(settings, n_hosts, bare, images=False, migrate=lambda _url: None)
