@@ -1,6 +1,6 @@
-"""The controller machine's services, on its address: TCP forwarders (PostgreSQL, Redis,
-RabbitMQ) and the image endpoint, each listening inside the controller's namespace and
-served from the test process in the root namespace.
+"""The controller machine's shared services on its address: TCP forwarders (PostgreSQL,
+Redis, RabbitMQ), each listening inside the controller's namespace and served from the test
+process in the root namespace.
 
 The servers themselves run once on this box's loopback (127.0.0.1 of the root namespace),
 shared with other tests; a forwarder's listening socket is made inside the controller's
@@ -12,12 +12,8 @@ client (which RabbitMQ's ``guest`` user needs).
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import socket
 import threading
-from pathlib import Path
 
 from tests.multihost.netns import inside
 from tests.tcp_proxy import TcpProxy
@@ -43,48 +39,3 @@ class Forwarder(TcpProxy):
         listener = _listener(self.namespace, self.address, self.port)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-
-class _Files(http.server.SimpleHTTPRequestHandler):
-    """Files of one directory, each GET counted on the server, nothing logged."""
-
-    server: _CountingServer
-
-    def do_GET(self) -> None:
-        self.server.gets += 1
-        super().do_GET()
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
-        pass
-
-
-class _CountingServer(http.server.ThreadingHTTPServer):
-    gets = 0
-
-
-class ImageEndpoint:
-    """The image store's files over HTTP at ``http://<address>:<port>/<image id>``:
-    what a compute machine downloads an image from (``virt/libvirt/image_fetch.py``
-    reads ``http://`` locations), in place of the controller's image endpoint."""
-
-    def __init__(self, namespace: str, address: str, port: int, store: Path) -> None:
-        handler = functools.partial(_Files, directory=str(store))
-        self.server = _CountingServer((address, port), handler, bind_and_activate=False)
-        self.server.socket.close()
-        self.server.socket = _listener(namespace, address, port)
-        self.url = f"http://{address}:{port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def downloads(self) -> int:
-        """GET requests served so far."""
-        return self.server.gets
-
-    def start(self) -> ImageEndpoint:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.server.shutdown()
-            self.server.server_close()

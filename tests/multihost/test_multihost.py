@@ -1,13 +1,15 @@
-"""novaq across machines: three compute machines, two scheduler machines and a
-controller, each a network namespace (``tests/multihost/conftest.py``)."""
+"""novaq across machines: three compute machines (``novaq compute``) and two controllers
+(``novaq controller``), each a network namespace (``tests/multihost/conftest.py``)."""
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
 
+from tasks.beat import TAKEOVER_BOUND_S
 from tests.integration.workers import Worker
 from tests.multihost.checks import (
     audit_clean,
@@ -19,8 +21,8 @@ from tests.multihost.checks import (
     stuck,
     wait_all,
 )
-from tests.multihost.cloud import Cloud, wait_until
-from tests.multihost.conftest import COMPUTE_HOSTS
+from tests.multihost.cloud import CONTROLLER, Cloud, wait_until
+from tests.multihost.conftest import COMPUTE_HOSTS, IMAGE_STORE, beat_holder
 from workflows import api
 
 pytestmark = pytest.mark.multihost
@@ -45,9 +47,13 @@ def test_servers_boot_on_every_compute_machine_each_on_its_own_disk(cloud: Cloud
         assert _instance_dirs(cloud, host) == mine
         # The image came over the network into the machine's own cache.
         assert any((cloud.home(host) / "instances" / host / "_base").iterdir())
-    # Each machine downloaded it from the controller's endpoint (the fixture's own
-    # registration does not count: it reads the file it was given).
-    assert cloud.image_endpoint is not None and cloud.image_endpoint.downloads >= len(COMPUTE_HOSTS)
+    # Each machine downloaded it from the first controller's image endpoint, and serves
+    # its own disks (for a move) on its own address.
+    fetched = f"fetched from {cloud.image_server(CONTROLLER)}/images/"
+    endpoints = disk_endpoints()
+    for host in COMPUTE_HOSTS:
+        assert fetched in cloud.processes[host].tail(1_000_000)
+        assert endpoints[host].startswith(f"http://{cloud.network.machines[host].address}:")
     report = audit_clean(COMPUTE_HOSTS)
     assert guests(report) == {h: list(placed.values()).count(h) for h in COMPUTE_HOSTS}
 
@@ -58,28 +64,76 @@ def test_servers_boot_on_every_compute_machine_each_on_its_own_disk(cloud: Cloud
     assert stuck() == []
 
 
-def test_boots_in_flight_survive_a_scheduler_machine_that_dies(cloud: Cloud) -> None:
-    """One scheduler machine loses power while it holds boots it has not finished: the
-    other scheduler serves them (on Redis the dead one's unacknowledged messages come
-    back after the visibility timeout), and every server becomes ACTIVE."""
+def disk_endpoints() -> dict[str, str]:
+    """Each compute service's published disk endpoint URL."""
+    import os
+
+    from sqlalchemy import select
+
+    from models import Service
+    from models.db import session_scope
+
+    with session_scope(os.environ["NOVAQ_DATABASE_URL"]) as session:
+        rows = session.execute(
+            select(Service.host, Service.disk_endpoint).where(Service.binary == "novaq-compute")
+        ).all()
+    return {host: url or "" for host, url in rows}
+
+
+def test_boots_in_flight_and_beat_survive_a_controller_machine_that_dies(cloud: Cloud) -> None:
+    """The first controller's machine loses power (every process SIGKILLed) while its
+    scheduler holds boots it has not finished and its beat holds the lease: the other
+    controller's scheduler serves them (on Redis the dead one's unacknowledged messages
+    come back after the visibility timeout), every server becomes ACTIVE, and the other
+    controller's beat takes the lease over within its bound and the compute machines'
+    periodic tasks keep coming."""
+    survivor = "ctl2"
     uuids: list[str] = []
 
-    def sch1_holds_a_boot() -> set[str]:
+    def first_holds_a_boot() -> set[str]:
         uuids.extend(boot(f"sched-{len(uuids)}", 1))  # one more each time it holds none
-        return _unfinished(cloud.processes["sch1"])
+        return _unfinished(cloud.processes[CONTROLLER])
 
-    held = wait_until("sch1 to hold a boot", sch1_holds_a_boot, 60)
-    cloud.power_off("sch1")
+    held = wait_until(f"{CONTROLLER} to hold a boot", first_holds_a_boot, 60)
+    assert beat_holder().startswith(f"{CONTROLLER}:")
+    cloud.power_off(CONTROLLER)
+    died_at = time.monotonic()
     uuids += boot("sched-after", 4)  # and more after, for the survivor alone
 
+    wait_until(
+        f"{survivor}'s beat taking the lease",
+        lambda: beat_holder().startswith(f"{survivor}:"),
+        TAKEOVER_BOUND_S + 60,
+    )
+    print(f"beat taken over {time.monotonic() - died_at:.1f} s after {CONTROLLER} died")
+    assert "took over the beat lease" in cloud.processes[survivor].tail(1_000_000)
+    runs = _periodic_runs(cloud, "mh1")
+    wait_until(
+        "mh1's periodic tasks from the new beat", lambda: _periodic_runs(cloud, "mh1") > runs, 60
+    )
     views = wait_all(uuids, "ACTIVE")
 
     assert held and {view["host"] for view in views} <= set(COMPUTE_HOSTS)
     audit_clean(COMPUTE_HOSTS)
     delete_all(uuids)
     assert stuck() == []
-    cloud.add_scheduler("sch1")  # back, for the tests after
-    cloud.wait_ready({"scheduler@sch1"})
+    cloud.add_controller(CONTROLLER, IMAGE_STORE)  # back, for the tests after: it stands by
+    cloud.wait_ready({f"scheduler@{CONTROLLER}"})
+    wait_until(
+        f"{CONTROLLER}'s beat standing by",
+        lambda: "standing by" in cloud.processes[CONTROLLER].tail(1_000_000),
+        120,
+    )
+    assert beat_holder().startswith(f"{survivor}:")
+
+
+#: One of the per-host periodic tasks beat fans out (every few seconds here).
+_PERIODIC_RUN = re.compile(r"Task compute\.update_available_resource\[[0-9a-f-]+\] received")
+
+
+def _periodic_runs(cloud: Cloud, host: str) -> int:
+    """Runs of ``update_available_resource`` compute machine ``host`` has received."""
+    return len(_PERIODIC_RUN.findall(cloud.processes[host].tail(10_000_000)))
 
 
 _TASK_LINE = re.compile(r"Task ([\w.]+)\[([0-9a-f-]+)\] (received|succeeded|failed|raised)")
