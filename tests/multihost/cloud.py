@@ -23,7 +23,7 @@ from typing import Any
 
 from tests.integration.workers import Worker
 from tests.multihost import roles
-from tests.multihost.forwarder import Forwarder
+from tests.multihost.forwarder import Forwarder, Keepalive
 from tests.multihost.netns import Machine, Network
 
 CONTROLLER = "ctl"
@@ -72,8 +72,12 @@ class Cloud:
         cloud = cls(Network.create(), base, broker_url, database_url, common_env)
         try:
             controller = cloud.network.add(CONTROLLER)
-            for port in SERVICE_PORTS.values():
-                forwarder = Forwarder(controller.namespace, controller.address, port, port)
+            for service, port in SERVICE_PORTS.items():
+                # The database's server ends a dead machine's session (forwarder.py).
+                keepalive = Keepalive.of_novaq_sessions() if service == "postgresql" else None
+                forwarder = Forwarder(
+                    controller.namespace, controller.address, port, port, keepalive
+                )
                 forwarder.start()
                 cloud.forwarders.append(forwarder)
         except BaseException:

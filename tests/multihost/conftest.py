@@ -128,15 +128,6 @@ def _database() -> Iterator[None]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{PG_DB}"'))
         conn.execute(text(f'CREATE DATABASE "{PG_DB}"'))
-        # A machine cut off in the middle of a transaction leaves it open on the server,
-        # its row locks held, until its connection dies: with TCP keepalives' defaults
-        # hours later, and never here (the server's client is the controller's forwarder,
-        # which stays up). An evacuation that needs one of those rows (its server's, its
-        # source node's, we infer) would wait for the partition to heal. The server ends such a
-        # session instead, as a deployment of compute hosts on the database must too.
-        conn.execute(
-            text(f"ALTER DATABASE \"{PG_DB}\" SET idle_in_transaction_session_timeout = '30s'")
-        )
     try:
         # As an operator does, once from one machine: a role never migrates.
         subprocess.run(
