@@ -11,6 +11,7 @@ import pytest
 
 from tasks.beat import TAKEOVER_BOUND_S
 from tests.integration.workers import Worker
+from tests.multihost import checks
 from tests.multihost.checks import (
     audit_clean,
     boot,
@@ -198,3 +199,58 @@ def _all_completed(uuids: list[str]) -> list[dict[str, Any]]:
     migrations = [m for uuid in uuids for m in api.list_migrations(instance_uuid=uuid)]
     done = len(migrations) == len(uuids) and all(m["status"] == "completed" for m in migrations)
     return migrations if done else []
+
+
+def _entries(cloud: Cloud, host: str) -> set[str]:
+    """Every name in ``host``'s instances directory (guests, ``<uuid>_resize``, ``_base``)."""
+    return {p.name for p in (cloud.home(host) / "instances" / host).iterdir()}
+
+
+def test_a_resize_and_a_cold_migration_move_the_disks_between_machines(cloud: Cloud) -> None:
+    """Two servers on mh1: one resized to mh2 (mh3 disabled meanwhile, so the scheduler
+    has that one choice) and confirmed, the other cold-migrated to mh3 (forced) and
+    reverted. Each destination pulls the disks over the network from mh1's disk endpoint
+    (mh1 keeps them aside as ``<uuid>_resize``): confirm removes them, revert brings the
+    server back to them."""
+    source = "mh1"
+    resized, migrated = boot("move", 2, availability_zone=f"nova:{source}")
+    assert {v["host"] for v in wait_all([resized, migrated], "ACTIVE")} == {source}
+    checks.flavor_of("mh.medium", 2, 1024, 1)
+
+    api.disable_service("mh3", reason="mh2 is the resize's one choice")
+    try:
+        api.resize(resized, "mh.medium")
+        moved = {resized: api.wait(resized, "VERIFY_RESIZE", timeout=180)["host"]}
+    finally:
+        api.enable_service("mh3")
+    api.migrate(migrated, host="mh3")
+    moved[migrated] = api.wait(migrated, "VERIFY_RESIZE", timeout=180)["host"]
+
+    assert moved == {resized: "mh2", migrated: "mh3"}
+    pulled_from = f"http://{cloud.network.machines[source].address}:"
+    for uuid, dest in moved.items():
+        assert f"Pulled the disks of {uuid} from {pulled_from}" in cloud.processes[dest].tail(
+            10_000_000
+        )
+        assert uuid in _instance_dirs(cloud, dest)  # the guest's disks on its own disk
+        assert (cloud.home(dest) / "instances" / dest / uuid / "disk").is_file()
+        assert f"{uuid}_resize" in _entries(cloud, source)  # kept aside until the end
+    audit_clean(COMPUTE_HOSTS)
+
+    api.confirm_resize(resized)
+    api.revert_resize(migrated)
+    after = {uuid: api.wait(uuid, "ACTIVE", timeout=180)["host"] for uuid in moved}
+
+    assert after == {resized: "mh2", migrated: source}
+    assert resized not in _instance_dirs(cloud, source)
+    assert f"{resized}_resize" not in _entries(cloud, source)  # confirm removed them
+    assert migrated in _instance_dirs(cloud, source)  # revert restored them
+    assert f"{migrated}_resize" not in _entries(cloud, source)
+    assert migrated not in _instance_dirs(cloud, "mh3")
+    statuses = {
+        uuid: [m["status"] for m in api.list_migrations(instance_uuid=uuid)] for uuid in moved
+    }
+    assert statuses == {resized: ["confirmed"], migrated: ["reverted"]}
+    audit_clean(COMPUTE_HOSTS)
+    delete_all(moved)
+    assert stuck() == []
