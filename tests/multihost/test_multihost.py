@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -254,3 +255,59 @@ def test_a_resize_and_a_cold_migration_move_the_disks_between_machines(cloud: Cl
     audit_clean(COMPUTE_HOSTS)
     delete_all(moved)
     assert stuck() == []
+
+
+_SELECTIONS = re.compile(r"Task scheduler\.select_destinations\[[0-9a-f-]+\] received")
+
+
+def _selections(cloud: Cloud, controller: str) -> int:
+    """Boots (select_destinations) ``controller``'s scheduler has received so far."""
+    return len(_SELECTIONS.findall(cloud.processes[controller].tail(10_000_000)))
+
+
+def test_two_schedulers_on_two_machines_never_overcommit_a_host(cloud: Cloud) -> None:
+    """More boots than the cloud has room for, each its own request, sent at once: both
+    controllers' schedulers claim on the same hosts, and no host ends up with more disk
+    claimed than it has (the claims' compare-and-swap holds across machines). The servers
+    that fit become ACTIVE; the others go to ERROR with NoValidHost, as in Nova."""
+    hosts = {h["host"]: h for h in api.list_hosts() if h["host"] in COMPUTE_HOSTS}
+    root_gb = min(h["local_gb"] for h in hosts.values()) // 2  # two fit on the smallest
+    room = {
+        name: int(h["local_gb"] * h["disk_allocation_ratio"]) // root_gb
+        for name, h in hosts.items()
+    }
+    fill = checks.flavor_of("mh.fill", 1, 512, root_gb)
+    before = {name: _selections(cloud, name) for name in cloud.controllers}
+    surplus = 2
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [
+            pool.submit(api.boot, f"fill-{i}", fill, "cirros")
+            for i in range(sum(room.values()) + surplus)
+        ]
+        uuids = [uuid for future in futures for uuid in future.result()]
+
+    settled = wait_until(
+        "every boot ACTIVE or ERROR",
+        lambda: _settled([api.show(uuid) for uuid in uuids]),
+        240,
+    )
+    split = {name: _selections(cloud, name) - before[name] for name in cloud.controllers}
+    print(f"boots selected per controller: {split}")
+
+    active = [view for view in settled if view["status"] == "ACTIVE"]
+    failed = [view for view in settled if view["status"] == "ERROR"]
+    assert len(active) == sum(room.values()) and len(failed) == surplus
+    assert all("No valid host" in (view["fault"] or {}).get("message", "") for view in failed)
+    placed = {name: [v["host"] for v in active].count(name) for name in COMPUTE_HOSTS}
+    assert placed == room
+    for host in api.list_hosts():
+        if host["host"] in COMPUTE_HOSTS:
+            assert host["local_gb_used"] <= host["local_gb"] * host["disk_allocation_ratio"]
+    audit_clean(COMPUTE_HOSTS)
+    delete_all(uuids)
+    assert stuck() == []
+
+
+def _settled(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    done = all(v["status"] in ("ACTIVE", "ERROR") and v["task_state"] is None for v in views)
+    return views if done else []
