@@ -15,9 +15,14 @@ FLAVOR = "mh.small"
 
 
 def flavor() -> str:
+    return flavor_of(FLAVOR, 1, 512, 1)
+
+
+def flavor_of(name: str, vcpus: int, memory_mb: int, root_gb: int) -> str:
+    """Flavor ``name``, made unless it exists."""
     with contextlib.suppress(FlavorExists):
-        api.create_flavor(FLAVOR, 1, 512, 1)
-    return FLAVOR
+        api.create_flavor(name, vcpus, memory_mb, root_gb)
+    return name
 
 
 def boot(name: str, count: int, **kwargs: Any) -> list[str]:

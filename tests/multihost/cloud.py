@@ -1,8 +1,10 @@
 """A novaq cloud of several machines on one box: a controller machine whose address
-carries the database, the broker and the image endpoint (with beat running on it), two
-scheduler machines and compute machines, each in its own network namespace under its own
-hostname, with its own state directory, instances directory and simulated hypervisor, and
-nothing in common with the others but what it reaches over the network.
+carries the database and the broker, controllers (``novaq controller``: scheduler,
+standby-capable beat, Flower, image endpoint on the machine's address) and compute machines
+(``novaq compute --host``), each in its own network namespace under its own hostname, with
+its own state directory, instances directory and simulated hypervisor, and nothing in
+common with the others but what it reaches over the network (the controllers' image
+endpoints serve one image store, the API's, as Glance's shared backend would).
 
 The test process plays the API: it runs in the root namespace and talks to the same
 servers on loopback. Everything is undone by :meth:`Cloud.destroy`, which the fixture runs
@@ -21,7 +23,7 @@ from typing import Any
 
 from tests.integration.workers import Worker
 from tests.multihost import roles
-from tests.multihost.forwarder import Forwarder, ImageEndpoint
+from tests.multihost.forwarder import Forwarder, Keepalive
 from tests.multihost.netns import Machine, Network
 
 CONTROLLER = "ctl"
@@ -57,7 +59,9 @@ class Cloud:
     common_env: dict[str, str]
     processes: dict[str, Worker] = field(default_factory=dict)
     forwarders: list[Forwarder] = field(default_factory=list)
-    image_endpoint: ImageEndpoint | None = None
+    #: The controllers' machines, in the order they were added (the compute machines'
+    #: ``[glance] api_servers`` name their image endpoints in that order).
+    controllers: list[str] = field(default_factory=list)
     #: Each compute machine's own extra settings, kept for its restart.
     compute_extras: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
 
@@ -68,8 +72,12 @@ class Cloud:
         cloud = cls(Network.create(), base, broker_url, database_url, common_env)
         try:
             controller = cloud.network.add(CONTROLLER)
-            for port in SERVICE_PORTS.values():
-                forwarder = Forwarder(controller.namespace, controller.address, port, port)
+            for service, port in SERVICE_PORTS.items():
+                # The database's server ends a dead machine's session (forwarder.py).
+                keepalive = Keepalive.of_novaq_sessions() if service == "postgresql" else None
+                forwarder = Forwarder(
+                    controller.namespace, controller.address, port, port, keepalive
+                )
                 forwarder.start()
                 cloud.forwarders.append(forwarder)
         except BaseException:
@@ -84,12 +92,9 @@ class Cloud:
     def home(self, name: str) -> Path:
         return self.base / name
 
-    def serve_images(self, store: Path) -> str:
-        """The image store served on the controller's address; its URL."""
-        self.image_endpoint = ImageEndpoint(
-            self.controller.namespace, self.controller.address, IMAGE_PORT, store
-        ).start()
-        return self.image_endpoint.url
+    def image_server(self, name: str) -> str:
+        """The image endpoint of controller ``name``."""
+        return f"http://{self.network.machines[name].address}:{IMAGE_PORT}"
 
     # -- machines and their roles --------------------------------------------------------
 
@@ -116,6 +121,18 @@ class Cloud:
         self.processes[key] = process
         return process
 
+    def add_controller(self, name: str, image_store: Path) -> Worker:
+        """``novaq controller`` on machine ``name`` (made unless it exists): its scheduler
+        worker ``scheduler@<name>``, a beat that takes the lease or stands by, Flower on
+        the machine's loopback, and its image endpoint serving ``image_store`` on the
+        machine's address."""
+        machine = self.network.machines.get(name) or self.network.add(name)
+        if name not in self.controllers:
+            self.controllers.append(name)
+        env = self._env(name, NOVAQ_HOST=name, NOVAQ_GLANCE__STORE_PATH=str(image_store))
+        argv = roles.controller_argv(self.home(name) / "state", machine.address, IMAGE_PORT)
+        return self._start(name, "controller", machine, argv, env)
+
     def add_compute(
         self, host: str, extra_toml: str = "", extra_env: dict[str, str] | None = None
     ) -> Worker:
@@ -132,8 +149,14 @@ class Cloud:
             f'[[hosts]]\nname = "{host}"\nhost_ip = "{machine.address}"\n\n'
             f'[libvirt]\ninstances_path = "{home / "instances"}"\n\n{extra_toml}'
         )
-        env = self._env(host, NOVAQ_HOST=host, NOVAQ_CONFIG=str(config), **(extra_env or {}))
-        return self._start(host, "compute", machine, roles.compute_argv(host), env)
+        env = self._env(
+            host,
+            NOVAQ_CONFIG=str(config),
+            NOVAQ_GLANCE__API_SERVERS=",".join(self.image_server(c) for c in self.controllers),
+            **(extra_env or {}),
+        )
+        argv = roles.compute_argv(host, home / "state")
+        return self._start(host, "compute", machine, argv, env)
 
     def restart_compute(self, host: str) -> Worker:
         """The compute worker of ``host`` started again (its machine back from a reboot):
@@ -141,15 +164,6 @@ class Cloud:
         roles.power_off(self.network.machines[host])
         extra_toml, extra_env = self.compute_extras[host]
         return self.add_compute(host, extra_toml, extra_env)
-
-    def add_scheduler(self, name: str) -> Worker:
-        machine = self.network.machines.get(name) or self.network.add(name)
-        return self._start(name, "scheduler", machine, roles.scheduler_argv(), self._env(name))
-
-    def start_beat(self) -> Worker:
-        """Beat on the controller machine (sharing the API's state directory: one machine)."""
-        env = self._env(CONTROLLER)
-        return self._start("beat", "beat", self.controller, roles.beat_argv(), env)
 
     def power_off(self, name: str) -> None:
         """Every process of machine ``name`` SIGKILLed at once."""
@@ -161,7 +175,7 @@ class Cloud:
 
         def answered() -> bool:
             for key, process in self.processes.items():
-                if not process.alive() and key != "beat":
+                if not process.alive():
                     raise NotReady(f"{key} exited:\n{process.tail()}")
             try:
                 replies = app.control.ping(timeout=1) or []
@@ -192,6 +206,4 @@ class Cloud:
         self.network.destroy()  # kills whatever is left in the namespaces
         for forwarder in self.forwarders:
             forwarder.close()
-        if self.image_endpoint is not None:
-            self.image_endpoint.close()
         shutil.rmtree(self.base, ignore_errors=True)

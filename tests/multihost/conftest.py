@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -22,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.multihost import netns
-from tests.multihost.cloud import Cloud, wait_until
+from tests.multihost import netns, roles
+from tests.multihost.cloud import CONTROLLER, Cloud, wait_until
 from tests.tcp_proxy import reachable
 
 BROKER = os.environ.get("NOVAQ_MH_BROKER", "redis")
@@ -34,9 +35,11 @@ PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 _BASE = Path(tempfile.mkdtemp(prefix="novaq-mh-"))
 #: The API's machine is the controller: the test process keeps its state there.
 _CONTROLLER_STATE = _BASE / "ctl" / "state"
+IMAGE_STORE = _CONTROLLER_STATE / "images"
 
 COMPUTE_HOSTS = ("mh1", "mh2", "mh3")
-SCHEDULERS = ("sch1", "sch2")
+#: Two controllers: the first on the machine that carries the database and the broker.
+CONTROLLERS = (CONTROLLER, "ctl2")
 
 #: Every machine's timings, and the test process's: short, so a dead or cut-off machine
 #: shows within the test's patience.
@@ -49,6 +52,8 @@ TIMINGS = {
     # Beat fans the per-host periodic tasks out every 5 s (each expiring after as long),
     # so a cut-off host's queue gets some before the host counts as down.
     "NOVAQ_PERIODIC__DEFAULT_SPACING": "5",
+    # Images and moved disks travel signed with the key every machine shares.
+    "NOVAQ_TRANSFER__SECRET": secrets.token_hex(16),
 }
 
 if BROKER == "rabbitmq":
@@ -119,23 +124,19 @@ def _broker() -> Iterator[None]:
 def _database() -> Iterator[None]:
     from sqlalchemy import create_engine, text
 
-    from models.migrate import upgrade
-
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{PG_DB}"'))
         conn.execute(text(f'CREATE DATABASE "{PG_DB}"'))
-        # A machine cut off in the middle of a transaction leaves it open on the server,
-        # its row locks held, until its connection dies: with TCP keepalives' defaults
-        # hours later, and never here (the server's client is the controller's forwarder,
-        # which stays up). An evacuation that needs one of those rows (its server's, its
-        # source node's, we infer) would wait for the partition to heal. The server ends such a
-        # session instead, as a deployment of compute hosts on the database must too.
-        conn.execute(
-            text(f"ALTER DATABASE \"{PG_DB}\" SET idle_in_transaction_session_timeout = '30s'")
-        )
     try:
-        upgrade(os.environ["NOVAQ_DATABASE_URL"])
+        # As an operator does, once from one machine: a role never migrates.
+        subprocess.run(
+            roles.db_upgrade_argv(),
+            env={**os.environ, "PYTHONPATH": str(roles.ROOT)},
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         yield
     finally:
         from models.db import dispose_all
@@ -146,29 +147,30 @@ def _database() -> Iterator[None]:
         admin.dispose()
 
 
-def _image_served_by(url: str) -> None:
-    """The demo image "cirros" registered on the controller and read from its endpoint:
-    its location is the endpoint's URL, so a compute machine downloads it over the
-    network and never opens the controller's file."""
-    from sqlalchemy import update
-
-    from models import Image
-    from models.db import session_scope
+def _demo_image() -> None:
+    """The demo image "cirros" in the API's image store (this process is the API, on the
+    controller's machine): the controllers' image endpoints serve it from there."""
     from novaq.settings import get_settings
     from workflows.api.images import ensure_demo_image
 
-    image = ensure_demo_image(get_settings())
-    assert image is not None
-    with session_scope(os.environ["NOVAQ_DATABASE_URL"]) as session:
-        session.execute(
-            update(Image).where(Image.id == image["id"]).values(location=f"{url}/{image['id']}")
-        )
+    assert ensure_demo_image(get_settings()) is not None
+
+
+def beat_holder() -> str:
+    """The holder of beat's lease ("<machine's hostname>:novaq-controller-<pid>:…"), ""
+    for none."""
+    from compute.periodic import beat_lease
+    from compute.sessions import sessions_for
+
+    lease = beat_lease.holder_of(sessions_for(os.environ["NOVAQ_DATABASE_URL"]))
+    return "" if lease is None else lease.holder
 
 
 @pytest.fixture(scope="session")
 def cloud() -> Iterator[Cloud]:
-    """The controller (database, broker, image endpoint, beat), two scheduler machines
-    and three compute machines, all up and answering."""
+    """The controller machine (database, broker), two controllers (the first's beat
+    holding the lease, the second's standing by) and three compute machines, all up and
+    answering."""
     _require()
     netns.remove_stale()
     with contextlib.ExitStack() as stack:
@@ -177,14 +179,19 @@ def cloud() -> Iterator[Cloud]:
         cloud = Cloud.create(_BASE, _BROKER_URL, _DATABASE_URL, TIMINGS)
         keep = os.environ.get("NOVAQ_MH_KEEP_LOGS")
         stack.callback(cloud.destroy, Path(keep) / PG_DB if keep else None)
-        _image_served_by(cloud.serve_images(_CONTROLLER_STATE / "images"))
-        for name in SCHEDULERS:
-            cloud.add_scheduler(name)
+        _demo_image()
+        cloud.add_controller(CONTROLLER, IMAGE_STORE)
+        wait_until(
+            f"{CONTROLLER}'s beat holding the lease",
+            lambda: beat_holder().startswith(f"{CONTROLLER}:"),
+            120,
+        )
+        for name in CONTROLLERS[1:]:
+            cloud.add_controller(name, IMAGE_STORE)
         for host in COMPUTE_HOSTS:
             cloud.add_compute(host)
-        cloud.start_beat()
         cloud.wait_ready(
-            {f"scheduler@{name}" for name in SCHEDULERS}
+            {f"scheduler@{name}" for name in CONTROLLERS}
             | {f"compute@{host}" for host in COMPUTE_HOSTS}
         )
         wait_until("three compute services up", lambda: set(up_computes()) >= set(COMPUTE_HOSTS))

@@ -2,10 +2,11 @@
 machine (in its namespace, under its own hostname, in its own directory).
 
 Each is a ``tests.integration.workers.Worker`` (its own session, SIGKILLed if the test
-process dies, its output in a log) named after its machine. The roles are started as the
-Procfile starts them (``celery -A tasks worker|beat``); when
-``novaq compute --host NAME`` and ``novaq controller`` exist, each function below becomes
-that one command.
+process dies, its output in a log) named after its machine. The roles are novaq's own
+commands, as an operator runs them on each machine: ``novaq controller`` (scheduler worker,
+standby-capable beat, Flower, image endpoint) and ``novaq compute --host NAME``; each with
+``--follow``, so its log holds every line of its children (they are also in
+``<state dir>/logs/``).
 """
 
 from __future__ import annotations
@@ -18,43 +19,33 @@ from tests.integration.workers import Worker
 from tests.multihost.netns import Machine, kill_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
-_CELERY = [sys.executable, "-m", "celery", "-A", "tasks"]
+NOVAQ = [sys.executable, "-m", "novaq.cli"]
 
 
-def compute_argv(host: str) -> list[str]:
-    """One compute worker for ``host`` (NOVAQ_HOST is set to it too)."""
+def controller_argv(state_dir: Path, address: str, image_port: int) -> list[str]:
+    """``novaq controller``, its image endpoint on ``address:image_port``."""
     return [
-        *_CELERY,
-        "worker",
-        "-Q",
-        f"compute.{host}",
-        "-n",
-        f"compute@{host}",
-        "--pool",
-        "threads",
-        "-E",
-        "-l",
-        "INFO",
+        *NOVAQ,
+        "controller",
+        "--state-dir",
+        str(state_dir),
+        "--image-endpoint-address",
+        address,
+        "--image-endpoint-port",
+        str(image_port),
+        "--follow",
     ]
 
 
-def scheduler_argv() -> list[str]:
-    """A scheduler worker; ``%h`` is its machine's hostname."""
-    return [
-        *_CELERY,
-        "worker",
-        "-Q",
-        "scheduler,maintenance",
-        "-n",
-        "scheduler@%h",
-        "-E",
-        "-l",
-        "INFO",
-    ]
+def compute_argv(host: str, state_dir: Path) -> list[str]:
+    """``novaq compute --host host``: one compute worker, ``compute@<host>``."""
+    return [*NOVAQ, "compute", "--host", host, "--state-dir", str(state_dir), "--follow"]
 
 
-def beat_argv() -> list[str]:
-    return [*_CELERY, "beat", "-l", "INFO"]
+def db_upgrade_argv() -> list[str]:
+    """``novaq db upgrade``: the schema brought up to date once, before any role starts
+    (a role never migrates)."""
+    return [*NOVAQ, "db", "upgrade"]
 
 
 def start(
