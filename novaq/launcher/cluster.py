@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from novaq.launcher.children import BrokerMember
-from novaq.launcher.embedded_broker import EmbeddedRedis
+from novaq.launcher.embedded_broker import EmbeddedRedis, free_loopback_port
 from novaq.launcher.group import SHUTDOWN_TIMEOUT_S, ProcessGroup
-from novaq.launcher.plan import free_loopback_port, plan_processes, write_cluster_config
+from novaq.launcher.plan import plan_processes, write_cluster_config
 from novaq.launcher.specs import ProcessSpec
 from novaq.launcher.supervisor import Member
 from novaq.settings import Settings

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -83,13 +82,6 @@ def plan_processes(
     if image_port is not None:
         specs.append(image_endpoint_spec(common, address=LOOPBACK, port=image_port))
     return specs
-
-
-def free_loopback_port() -> int:
-    """A loopback port nothing listens on now, for the cluster's image endpoint."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 __all__ = ["BEAT_HOLDER_ENV", "CELERY_ARGV", "FLOWER", "ProcessSpec", "plan_processes"]

@@ -22,7 +22,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +35,7 @@ from novaq.exceptions import FlavorExists
 from novaq.settings import BROKER_URL_FILE, CLUSTER_CONFIG_FILE, get_settings
 from tasks.beat import TAKEOVER_BOUND_S
 from tests.integration.workers import ROOT, Worker
+from tests.tcp_proxy import free_port
 from workflows import api
 
 pytestmark = pytest.mark.integration
@@ -108,12 +108,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.update(extra)
@@ -139,7 +133,7 @@ def launchers() -> Iterator[list[Launcher]]:
 
 
 #: Each controller's image endpoint: ctl-a, ctl-b, ctl-c (the compute hosts know the first two).
-IMAGE_PORTS = {name: _free_port() for name in ("ctl-a", "ctl-b", "ctl-c")}
+IMAGE_PORTS = {name: free_port() for name in ("ctl-a", "ctl-b", "ctl-c")}
 
 
 def _image_server(name: str) -> str:
@@ -149,9 +143,7 @@ def _image_server(name: str) -> str:
 def _controller(tmp_path: Path, name: str) -> Launcher:
     # The API (this process, on the controller's machine) keeps the images in its store.
     store = str(get_settings().image_store_path.resolve())
-    env = _env(
-        NOVAQ_HOST=name, NOVAQ_FLOWER__PORT=str(_free_port()), NOVAQ_GLANCE__STORE_PATH=store
-    )
+    env = _env(NOVAQ_HOST=name, NOVAQ_FLOWER__PORT=str(free_port()), NOVAQ_GLANCE__STORE_PATH=store)
     args = ["controller", "--image-endpoint-address", "127.0.0.1",
             "--image-endpoint-port", str(IMAGE_PORTS[name])]  # fmt: skip
     return Launcher(name, args, env, tmp_path / name)
