@@ -20,7 +20,7 @@ from virt.libvirt.instance_files import RESIZE_SUFFIX
 from virt.libvirt.migration import COPIED
 from virt.transfer.file_server import SignedFileServer, bind
 from virt.transfer.image_source import ImageServers
-from virt.transfer.names import disk_resolver
+from virt.transfer.names import disk_resolver, image_resolver
 from virt.transfer.signing import TransferKey
 
 LOG = logging.getLogger(__name__)
@@ -37,6 +37,20 @@ def transfer_key(settings: Settings) -> TransferKey | None:
 def image_servers(settings: Settings) -> ImageServers:
     """``[glance] api_servers`` with the key that signs requests to them."""
     return ImageServers(settings.glance.api_servers, transfer_key(settings))
+
+
+def bind_image_endpoint(settings: Settings, address: str, port: int) -> SignedFileServer:
+    """The controller's image endpoint (``novaq image-endpoint``), bound, not yet serving:
+    ``GET /images/<id>`` from the image store, to requests signed with the secret.
+    OSError when it cannot listen; ConfigError without a secret."""
+    key = transfer_key(settings)
+    if key is None:
+        raise ConfigError(
+            option="[transfer] secret",
+            reason="the image endpoint serves signed requests only: set "
+            "NOVAQ_TRANSFER__SECRET (the same on every machine)",
+        )
+    return bind(address, port, key, image_resolver(settings.image_store_path.resolve()))
 
 
 def start_disk_endpoint(settings: Settings, instances_path: Path) -> SignedFileServer | None:

@@ -30,26 +30,16 @@ from novaq.cli.base import handle_errors, main
 @handle_errors
 def image_endpoint(address: str, port: int) -> None:
     """Serve the image store to compute hosts (signed GET /images/<id>) until stopped."""
-    from compute.transfer import transfer_key
+    from compute.transfer import bind_image_endpoint
     from novaq.exceptions import ConfigError
     from novaq.settings import load_settings
-    from virt.transfer.file_server import bind
-    from virt.transfer.names import image_resolver
-    from workflows.api.images_store import store_path
 
     settings = load_settings()
-    key = transfer_key(settings)
-    if key is None:
-        raise ConfigError(
-            option="[transfer] secret",
-            reason="the image endpoint serves signed requests only: set "
-            "NOVAQ_TRANSFER__SECRET (the same on every machine)",
-        )
-    store = store_path(settings)
     try:
-        server = bind(address, port, key, image_resolver(store))
+        server = bind_image_endpoint(settings, address, port)
     except OSError as exc:
         raise ConfigError(option="--address/--port", reason=f"cannot listen: {exc}") from exc
+    store = settings.image_store_path.resolve()
     click.echo(f"image endpoint serving {store} at {server.url}", err=False)
     try:
         server.serve_forever()

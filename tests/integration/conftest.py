@@ -123,15 +123,10 @@ def _register_cirros() -> None:
 def _serve_images() -> Any:
     """The controller's image endpoint (what ``novaq image-endpoint`` runs), in a thread of
     this process; the workers started after read images from it (``[glance] api_servers``)."""
-    from compute.transfer import transfer_key
+    from compute.transfer import bind_image_endpoint
     from novaq.settings import load_settings
-    from virt.transfer.file_server import bind
-    from virt.transfer.names import image_resolver
-    from workflows.api.images_store import store_path
 
-    settings = load_settings()
-    key = transfer_key(settings)
-    server = bind("127.0.0.1", 0, key, image_resolver(store_path(settings)))  # type: ignore[arg-type]
+    server = bind_image_endpoint(load_settings(), "127.0.0.1", 0)
     os.environ["NOVAQ_GLANCE__API_SERVERS"] = server.url
     return server.serve_in_thread()
 
