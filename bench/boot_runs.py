@@ -26,7 +26,7 @@ from sqlalchemy import Engine, bindparam, create_engine, func, select
 from bench import sql_counts
 from bench.broker_stats import BrokerCounts, read_counts
 from bench.heartbeat_probe import HeartbeatProbe
-from models import Instance
+from models import Instance, InstanceFault
 
 Counts = dict[str, dict[str, int]]
 API = "api"  # the bucket of the public API's own statements (the bench's main thread)
@@ -149,11 +149,24 @@ class NovaqSide:
             rows = conn.execute(query, {"uuids": list(uuids)}).all()
         return {str(state): n for state, n in rows}
 
+    def _faults(self, uuids: Sequence[str]) -> list[str]:
+        """The faults of the servers in ERROR (what a failed run says went wrong)."""
+        query = (
+            select(InstanceFault.host, InstanceFault.message, InstanceFault.details)
+            .join(Instance, Instance.uuid == InstanceFault.instance_uuid)
+            .where(Instance.uuid.in_(bindparam("uuids", expanding=True)))
+            .where(Instance.vm_state == "error")
+        )
+        with self.poller.connect() as conn:
+            rows = conn.execute(query, {"uuids": list(uuids)}).all()
+        return [f"{host}: {message}\n{details or ''}" for host, message, details in rows]
+
     def _all(self, uuids: Sequence[str], wanted: str | None) -> Callable[[], bool]:
         def done() -> bool:
             states = self._states(uuids, live_only=wanted is None)
             if states.get("error"):
-                raise RunFailed(f"{states['error']} server(s) went to ERROR: {states}")
+                faults = self._faults(uuids)
+                raise RunFailed(f"{states['error']} server(s) went to ERROR: {states}; {faults}")
             if wanted is None:
                 return not states
             return states.get(wanted, 0) == len(uuids)

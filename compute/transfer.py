@@ -36,7 +36,8 @@ def transfer_key(settings: Settings) -> TransferKey | None:
 
 def image_servers(settings: Settings) -> ImageServers:
     """``[glance] api_servers`` with the key that signs requests to them."""
-    return ImageServers(settings.glance.api_servers, transfer_key(settings))
+    glance = settings.glance
+    return ImageServers(glance.api_servers, transfer_key(settings), glance.num_retries)
 
 
 def bind_image_endpoint(settings: Settings, address: str, port: int) -> SignedFileServer:

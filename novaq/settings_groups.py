@@ -323,10 +323,14 @@ class GlanceGroup(_Group):
 
     ``api_servers`` (Nova's option): the image endpoints a compute host fetches image data
     from (``<server>/images/<id>``, signed with ``[transfer] secret``), tried in order;
-    empty (the default), a host reads the store's file itself (one machine)."""
+    empty (the default), a host reads the store's file itself (one machine).
+    ``num_retries`` (Nova's option and default): when no endpoint could be reached (no
+    answer, a dropped connection, a 5xx), how many more rounds over them a fetch makes,
+    a second apart, before the build fails."""
 
     store_path: Path | None = None
     api_servers: ListOption = ()
+    num_retries: int = Field(default=3, ge=0)
 
     @field_validator("api_servers")
     @classmethod

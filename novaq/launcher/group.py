@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -175,7 +176,8 @@ class ProcessGroup:
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Return once the scheduler and every compute worker answer a broadcast ping and
         Flower, when it runs, hears their events (``flower_probe``: else it would miss
-        the first steps of what comes next).
+        the first steps of what comes next), and every server (the image endpoint)
+        accepts connections: a first boot would otherwise find its image unreachable.
 
         A child that exits meanwhile raises ``ServiceUnavailable`` with its log's tail (no
         restart here: see the module's docstring)."""
@@ -198,6 +200,11 @@ class ProcessGroup:
             if time.monotonic() >= deadline:
                 raise self._flower_deaf(expected, timeout_s)
             time.sleep(0.5)
+        while silent := self._not_listening():
+            self._raise_if_a_child_exited()
+            if time.monotonic() >= deadline:
+                raise self._silent(silent, timeout_s)
+            time.sleep(0.2)
 
     def run_forever(self) -> int:
         """Run in the foreground, restarting whatever dies, until Ctrl-C, SIGTERM or SIGHUP,
@@ -281,7 +288,8 @@ class ProcessGroup:
         app = Celery("novaq-cluster-ready", broker=self.broker_url, set_as_current=False)
         try:
             while not done.is_set():
-                if expected <= _ping(app) and self._flower_hears(expected):
+                ready = expected <= _ping(app) and self._flower_hears(expected)
+                if ready and not self._not_listening():
                     if not done.is_set():
                         self._system(self.ready_line())
                     return
@@ -297,6 +305,23 @@ class ProcessGroup:
         if not any(child.name == FLOWER for child in self._children):
             return True
         return nodes <= workers_heard(self.flower_url, operator_credential(self.settings))
+
+    def _not_listening(self) -> dict[str, tuple[str, int]]:
+        """The servers of the plan (``ProcessSpec.listens``) that accept no connection."""
+        listens = {spec.name: spec.listens for spec in self.processes if spec.listens}
+        return {name: at for name, at in listens.items() if not _accepts(at)}
+
+    def _silent(self, names: dict[str, tuple[str, int]], timeout_s: float) -> ServiceUnavailable:
+        where = ", ".join(f"{name} on {host}:{port}" for name, (host, port) in names.items())
+        tails = "".join(
+            f"\n--- {child.name} ({child.log_path}):\n{child.tail()}"
+            for child in self._children
+            if child.name in names
+        )
+        return ServiceUnavailable(
+            service=f"novaq {self.label}",
+            reason=f"{where} accepted no connection within {timeout_s:g} s{tails}",
+        )
 
     def _flower_deaf(self, nodes: set[str], timeout_s: float) -> ServiceUnavailable:
         [flower] = [c for c in self._children if c.name == FLOWER]
@@ -387,6 +412,15 @@ class ProcessGroup:
             LOG.warning("%s", text)
         else:
             self._system(text)
+
+
+def _accepts(address: tuple[str, int]) -> bool:
+    """Whether a server accepts a TCP connection at ``address`` (closed at once)."""
+    try:
+        with socket.create_connection(address, timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _ping(app: Celery) -> set[str]:

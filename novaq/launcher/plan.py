@@ -21,6 +21,7 @@ from novaq.launcher.specs import (
     BEAT_HOLDER_ENV,
     CELERY_ARGV,
     FLOWER,
+    LOOPBACK,
     ProcessSpec,
     beat_lease_holder,
     beat_spec,
@@ -42,7 +43,6 @@ DEFAULT_PCI_ALIAS = {
     "device_type": "type-PCI",
 }
 DEFAULT_PCI_DEVICE_SPEC = {"vendor_id": GPU_VENDOR_ID, "product_id": GPU_PRODUCT_ID}
-LOOPBACK = "127.0.0.1"
 
 
 # -- the plan ----------------------------------------------------------------------------

@@ -29,6 +29,9 @@ NOVAQ_ARGV: tuple[str, ...] = (sys.executable, "-m", "novaq.cli")
 #: Flower's process name (the launcher moves it to a free port when its own is taken).
 FLOWER = "flower"
 IMAGE_ENDPOINT = "image-endpoint"
+#: ``novaq image-endpoint``'s default port (Glance's).
+IMAGE_ENDPOINT_PORT = 9292
+LOOPBACK = "127.0.0.1"
 
 #: How the launcher names beat's lease holder (read by ``tasks/beat.py``).
 BEAT_HOLDER_ENV = "NOVAQ_BEAT_LEASE_HOLDER"
@@ -41,13 +44,16 @@ _RUN_TOKEN = secrets.token_hex(4)
 class ProcessSpec:
     """One child: its name (log file and output prefix), argv and complete environment.
 
-    ``node`` is the Celery node name a worker answers pings as (None for beat and Flower).
+    ``node`` is the Celery node name a worker answers pings as (None for beat and Flower);
+    ``listens`` the address a server accepts connections on once it is ready to serve
+    (the image endpoint's; None: nothing to wait for).
     """
 
     name: str
     argv: list[str]
     env: dict[str, str]
     node: str | None = None
+    listens: tuple[str, int] | None = None
 
 
 def beat_lease_holder(launcher: str = "novaq-up") -> str:
@@ -162,10 +168,14 @@ def image_endpoint_spec(
 ) -> ProcessSpec:
     """``novaq image-endpoint``: the HTTP endpoint compute hosts fetch images from
     (``[glance] api_servers``). Without ``address`` or ``port``, the command's own
-    defaults apply (port 9292, Glance's)."""
+    defaults apply (every address, port 9292: Glance's). Its group waits until it accepts
+    connections (on loopback when it listens on every address) before calling the
+    cluster ready, unless its port is 0 (any: not known in advance)."""
     argv = [*novaq, "image-endpoint"]
     if address is not None:
         argv += ["--address", address]
     if port is not None:
         argv += ["--port", str(port)]
-    return ProcessSpec(IMAGE_ENDPOINT, argv, dict(env))
+    port = IMAGE_ENDPOINT_PORT if port is None else port
+    reach = LOOPBACK if address in (None, "0.0.0.0", "") else address  # noqa: S104
+    return ProcessSpec(IMAGE_ENDPOINT, argv, dict(env), listens=(reach, port) if port else None)

@@ -153,6 +153,7 @@ def test_plan_serves_the_clusters_images_on_loopback_only_when_given_a_port(
     assert endpoint.argv[-5:] == ["image-endpoint", "--address", "127.0.0.1", "--port", "40123"]
     assert endpoint.env["NOVAQ_CONFIG"] == specs["compute-host1"].env["NOVAQ_CONFIG"]
     assert endpoint.node is None
+    assert endpoint.listens == ("127.0.0.1", 40123)  # what wait_ready waits for
 
 
 # -- write_cluster_config ------------------------------------------------------------------
@@ -513,6 +514,39 @@ def test_wait_ready_names_flower_when_it_hears_no_worker(tmp_path: Path) -> None
     deaf = pytest.raises(ServiceUnavailable, match="Flower had no events from compute@host1")
     with ScriptedCluster(settings, specs, n_hosts=1, quiet=True) as cluster, deaf:
         cluster.wait_ready(timeout_s=15)
+
+
+def test_wait_ready_waits_until_a_server_of_the_plan_accepts_connections(
+    tmp_path: Path,
+) -> None:
+    """The image endpoint listening only a while after it started (its imports, its
+    bind): the cluster is not ready before it listens, else a first boot could find its
+    image unreachable."""
+    port = _free_port()
+    late = (
+        "import socket, time; time.sleep(3); s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('127.0.0.1', {port})); s.listen(); print('listening', flush=True); "
+        "time.sleep(30)"
+    )
+    server = python_spec("image-endpoint", late)
+    server = ProcessSpec(server.name, server.argv, server.env, listens=("127.0.0.1", port))
+
+    with ScriptedCluster(Settings(state_dir=tmp_path), [server], quiet=True) as cluster:
+        cluster.wait_ready(timeout_s=60)  # (no worker to ping: a second's broadcast)
+        assert "listening" in cluster.log_path("image-endpoint").read_text()
+
+
+def test_wait_ready_names_a_server_that_never_listens(tmp_path: Path) -> None:
+    port = _free_port()
+    mute = python_spec("image-endpoint", "print('bound elsewhere', flush=True); "
+                       "import time; time.sleep(30)")  # fmt: skip
+    mute = ProcessSpec(mute.name, mute.argv, mute.env, listens=("127.0.0.1", port))
+    cluster = ScriptedCluster(Settings(state_dir=tmp_path), [mute], quiet=True)
+    with cluster, pytest.raises(ServiceUnavailable) as caught:
+        cluster.wait_ready(timeout_s=2)
+    assert f"image-endpoint on 127.0.0.1:{port} accepted no connection" in str(caught.value)
+    assert "bound elsewhere" in str(caught.value)
 
 
 def test_a_new_cluster_database_gets_the_demo_image_once(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@
 The data is streamed from ``ImageSpec.location`` (an absolute file path, or an
 ``http(s)://`` URL read with urllib), or with ``[glance] api_servers`` from each image
 endpoint in turn (``virt.transfer.image_source``: a signed URL, the next endpoint tried
-when one cannot be read), into a temporary file in the base directory, its
+when one cannot be read; every endpoint unreachable: the whole round again after a second,
+``[glance] num_retries`` times, as Nova's glance client retries), into a temporary file in
+the base directory, its
 SHA-256 compared with ``ImageSpec.checksum``, its real format read with ``qemu-img
 info`` (it must be the format the image declares and have no backing file: a qcow2
 naming a host file would let an image read that file), then with ``force_raw_images``
@@ -26,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
 from novaq.exceptions import ImageUnacceptable
 from virt.driver import ImageSpec
 from virt.libvirt import qemu_img
@@ -35,10 +39,17 @@ from virt.transfer.image_source import ImageServers
 LOG = logging.getLogger(__name__)
 
 URL_TIMEOUT_S: Final = 60
+#: Between two rounds over the image endpoints (Nova's glance client sleeps 1 s).
+RETRY_INTERVAL_S: Final = 1.0
 
 
 class ImageFetchError(ImageUnacceptable):
     msg_fmt = "Image %(image)s cannot be used: %(reason)s"
+
+
+class ImageEndpointUnreachable(ImageFetchError):
+    """No answer, a dropped connection or a 5xx: what another try may not meet (an
+    endpoint starting or restarting), unlike a refusal or bad data."""
 
 
 class ImageChecksumError(ImageFetchError):
@@ -52,8 +63,26 @@ def fetch_to_base(
     image: ImageSpec, base: Path, force_raw: bool, servers: ImageServers | None = None
 ) -> None:
     """Make ``base`` hold ``image``'s verified data (raw when ``force_raw``), from the
-    first of ``servers``' endpoints that answers (none: ``image.location``)."""
-    candidates = (servers or ImageServers()).candidates(image)
+    first of ``servers``' endpoints that answers (none: ``image.location``); a round
+    that reached none is made again ``servers.num_retries`` times."""
+    servers = servers or ImageServers()
+    retrying = Retrying(
+        stop=stop_after_attempt(1 + servers.num_retries),
+        wait=wait_fixed(RETRY_INTERVAL_S),
+        retry=retry_if_exception_type(ImageEndpointUnreachable),
+        before_sleep=lambda state: LOG.warning(
+            "image %s: no image endpoint could be read (%s); trying again",
+            image.id,
+            state.outcome.exception() if state.outcome else "",
+        ),
+        reraise=True,
+    )
+    retrying(_one_round, image, base, force_raw, servers)
+
+
+def _one_round(image: ImageSpec, base: Path, force_raw: bool, servers: ImageServers) -> None:
+    """Each endpoint in turn (signed now) until one gives the data; the last failure."""
+    candidates = servers.candidates(image)
     for attempt, located in enumerate(candidates, start=1):
         try:
             _fetch_one(located, base, force_raw)
@@ -89,8 +118,7 @@ def _download(image: ImageSpec, out: BinaryIO) -> str:
         try:
             return copy_sparse(source, out)[1]
         except (OSError, http.client.HTTPException) as exc:  # the connection dropped
-            reason = f"cannot read {shown(image.location)}: {exc!r}"
-            raise ImageFetchError(image=image.id, reason=reason) from exc
+            raise _unreadable(image, exc) from exc
 
 
 @contextlib.contextmanager
@@ -107,9 +135,23 @@ def _open(image: ImageSpec) -> Iterator[BinaryIO]:
             raise ImageFetchError(
                 image=image.id, reason=f"location {location!r} is neither a path nor a URL"
             )
-    except (OSError, urllib.error.URLError) as exc:
-        reason = f"cannot read {shown(location)}: {exc}"
-        raise ImageFetchError(image=image.id, reason=reason) from exc
+    except (OSError, http.client.HTTPException) as exc:  # (URLError is an OSError)
+        raise _unreadable(image, exc) from exc
+
+
+def _unreadable(image: ImageSpec, exc: OSError | http.client.HTTPException) -> ImageFetchError:
+    """The error for data that could not be read: ``ImageEndpointUnreachable`` when an
+    endpoint did not answer (refused, reset, timed out, a malformed answer) or answered
+    5xx, which another round may not meet; not a refusal (403, 404) nor a local file."""
+    reason = f"cannot read {shown(image.location)}: {str(exc) or repr(exc)}"
+    if isinstance(exc, urllib.error.HTTPError):
+        exc.close()  # (it holds the response's socket)
+        transient = exc.code >= 500
+        reason = f"cannot read {shown(image.location)}: HTTP {exc.code} {exc.reason}"
+    else:
+        transient = image.location.startswith(("http://", "https://"))
+    error = ImageEndpointUnreachable if transient else ImageFetchError
+    return error(image=image.id, reason=reason)
 
 
 def _verify_checksum(image: ImageSpec, actual: str) -> None:

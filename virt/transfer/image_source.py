@@ -15,10 +15,13 @@ from virt.transfer.signing import TransferKey, signed_url
 
 @dataclass(frozen=True, slots=True)
 class ImageServers:
-    """``[glance] api_servers`` and the ``[transfer]`` key that signs requests to them."""
+    """``[glance] api_servers``, the ``[transfer]`` key that signs requests to them, and
+    how many more rounds over them a fetch makes when none answered (``[glance]
+    num_retries``)."""
 
     servers: tuple[str, ...] = ()
     key: TransferKey | None = None
+    num_retries: int = 0
 
     def __post_init__(self) -> None:
         if self.servers and self.key is None:

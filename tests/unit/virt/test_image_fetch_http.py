@@ -1,12 +1,15 @@
 """A compute host's image fetch from the controller's image endpoint (``[glance]
 api_servers``) over HTTP, from a real server thread: the data signed for, verified and
-cached; the next endpoint tried when one is down; a checksum failure final; no
-endpoints without a secret."""
+cached; the next endpoint tried when one is down; ``[glance] num_retries`` more rounds
+when none answers (an endpoint still starting is waited for), none after a refusal; a
+checksum failure final; no endpoints without a secret."""
 
 from __future__ import annotations
 
 import dataclasses
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +18,13 @@ import pytest
 from novaq.exceptions import ConfigError
 from tests.disk_images import make_raw_image
 from virt.driver import ImageSpec
-from virt.libvirt.image_fetch import ImageChecksumError, ImageFetchError, fetch_to_base
+from virt.libvirt import image_fetch
+from virt.libvirt.image_fetch import (
+    ImageChecksumError,
+    ImageEndpointUnreachable,
+    ImageFetchError,
+    fetch_to_base,
+)
 from virt.transfer.file_server import SignedFileServer, bind
 from virt.transfer.image_source import ImageServers
 from virt.transfer.names import image_resolver
@@ -43,10 +52,20 @@ def endpoint(tmp_path: Path) -> Iterator[SignedFileServer]:
     server.close()
 
 
-def _dead_url() -> str:
+def _free_port() -> int:
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
         probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+        return int(probe.getsockname()[1])
+
+
+def _dead_url() -> str:
+    return f"http://127.0.0.1:{_free_port()}"
+
+
+@pytest.fixture
+def quick_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds 0.2 s apart instead of Nova's second (the waiting is not what is tested)."""
+    monkeypatch.setattr(image_fetch, "RETRY_INTERVAL_S", 0.2)
 
 
 def test_the_image_comes_from_the_endpoint_signed_and_verified(
@@ -75,6 +94,63 @@ def test_every_endpoint_down_is_an_image_fetch_error_without_the_signature(
         fetch_to_base(image, tmp_path / "c", True, ImageServers((_dead_url(),), KEY))
     assert "signature" not in str(raised.value)
     assert list(tmp_path.glob("c*")) == [] and list(tmp_path.glob(".c*")) == []
+
+
+def test_an_endpoint_that_starts_late_is_waited_for(
+    image: ImageSpec, tmp_path: Path, quick_rounds: None
+) -> None:
+    """The controller's endpoint not listening yet (a cluster starting): the first
+    rounds are refused, a later one fetches the image."""
+    port = _free_port()
+    started: list[SignedFileServer] = []
+
+    def start_late() -> None:
+        time.sleep(0.3)
+        resolver = image_resolver(tmp_path / "store")
+        started.append(bind("127.0.0.1", port, KEY, resolver).serve_in_thread())
+
+    late = threading.Thread(target=start_late)
+    late.start()
+    try:
+        servers = ImageServers((f"http://127.0.0.1:{port}",), KEY, num_retries=5)
+        fetch_to_base(image, tmp_path / "cached", True, servers)
+    finally:
+        late.join()
+        for server in started:
+            server.close()
+    assert (tmp_path / "cached").read_bytes() == (tmp_path / "store" / IMAGE_ID).read_bytes()
+
+
+def test_the_rounds_end_after_num_retries(
+    image: ImageSpec, tmp_path: Path, quick_rounds: None
+) -> None:
+    calls: list[str] = []
+    real = image_fetch._fetch_one
+
+    def counted(located: ImageSpec, base: Path, force_raw: bool) -> None:
+        calls.append(located.location)
+        real(located, base, force_raw)
+
+    servers = ImageServers((_dead_url(), _dead_url()), KEY, num_retries=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(image_fetch, "_fetch_one", counted)
+        with pytest.raises(ImageEndpointUnreachable, match="Connection refused"):
+            fetch_to_base(image, tmp_path / "c", True, servers)
+    assert len(calls) == 2 * 3  # both endpoints, in 1 + num_retries rounds
+    assert list(tmp_path.glob("c*")) == [] and list(tmp_path.glob(".c*")) == []
+
+
+def test_a_refusal_is_not_tried_again(
+    image: ImageSpec, endpoint: SignedFileServer, tmp_path: Path
+) -> None:
+    """403 (a wrong secret) is an answer, not an endpoint down: one round only (the
+    round interval left at its second would make a second round show)."""
+    servers = ImageServers((endpoint.url,), TransferKey.from_text("guess"), num_retries=3)
+    began = time.monotonic()
+    with pytest.raises(ImageFetchError, match="HTTP 403") as raised:
+        fetch_to_base(image, tmp_path / "c", True, servers)
+    assert not isinstance(raised.value, ImageEndpointUnreachable)
+    assert time.monotonic() - began < image_fetch.RETRY_INTERVAL_S
 
 
 def test_a_checksum_failure_is_final_and_caches_nothing(
