@@ -112,6 +112,23 @@ def uninterrupted() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
+@contextlib.contextmanager
+def environment_kept() -> Iterator[None]:
+    """This process's environment as it was, once a database's run ends: pointing the API
+    at a cluster (``point_api_at``) sets ``NOVAQ_CONFIG`` to that cluster's TOML, which
+    the next database's cluster would otherwise read as its own (its image endpoint
+    taken for configured, so none started, and its hosts fetching from a dead port)."""
+    from novaq.settings import get_settings
+
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        get_settings.cache_clear()
+
+
 # -- the databases ---------------------------------------------------------------------------
 @contextlib.contextmanager
 def database(kind: str, state: Path, admin_url: str) -> Iterator[str]:
@@ -171,7 +188,7 @@ def run_database(
     directory = state / kind
     counts_dir = directory / "sql-counts"
     counts_dir.mkdir(parents=True)
-    with database(kind, directory, args.pg_admin_url) as db_url:
+    with environment_kept(), database(kind, directory, args.pg_admin_url) as db_url:
         settings = load_settings(state_dir=directory, database_url=db_url, broker_url=novaq_url)
         cluster = novaq_cluster(settings, args.hosts, counts_dir)
         try:
