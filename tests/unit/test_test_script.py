@@ -37,6 +37,7 @@ def _stand_in(path: Path, record: Path) -> None:
         'name=$(basename "$0")\n'
         'if [ "$name" = python ]; then name=$3; fi\n'  # python -m pytest tests/<tier> ...
         f'echo "$name" >> {record}\n'
+        f'echo "$*" >> {record}.argv\n'  # every call's arguments, one line each
         'var="STATUS_$(echo "$name" | tr -c "a-zA-Z0-9\\n" _)"\n'
         'exit "${!var:-0}"\n'
     )
@@ -95,3 +96,16 @@ def test_a_failed_bootstrap_stops_at_once(repo: Path) -> None:
 
     assert status == 1
     assert ran == []
+
+
+def test_the_unit_tier_runs_in_four_processes_unless_told_otherwise(repo: Path) -> None:
+    """It mostly waits (in-thread workers, the API's waits): four processes on two cores."""
+    env = {k: v for k, v in os.environ.items() if k != "NOVAQ_UNIT_PROCESSES"}
+    for processes in (None, "6"):
+        if processes is not None:
+            env["NOVAQ_UNIT_PROCESSES"] = processes
+        subprocess.run([str(repo / "scripts" / "test")], env=env, capture_output=True, timeout=60)
+    calls = (repo / "ran.argv").read_text().splitlines()
+    unit = [c.split() for c in calls if c.startswith("-m pytest tests/unit ")]
+
+    assert [argv[argv.index("-n") + 1] for argv in unit] == ["4", "6"]
