@@ -109,3 +109,17 @@ def test_the_unit_tier_runs_in_four_processes_unless_told_otherwise(repo: Path) 
     unit = [c.split() for c in calls if c.startswith("-m pytest tests/unit ")]
 
     assert [argv[argv.index("-n") + 1] for argv in unit] == ["4", "6"]
+
+
+def test_the_integration_tier_runs_in_two_processes_a_module_per_process(repo: Path) -> None:
+    """Its clusters are per process (Redis and PostgreSQL databases, vhosts, state
+    directory), and a fault matrix's module-scoped cluster must not start in each."""
+    subprocess.run([str(repo / "scripts" / "test")], capture_output=True, timeout=60)
+    calls = (repo / "ran.argv").read_text().splitlines()
+    integration = [c.split() for c in calls if c.startswith("-m pytest tests/integration ")]
+
+    assert len(integration) == 1
+    argv = integration[0]
+    assert argv[argv.index("-n") + 1] == "2"
+    assert argv[argv.index("--dist") + 1] == "loadscope"
+    assert argv[argv.index("-m", 1) + 1] == "integration"
