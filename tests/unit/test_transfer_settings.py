@@ -1,5 +1,5 @@
-"""``[transfer]`` and ``[glance] api_servers`` and ``num_retries``: read from the environment as Nova spells
-them, checked at start, and the secret never shown."""
+"""``[transfer]``, ``[glance] api_servers`` and ``num_retries``: read from the environment
+as Nova spells them, checked at start, and the secret never shown."""
 
 from __future__ import annotations
 
