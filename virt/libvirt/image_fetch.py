@@ -4,15 +4,14 @@
 The data is streamed from ``ImageSpec.location`` (an absolute file path, or an
 ``http(s)://`` URL read with urllib), or with ``[glance] api_servers`` from each image
 endpoint in turn (``virt.transfer.image_source``: a signed URL, the next endpoint tried
-when one cannot be read; every endpoint unreachable: the whole round again after a second,
-``[glance] num_retries`` times, as Nova's glance client retries), into a temporary file in
-the base directory, its
-SHA-256 compared with ``ImageSpec.checksum``, its real format read with ``qemu-img
-info`` (it must be the format the image declares and have no backing file: a qcow2
-naming a host file would let an image read that file), then with ``force_raw_images``
-a qcow2 is converted to raw, and only then renamed to the base file. Any failure
-removes the temporary files, so nothing half-fetched is ever cached. Refuses to lock:
-the caller (``ImageCache.fetch``) holds the per-image lock.
+when one cannot be read; none reached: the whole round again a second later, ``[glance]
+num_retries`` times, as Nova's glance client retries), into a temporary file in the base
+directory, its SHA-256 compared with ``ImageSpec.checksum``, its real format read with
+``qemu-img info`` (it must be the format the image declares and have no backing file: a
+qcow2 naming a host file would let an image read that file), then with
+``force_raw_images`` a qcow2 is converted to raw, and only then renamed to the base file.
+Any failure removes the temporary files, so nothing half-fetched is ever cached. Refuses
+to lock: the caller (``ImageCache.fetch``) holds the per-image lock.
 """
 
 from __future__ import annotations
