@@ -293,6 +293,12 @@ def _make_engine(url: str) -> Engine:
             max_overflow=10,
             execution_options=_IN_MAIN,
             connect_args=_PG_CONNECT,
+            # NOTE: last in, first out: a process's statements run on the connections it
+            # used last, so each reaches psycopg's prepare threshold (its sixth execution
+            # on a connection) sooner, and the server parses and plans it less often; the
+            # connection just checked in also skips the ping (_ping_unless_just_used).
+            # issue 16: deletes/s +20-30 % on PostgreSQL in two interleaved pairs.
+            pool_use_lifo=True,
         )
         use_reader_commits(engine)
         _ping_unless_just_used(engine)
