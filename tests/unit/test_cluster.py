@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import shlex
@@ -529,8 +530,7 @@ def test_wait_ready_waits_until_a_server_of_the_plan_accepts_connections(
         f"s.bind(('127.0.0.1', {port})); s.listen(); print('listening', flush=True); "
         "time.sleep(30)"
     )
-    server = python_spec("image-endpoint", late)
-    server = ProcessSpec(server.name, server.argv, server.env, listens=("127.0.0.1", port))
+    server = dataclasses.replace(python_spec("image-endpoint", late), listens=("127.0.0.1", port))
 
     with ScriptedCluster(Settings(state_dir=tmp_path), [server], quiet=True) as cluster:
         cluster.wait_ready(timeout_s=60)  # (no worker to ping: a second's broadcast)
@@ -541,7 +541,7 @@ def test_wait_ready_names_a_server_that_never_listens(tmp_path: Path) -> None:
     port = _free_port()
     mute = python_spec("image-endpoint", "print('bound elsewhere', flush=True); "
                        "import time; time.sleep(30)")  # fmt: skip
-    mute = ProcessSpec(mute.name, mute.argv, mute.env, listens=("127.0.0.1", port))
+    mute = dataclasses.replace(mute, listens=("127.0.0.1", port))
     cluster = ScriptedCluster(Settings(state_dir=tmp_path), [mute], quiet=True)
     with cluster, pytest.raises(ServiceUnavailable) as caught:
         cluster.wait_ready(timeout_s=2)

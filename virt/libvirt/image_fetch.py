@@ -124,7 +124,7 @@ def _download(image: ImageSpec, out: BinaryIO) -> str:
 def _open(image: ImageSpec) -> Iterator[BinaryIO]:
     location = image.location
     try:
-        if location.startswith(("http://", "https://")):
+        if _is_url(location):
             with urllib.request.urlopen(location, timeout=URL_TIMEOUT_S) as response:  # noqa: S310
                 yield response
         elif os.path.isabs(location):
@@ -142,15 +142,17 @@ def _unreadable(image: ImageSpec, exc: OSError | http.client.HTTPException) -> I
     """The error for data that could not be read: ``ImageEndpointUnreachable`` when an
     endpoint did not answer (refused, reset, timed out, a malformed answer) or answered
     5xx, which another round may not meet; not a refusal (403, 404) nor a local file."""
-    reason = f"cannot read {shown(image.location)}: {str(exc) or repr(exc)}"
     if isinstance(exc, urllib.error.HTTPError):
         exc.close()  # (it holds the response's socket)
-        transient = exc.code >= 500
-        reason = f"cannot read {shown(image.location)}: HTTP {exc.code} {exc.reason}"
+        detail, transient = f"HTTP {exc.code} {exc.reason}", exc.code >= 500
     else:
-        transient = image.location.startswith(("http://", "https://"))
+        detail, transient = str(exc) or repr(exc), _is_url(image.location)
     error = ImageEndpointUnreachable if transient else ImageFetchError
-    return error(image=image.id, reason=reason)
+    return error(image=image.id, reason=f"cannot read {shown(image.location)}: {detail}")
+
+
+def _is_url(location: str) -> bool:
+    return location.startswith(("http://", "https://"))
 
 
 def _verify_checksum(image: ImageSpec, actual: str) -> None:

@@ -7,7 +7,6 @@ checksum failure final; no endpoints without a secret."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 
 from novaq.exceptions import ConfigError
 from tests.disk_images import make_raw_image
+from tests.tcp_proxy import free_port
 from virt.driver import ImageSpec
 from virt.libvirt import image_fetch
 from virt.libvirt.image_fetch import (
@@ -52,14 +52,8 @@ def endpoint(tmp_path: Path) -> Iterator[SignedFileServer]:
     server.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _dead_url() -> str:
-    return f"http://127.0.0.1:{_free_port()}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 @pytest.fixture
@@ -101,7 +95,7 @@ def test_an_endpoint_that_starts_late_is_waited_for(
 ) -> None:
     """The controller's endpoint not listening yet (a cluster starting): the first
     rounds are refused, a later one fetches the image."""
-    port = _free_port()
+    port = free_port()
     started: list[SignedFileServer] = []
 
     def start_late() -> None:
