@@ -26,6 +26,11 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    # Last: a PYTHONPATH naming another worktree (an A/B run) still comes first.
+    sys.path.append(str(ROOT))
+
 STATE = Path(tempfile.mkdtemp(prefix="novaq-apicpu-"))
 
 
