@@ -401,6 +401,13 @@ def claim(
     return None
 
 
+class UnwrittenConflict(GenerationConflict):
+    """A fresh claim's one statement found the node's generation moved and wrote nothing
+    (its INSERT and its placing hang on the compare-and-swap): the caller's transaction
+    is as it was before the claim. Where each statement reads what committed before it
+    (PostgreSQL's read committed), the claim may be made again in that transaction."""
+
+
 def _in_one_statement(session: Session, request: ResourceRequest) -> bool:
     """Whether a fresh claim of ``request`` writes in one statement: on PostgreSQL (its
     data-modifying CTEs), with some resource asked for and no PCI device (whose claim
@@ -430,7 +437,7 @@ def _claim_in_one_statement(
         session, node.id, consumer_uuid, amounts, node.generation, values, placing
     )
     if swapped != 1:
-        raise GenerationConflict(node=node.hypervisor_hostname, generation=node.generation)
+        raise UnwrittenConflict(node=node.hypervisor_hostname, generation=node.generation)
     return placed
 
 

@@ -5,9 +5,10 @@ claim (the scheduler: the instance's host and node, under its own compare-and-sw
 Data-modifying CTEs run once each, to completion, on the statement's one snapshot, and
 the two UPDATEs keep their guards (a concurrent claim that bumped the generation, or a
 delete that moved the instance's state, makes its UPDATE match no row under read
-committed). The statement returns how many rows each wrote, and the caller raises what
-the separate statements raised (``GenerationConflict`` first, then the placing's error),
-so the transaction rolls back as before. Three statements (three round trips) become one.
+committed). The INSERT and the placing read the compare-and-swap's RETURNING, so a claim
+that lost the generation race writes nothing. The statement returns how many rows each
+wrote, and the caller raises what the separate statements raised (``GenerationConflict``
+first, then the placing's error). Three statements (three round trips) become one.
 """
 
 from __future__ import annotations
@@ -95,17 +96,6 @@ def _statement(placing: Any) -> Select[tuple[int, int, int]]:
         .table_valued("resource_class", "used")
         .render_derived()
     )
-    rows = select(
-        bindparam("a_node", type_=Integer),
-        bindparam("a_consumer", type_=String),
-        amounts.c.resource_class,
-        amounts.c.used,
-        bindparam("a_created", type_=_allocations.c.created_at.type),
-    ).select_from(amounts)
-    columns = ["compute_node_id", "consumer_uuid", "resource_class", "used", "created_at"]
-    inserted = (
-        insert(_allocations).from_select(columns, rows).returning(_allocations.c.id).cte("inserted")
-    )
     swapped = (
         update(_nodes)
         .where(
@@ -119,7 +109,26 @@ def _statement(placing: Any) -> Select[tuple[int, int, int]]:
         .returning(_nodes.c.id)
         .cte("swapped")
     )
-    placed = placing.cte("placed")
+    # NOTE: the INSERT and the placing hang on the compare-and-swap (they read its
+    # RETURNING), so a claim that lost the generation race writes nothing at all: its
+    # transaction may claim again (``compute.claims.UnwrittenConflict``).
+    won = select(swapped.c.id).exists()
+    rows = (
+        select(
+            bindparam("a_node", type_=Integer),
+            bindparam("a_consumer", type_=String),
+            amounts.c.resource_class,
+            amounts.c.used,
+            bindparam("a_created", type_=_allocations.c.created_at.type),
+        )
+        .select_from(amounts)
+        .where(won)
+    )
+    columns = ["compute_node_id", "consumer_uuid", "resource_class", "used", "created_at"]
+    inserted = (
+        insert(_allocations).from_select(columns, rows).returning(_allocations.c.id).cte("inserted")
+    )
+    placed = placing.where(won).cte("placed")
     # NOTE: every CTE is referenced, or SQLAlchemy leaves it out of the statement.
     return select(
         select(func.count()).select_from(swapped).scalar_subquery(),

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from compute import instance_state
 from compute.claims import (
     RETRYABLE,
+    UnwrittenConflict,
     claim,
     claim_first,
     move_claim,
@@ -278,7 +279,7 @@ class Scheduler:
                     return self._with_alternates([redelivered], [[]], forced)
                 ranked = self.rank(candidates.hosts, spec, prefilter=candidates.prefilter)
                 then = self._placing_last(on_placed, spec, ranked, [], [], handed)
-                _claim(session, ranked[0], spec, BUILD_PLACING)
+                _claim_in_transaction(session, ranked[0], spec)
                 if then is not None:
                     then(session, ranked[0])
             chosen: HostState | None = ranked[0]
@@ -439,6 +440,30 @@ def _claim(session: Session, host: HostState, spec: RequestSpec, placing: tuple[
         place(session, uuid, task_state, vm_state, host.host, host.nodename)
     else:
         instance_state.placed(session, rows, uuid, task_state, vm_state)
+
+
+#: How many times PostgreSQL's one-transaction decision claims the best host in its own
+#: transaction when another claim moved the host's generation between the claim's read
+#: and its compare-and-swap (reading the host again each time), before it rolls back and
+#: ``claim_first`` takes over as for any other failed claim.
+CLAIMS_IN_TRANSACTION = 3
+
+
+def _claim_in_transaction(session: Session, host: HostState, spec: RequestSpec) -> None:
+    """``_claim`` on ``host``, made again in the same transaction after a conflict that
+    wrote nothing (``UnwrittenConflict``). Not rolled back: on PostgreSQL a ROLLBACK also
+    makes psycopg drop every statement it prepared on the connection, so the server
+    parses and plans them again; under a burst of boots the scheduler's two children
+    lost them to about one decision in four, the best host being the same for both
+    (issue 16)."""
+    for attempt in range(1, CLAIMS_IN_TRANSACTION + 1):
+        try:
+            _claim(session, host, spec, BUILD_PLACING)
+            return
+        except UnwrittenConflict as exc:
+            if attempt == CLAIMS_IN_TRANSACTION:
+                raise
+            LOG.debug("Instance %s: %s; claiming again", spec.instance_uuid, exc)
 
 
 def _handed(selections: list[Selection], handed: Handed) -> list[Selection] | None:

@@ -14,7 +14,9 @@ from sqlalchemy import event, insert, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
+from compute import instance_state
 from compute.claims import ResourceRequest
+from compute.fresh_claim import USAGE_COLUMNS, write_fresh_claim
 from compute.servicegroup import COMPUTE
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
@@ -26,6 +28,7 @@ from novaq.settings import Settings
 from scheduler.candidate_sql import AGGREGATED, PCI_FREE, candidates_query
 from scheduler.candidates import load_candidates
 from scheduler.manager import Scheduler
+from tests.costs import listening
 from tests.factories import flavor_dict, spec_for, statements_run
 
 #: (vm_state, task_state, deleted) of the instances put on each host, in turn: live and
@@ -305,11 +308,59 @@ def test_a_claim_that_loses_the_generation_race_is_tried_again(
         return view
 
     monkeypatch.setattr(claims, "_claim_view", racing)
-    with statements_run(any_db) as statements:
+    ends: list[str] = []
+    with (
+        statements_run(any_db) as statements,
+        listening(any_db, [(end, lambda _conn, end=end: ends.append(end)) for end in _ENDS]),
+    ):
         _decision(any_db, scheduler)
     assert raced and [s.split()[0] for s in statements].count("WITH") == 2  # lost, then won
+    # Claimed again in the decision's one transaction: no rollback, which would have made
+    # psycopg drop what it prepared on the connection. (The commits: the server's row, the
+    # race's bump, the decision.)
+    assert ends == ["commit"] * 3
     allocations, generation = _allocations_and_generations(any_db)
     assert (allocations, generation) == (3, 2)  # the race's bump and the winning claim's
+
+
+_ENDS = ("commit", "rollback")
+
+
+def test_a_fresh_claim_that_lost_the_generation_race_wrote_nothing(pg_db: str) -> None:
+    """``compute.fresh_claim``: the INSERT and the placing hang on the compare-and-swap,
+    so a claim made on a generation that moved writes no allocation and places nothing
+    (its transaction may claim again)."""
+    _populate(pg_db, 1)
+    instance_uuid = str(uuid_module.uuid4())
+    with session_scope(pg_db) as session:
+        session.execute(text("DELETE FROM instances"))
+        session.add(
+            Instance(
+                uuid=instance_uuid,
+                display_name="d",
+                flavor_id=1,
+                flavor=flavor_dict(),
+                image_ref="cirros",
+                vm_state=VmState.BUILDING,
+                task_state=TaskState.SCHEDULING,
+                request_spec={},
+                system_metadata={},
+            )
+        )
+    placing = instance_state.placing(
+        instance_uuid, TaskState.SCHEDULING, VmState.BUILDING, "pg0000", "pg0000"
+    )
+    with session_scope(pg_db) as session:
+        node_id, generation = session.execute(
+            text("SELECT id, generation FROM compute_nodes")
+        ).one()
+        usage = {f"b_{name}": 1 for name in USAGE_COLUMNS}
+        amounts = [("VCPU", 1), ("MEMORY_MB", 512)]
+        lost = write_fresh_claim(session, node_id, "c", amounts, generation + 1, usage, placing)
+        won = write_fresh_claim(session, node_id, "c", amounts, generation, usage, placing)
+    assert (lost, won) == ((0, 0), (1, 1))
+    allocations, generation_after = _allocations_and_generations(pg_db)
+    assert (allocations, generation_after) == (2, generation + 1)  # the winning claim's alone
 
 
 def test_a_host_taken_meanwhile_sends_the_claim_to_the_next_host(
