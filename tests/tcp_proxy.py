@@ -18,7 +18,8 @@ _CHUNK = 65536
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on (for a "connection refused")."""
+    """A loopback port nothing listens on now: for a server to bind, or a "connection
+    refused"."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

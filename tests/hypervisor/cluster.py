@@ -18,12 +18,6 @@ from tests.integration.workers import ROOT, Worker
 Process = Worker
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def redis_server(state: Path, port: int, password: str) -> Process:
     """A throw-away broker (no persistence) on ``port``."""
     directory = state / "redis"

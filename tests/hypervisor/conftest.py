@@ -25,8 +25,9 @@ import libvirt
 import pytest
 
 from tests.hypervisor.checks import Layout
-from tests.hypervisor.cluster import Process, free_port, novaq_up, redis_server
+from tests.hypervisor.cluster import Process, novaq_up, redis_server
 from tests.hypervisor.guest import URI, connect, wait_until
+from tests.tcp_proxy import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = Path(os.environ.get("NOVAQ_TEST_IMAGE") or ROOT / ".cache/test-image/novaq-test.img")

@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -21,16 +20,12 @@ from typing import Any
 
 import pytest
 
+from tests.tcp_proxy import free_port
+
 pytestmark = pytest.mark.integration
 
 NOVAQ = [sys.executable, "-m", "novaq.cli"]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _bare_env(state_dir: Path, flower_port: int) -> dict[str, str]:
@@ -77,7 +72,7 @@ def _poll(what: str, check: Any, timeout_s: float = 60) -> Any:
 
 @pytest.fixture
 def novaq_up(tmp_path: Path) -> Iterator[tuple[dict[str, str], int, subprocess.Popen[bytes]]]:
-    port = _free_port()
+    port = free_port()
     env = _bare_env(tmp_path / "state", port)
     log = (tmp_path / "up.log").open("wb")
     proc = subprocess.Popen(
@@ -177,7 +172,7 @@ def test_novaq_demo_runs_its_scenario_twice_on_one_state_directory(tmp_path: Pat
     """The main job, as the README runs it: boots, accounts, shows what the periodic tasks
     did, deletes back to reserved and stops everything; a second run on the same state
     directory shows its own periodic runs, not the first one's too."""
-    env = _bare_env(tmp_path / "state", _free_port())
+    env = _bare_env(tmp_path / "state", free_port())
     for _ in range(2):
         done = subprocess.run(
             [*NOVAQ, "demo", "--servers", "3"],

@@ -23,16 +23,12 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from tests.tcp_proxy import free_port
+
 pytestmark = pytest.mark.integration
 
 NOVAQ = [sys.executable, "-m", "novaq.cli"]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Up:
@@ -47,7 +43,7 @@ class Up:
         self.log = tmp_path / "up.log"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NOVAQ_")}
         self.env.update(
-            NOVAQ_FLOWER__PORT=str(flower_port or _free_port()),
+            NOVAQ_FLOWER__PORT=str(flower_port or free_port()),
             NOVAQ_REPORT_INTERVAL="1",
             PYTHONPATH=str(ROOT),
         )

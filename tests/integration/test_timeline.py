@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,18 +30,13 @@ from novaq.cli import main
 from tests.integration.checks import flavor
 from tests.integration.fault_matrix import reap_until_settled
 from tests.integration.workers import ROOT, Cluster
+from tests.tcp_proxy import free_port
 from tests.timelines import settled_timeline
 from workflows import api
 
 pytestmark = pytest.mark.integration
 
 FLOWER_AUTH = "it:timeline"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Flower:
@@ -52,7 +46,7 @@ class Flower:
     receiver that has not bound its queue yet)."""
 
     def __init__(self, log: Path, nodes: set[str]) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         env = dict(os.environ, PYTHONPATH=str(ROOT), FLOWER_BASIC_AUTH=FLOWER_AUTH)
         argv = [sys.executable, "-m", "celery", "-A", "tasks", "flower"]
         argv += ["--address=127.0.0.1", f"--port={self.port}"]

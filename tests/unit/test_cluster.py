@@ -29,6 +29,7 @@ from novaq.launcher.plan import (
     write_cluster_config,
 )
 from novaq.settings import Settings
+from tests.tcp_proxy import free_port
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
@@ -403,18 +404,12 @@ def test_start_stops_the_broker_when_the_migration_fails(tmp_path: Path) -> None
 
 
 def test_a_configured_broker_url_is_used_instead_of_an_embedded_one(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     settings = Settings(state_dir=tmp_path, broker_url=BROKER, flower={"port": port})
     with ScriptedCluster(settings, []) as cluster:
         assert cluster.broker_url == BROKER
         assert cluster._broker is None
     assert cluster.flower_url == f"http://127.0.0.1:{port}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_flowers_port_taken_by_another_program_moves_to_the_next_free_one(
@@ -458,7 +453,7 @@ def test_the_ready_line_comes_once_the_workers_answer_and_flower_hears_them(
 ) -> None:
     import threading
 
-    port = _free_port()
+    port = free_port()
     settings = Settings(state_dir=tmp_path, flower={"port": port})
 
     def specs(url: str) -> list[ProcessSpec]:
@@ -486,7 +481,7 @@ def test_the_ready_line_comes_once_the_workers_answer_and_flower_hears_them(
 
 
 def test_wait_ready_returns_once_flower_hears_every_worker(tmp_path: Path) -> None:
-    settings = Settings(state_dir=tmp_path, flower={"port": _free_port()})
+    settings = Settings(state_dir=tmp_path, flower={"port": free_port()})
 
     def specs(url: str) -> list[ProcessSpec]:
         return [
@@ -505,11 +500,11 @@ def test_wait_ready_returns_once_flower_hears_every_worker(tmp_path: Path) -> No
 
 
 def test_wait_ready_names_flower_when_it_hears_no_worker(tmp_path: Path) -> None:
-    settings = Settings(state_dir=tmp_path, flower={"port": _free_port()})
+    settings = Settings(state_dir=tmp_path, flower={"port": free_port()})
 
     def specs(url: str) -> list[ProcessSpec]:
         # Flower watching another broker (nothing listens there) never hears the worker.
-        deaf = real_flower(settings, f"redis://127.0.0.1:{_free_port()}/0")
+        deaf = real_flower(settings, f"redis://127.0.0.1:{free_port()}/0")
         return [embedded_worker(url, "compute@host1", "compute.host1"), deaf]
 
     deaf = pytest.raises(ServiceUnavailable, match="Flower had no events from compute@host1")
@@ -523,7 +518,7 @@ def test_wait_ready_waits_until_a_server_of_the_plan_accepts_connections(
     """The image endpoint listening only a while after it started (its imports, its
     bind): the cluster is not ready before it listens, else a first boot could find its
     image unreachable."""
-    port = _free_port()
+    port = free_port()
     late = (
         "import socket, time; time.sleep(3); s = socket.socket(); "
         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
@@ -538,7 +533,7 @@ def test_wait_ready_waits_until_a_server_of_the_plan_accepts_connections(
 
 
 def test_wait_ready_names_a_server_that_never_listens(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     mute = python_spec("image-endpoint", "print('bound elsewhere', flush=True); "
                        "import time; time.sleep(30)")  # fmt: skip
     mute = dataclasses.replace(mute, listens=("127.0.0.1", port))
@@ -577,7 +572,7 @@ def test_flower_restarted_after_its_port_was_taken_meanwhile_moves_to_a_free_one
 ) -> None:
     from novaq.launcher.supervisor import RestartPolicy, Supervisor
 
-    port = _free_port()
+    port = free_port()
     flower = ProcessSpec("flower", [sys.executable, "-c", _LISTENER, f"--port={port}"], {})
     output = io.StringIO()
     settings = Settings(state_dir=tmp_path, broker_url=BROKER, flower={"port": port})

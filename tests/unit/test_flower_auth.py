@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,14 +21,9 @@ import pytest
 from novaq.launcher.flower_guard import flower_command
 from novaq.launcher.plan import CELERY_ARGV
 from novaq.settings import Settings
+from tests.tcp_proxy import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _status(url: str, *, method: str = "GET", auth: str | None = None) -> int:
@@ -46,7 +40,7 @@ def _status(url: str, *, method: str = "GET", auth: str | None = None) -> int:
 @pytest.fixture
 def flower(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """Flower on loopback with nothing configured: its URL and the run's credential."""
-    port = _free_port()
+    port = free_port()
     settings = Settings(state_dir=tmp_path / "state", flower={"port": port})
     argv, extra_env = flower_command(settings, CELERY_ARGV)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOVAQ_", "FLOWER_"))}
@@ -55,7 +49,7 @@ def flower(tmp_path: Path) -> Iterator[tuple[str, str]]:
         PYTHONPATH=str(REPO),
         NOVAQ_STATE_DIR=str(tmp_path / "state"),
         # Nothing listens there: Flower serves HTTP without a broker.
-        NOVAQ_BROKER_URL=f"redis://127.0.0.1:{_free_port()}/0",
+        NOVAQ_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0",
     )
     log = (tmp_path / "flower.log").open("wb")
     proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
