@@ -32,7 +32,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from novaq.exceptions import ImageUnacceptable
 from virt.driver import ImageSpec
 from virt.libvirt import qemu_img
-from virt.transfer.download import copy_sparse, shown
+from virt.transfer.download import LocalWriteError, copy_sparse, shown
 from virt.transfer.image_source import ImageServers
 
 LOG = logging.getLogger(__name__)
@@ -140,13 +140,16 @@ def _open(image: ImageSpec) -> Iterator[BinaryIO]:
 
 def _unreadable(image: ImageSpec, exc: OSError | http.client.HTTPException) -> ImageFetchError:
     """The error for data that could not be read: ``ImageEndpointUnreachable`` when an
-    endpoint did not answer (refused, reset, timed out, a malformed answer) or answered
-    5xx, which another round may not meet; not a refusal (403, 404) nor a local file."""
+        endpoint did not answer (refused, reset, timed out, a malformed answer) or answered
+        5xx, which another round may not meet; not a refusal (403, 404), a local file, nor a
+    failed write of the local copy."""
     if isinstance(exc, urllib.error.HTTPError):
         exc.close()  # (it holds the response's socket)
         detail, transient = f"HTTP {exc.code} {exc.reason}", exc.code >= 500
     else:
-        detail, transient = str(exc) or repr(exc), _is_url(image.location)
+        # (a full local disk is no endpoint's fault: ``copy_sparse`` says which side failed)
+        local = isinstance(exc, LocalWriteError)
+        detail, transient = str(exc) or repr(exc), _is_url(image.location) and not local
     error = ImageEndpointUnreachable if transient else ImageFetchError
     return error(image=image.id, reason=f"cannot read {shown(image.location)}: {detail}")
 

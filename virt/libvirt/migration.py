@@ -5,8 +5,9 @@ The source renames ``<uuid>`` to ``<uuid>_resize``: the originals, kept until co
 revert. What travels is each disk but swap (the destination makes a new one, as Nova
 does) and ``disk.info``. Across machines the destination pulls them (``pull_disks``) from
 the source's disk endpoint (``virt.transfer``: a signed GET per file, verified against
-the SHA-256 the endpoint sends, written sparse under a temporary name, then renamed), so
-no host ever writes into another's directory. Without an endpoint (a cluster with no
+the SHA-256 the endpoint sends, written sparse under a temporary name, then renamed; a
+source that does not answer is tried again a few times), so no host ever writes into
+another's directory. Without an endpoint (a cluster with no
 ``[transfer] secret``, one machine) and for a same-host resize the source copies them
 into the destination's ``<instances_path>/<uuid>`` itself (``copy_disks``), a local path.
 Either way a half-copied disk is never taken for a whole one, and both are safe to run
@@ -40,6 +41,10 @@ LOG = logging.getLogger(__name__)
 
 #: What travels: the disks a guest keeps (swap is made new) and their formats.
 COPIED: Final = (ROOT, EPHEMERAL, DISK_INFO)
+#: Tries of each file a destination pulls: a source that does not answer (its worker,
+#: which serves the disks, restarting) or a dropped connection is ridden out over about
+#: 7 s (waits of 1, 2 and 4 s) before the move fails; a refusal or bad data fails at once.
+PULL_ATTEMPTS: Final = 4
 
 
 def move_aside(files: InstanceFiles, uuid: str) -> Path:
@@ -82,7 +87,7 @@ def pull_disks(files: InstanceFiles, uuid: str, endpoint: str, key: TransferKey)
     target.mkdir(parents=True, exist_ok=True)
     for name in sorted(COPIED, key=lambda n: n != DISK_INFO):  # disk.info first: fail fast
         url = signed_url(key, endpoint, disk_path(uuid, name))
-        if fetch_to_file(url, target / name):
+        if fetch_to_file(url, target / name, attempts=PULL_ATTEMPTS):
             continue
         if name == DISK_INFO:
             raise HypervisorError(

@@ -7,6 +7,7 @@ checksum failure final; no endpoints without a secret."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from virt.libvirt.image_fetch import (
     ImageFetchError,
     fetch_to_base,
 )
+from virt.transfer.download import LocalWriteError
 from virt.transfer.file_server import SignedFileServer, bind
 from virt.transfer.image_source import ImageServers
 from virt.transfer.names import image_resolver
@@ -168,3 +170,15 @@ def test_a_wrong_secret_is_refused_by_the_endpoint(
 def test_endpoints_without_a_secret_are_a_config_error() -> None:
     with pytest.raises(ConfigError, match="transfer"):
         ImageServers(("http://controller:9292",), None)
+
+
+def test_a_failed_local_write_is_not_an_endpoint_down(image: ImageSpec) -> None:
+    """A full local disk while the image streams in is no endpoint's fault: not
+    ``ImageEndpointUnreachable``, so no other round is made for it."""
+    url = dataclasses.replace(image, location="http://127.0.0.1:1/images/x")
+    full = LocalWriteError(errno.ENOSPC, "writing the local copy: No space left on device")
+    error = image_fetch._unreadable(url, full)
+    assert not isinstance(error, ImageEndpointUnreachable)
+    assert "No space left" in str(error)
+    dropped = image_fetch._unreadable(url, ConnectionResetError("reset by peer"))
+    assert isinstance(dropped, ImageEndpointUnreachable)

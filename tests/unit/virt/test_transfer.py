@@ -6,19 +6,37 @@ behind when the data is cut short or does not match its digest."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import http.server
+import io
 import os
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from virt.transfer.download import TransferChecksumError, TransferError, fetch_to_file, shown
+from tests.tcp_proxy import free_port
+from virt.libvirt.imagebackend import EPHEMERAL, ROOT
+from virt.libvirt.instance_files import DISK_INFO, InstanceFiles
+from virt.libvirt.migration import COPIED, pull_disks
+from virt.transfer import download
+from virt.transfer.download import (
+    LocalWriteError,
+    TransferChecksumError,
+    TransferError,
+    TransferUnreachable,
+    copy_sparse,
+    fetch_to_file,
+    shown,
+)
 from virt.transfer.file_server import DIGEST_HEADER, SignedFileServer, bind
 from virt.transfer.names import disk_resolver, image_resolver
 from virt.transfer.signing import TransferKey, is_valid, signature, signed_url
@@ -206,3 +224,119 @@ def test_a_transfer_cut_short_raises_and_leaves_nothing_behind(tmp_path: Path) -
 
 def test_a_url_is_shown_without_its_signature() -> None:
     assert shown("http://h:1/images/x?expires=1&signature=abc") == "http://h:1/images/x"
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waits of 0.1 s, 0.2 s... instead of 1 s, 2 s... (the waiting is not what is tested)."""
+    monkeypatch.setattr(download, "RETRY_FIRST_S", 0.1)
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the status of its server's ``status``, counting them."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        server: Any = self.server
+        server.requests += 1
+        self.send_error(server.status)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@contextlib.contextmanager
+def _failing(status: int) -> Iterator[Any]:
+    failing: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    failing.status, failing.requests = status, 0
+    thread = threading.Thread(target=failing.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield failing
+    finally:
+        failing.shutdown()
+        failing.server_close()
+
+
+def test_a_sender_answering_5xx_is_tried_again_then_unreachable(
+    tmp_path: Path, quick_retries: None
+) -> None:
+    with _failing(503) as failing:
+        url = f"http://127.0.0.1:{failing.server_address[1]}/x?expires=1&signature=abc"
+        with pytest.raises(TransferUnreachable, match="HTTP 503"):
+            fetch_to_file(url, tmp_path / "got", attempts=3)
+        assert failing.requests == 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refusal_is_not_tried_again(tmp_path: Path, quick_retries: None) -> None:
+    with _failing(403) as failing:
+        url = f"http://127.0.0.1:{failing.server_address[1]}/x?expires=1&signature=abc"
+        with pytest.raises(TransferError, match="HTTP 403") as raised:
+            fetch_to_file(url, tmp_path / "got", attempts=3)
+        assert failing.requests == 1
+    assert not isinstance(raised.value, TransferUnreachable)
+
+
+class _FullDisk(io.RawIOBase):
+    """A local file on a full disk: every write fails with ENOSPC."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_failed_local_write_is_not_the_senders_and_is_not_tried_again(
+    server: SignedFileServer, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (store / IMAGE).write_bytes(b"data" * 1000)
+    target = tmp_path / "got"
+    real_open = Path.open
+    opened: list[Path] = []
+
+    def full_disk(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if path.name == f".{target.name}.part" and "w" in mode:
+            opened.append(path)
+            return _FullDisk()
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full_disk)
+    with pytest.raises(TransferError, match="No space left on device") as raised:
+        fetch_to_file(signed_url(KEY, server.url, f"/images/{IMAGE}"), target, attempts=3)
+    assert not isinstance(raised.value, TransferUnreachable)
+    assert len(opened) == 1  # one try
+    with pytest.raises(LocalWriteError):
+        copy_sparse(io.BytesIO(b"x"), _FullDisk())  # type: ignore[arg-type]
+
+
+def test_a_pull_waits_for_a_disk_endpoint_that_starts_late(
+    tmp_path: Path, quick_retries: None
+) -> None:
+    """A destination pulling a moved-aside disk while the source's endpoint is not
+    listening yet (its worker restarting): refused at first, fetched on a later try."""
+    source, dest = tmp_path / "source", tmp_path / "dest"
+    aside = source / f"{UUID}_resize"
+    aside.mkdir(parents=True)
+    (aside / DISK_INFO).write_text('{"disk": "qcow2"}')
+    (aside / ROOT).write_bytes(b"root disk" * 1000)
+    port = free_port()
+    started: list[SignedFileServer] = []
+
+    def start_late() -> None:
+        time.sleep(0.3)
+        resolver = disk_resolver(source, COPIED, "_resize")
+        started.append(bind("127.0.0.1", port, KEY, resolver).serve_in_thread())
+
+    late = threading.Thread(target=start_late)
+    late.start()
+    try:
+        pulled = pull_disks(InstanceFiles(dest), UUID, f"http://127.0.0.1:{port}", KEY)
+    finally:
+        late.join()
+        for running in started:
+            running.close()
+    assert pulled == dest / UUID
+    assert (pulled / ROOT).read_bytes() == (aside / ROOT).read_bytes()
+    assert (pulled / DISK_INFO).read_text() == (aside / DISK_INFO).read_text()
+    assert not (pulled / EPHEMERAL).exists()
