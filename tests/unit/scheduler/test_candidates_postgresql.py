@@ -128,22 +128,25 @@ def test_instance_counts_on_postgresql_are_sqlites_and_pythons(pg_db: str, sqlit
         assert _counts(pg_db, asked) == _counts(sqlite_db, asked) == expected
 
 
+def _scheduling(instance_uuid: str, task_state: str = TaskState.SCHEDULING) -> Instance:
+    """A server's row as the API leaves it for the scheduler (or ``task_state``)."""
+    return Instance(
+        uuid=instance_uuid,
+        display_name="d",
+        flavor_id=1,
+        flavor=flavor_dict(),
+        image_ref="cirros",
+        vm_state=VmState.BUILDING,
+        task_state=task_state,
+        request_spec={},
+        system_metadata={},
+    )
+
+
 def _decision(url: str, scheduler: Scheduler) -> list[str]:
     instance_uuid = str(uuid_module.uuid4())
     with session_scope(url) as session:
-        session.add(
-            Instance(
-                uuid=instance_uuid,
-                display_name="d",
-                flavor_id=1,
-                flavor=flavor_dict(),
-                image_ref="cirros",
-                vm_state=VmState.BUILDING,
-                task_state=TaskState.SCHEDULING,
-                request_spec={},
-                system_metadata={},
-            )
-        )
+        session.add(_scheduling(instance_uuid))
     spec = spec_for(instance_uuid)
     with statements_run(url) as statements:
         assert scheduler.select_and_claim(sessions_for(url), spec) is not None
@@ -262,19 +265,7 @@ def test_a_server_that_left_scheduling_is_not_placed_and_nothing_is_claimed(any_
     before = _allocations_and_generations(any_db)
     deleting = str(uuid_module.uuid4())
     with session_scope(any_db) as session:
-        session.add(
-            Instance(
-                uuid=deleting,
-                display_name="d",
-                flavor_id=1,
-                flavor=flavor_dict(),
-                image_ref="cirros",
-                vm_state=VmState.BUILDING,
-                task_state=TaskState.DELETING,
-                request_spec={},
-                system_metadata={},
-            )
-        )
+        session.add(_scheduling(deleting, TaskState.DELETING))
     assert scheduler.select_and_claim(sessions_for(any_db), spec_for(deleting)) is None
     assert _allocations_and_generations(any_db) == before  # the claim rolled back whole
     with session_scope(any_db) as session:
@@ -334,19 +325,7 @@ def test_a_fresh_claim_that_lost_the_generation_race_wrote_nothing(pg_db: str) -
     instance_uuid = str(uuid_module.uuid4())
     with session_scope(pg_db) as session:
         session.execute(text("DELETE FROM instances"))
-        session.add(
-            Instance(
-                uuid=instance_uuid,
-                display_name="d",
-                flavor_id=1,
-                flavor=flavor_dict(),
-                image_ref="cirros",
-                vm_state=VmState.BUILDING,
-                task_state=TaskState.SCHEDULING,
-                request_spec={},
-                system_metadata={},
-            )
-        )
+        session.add(_scheduling(instance_uuid))
     placing = instance_state.placing(
         instance_uuid, TaskState.SCHEDULING, VmState.BUILDING, "pg0000", "pg0000"
     )
