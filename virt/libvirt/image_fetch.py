@@ -140,8 +140,8 @@ def _open(image: ImageSpec) -> Iterator[BinaryIO]:
 
 def _unreadable(image: ImageSpec, exc: OSError | http.client.HTTPException) -> ImageFetchError:
     """The error for data that could not be read: ``ImageEndpointUnreachable`` when an
-        endpoint did not answer (refused, reset, timed out, a malformed answer) or answered
-        5xx, which another round may not meet; not a refusal (403, 404), a local file, nor a
+    endpoint did not answer (refused, reset, timed out, a malformed answer) or answered
+    5xx, which another round may not meet; not a refusal (403, 404), a local file, nor a
     failed write of the local copy."""
     if isinstance(exc, urllib.error.HTTPError):
         exc.close()  # (it holds the response's socket)

@@ -7,9 +7,9 @@ does) and ``disk.info``. Across machines the destination pulls them (``pull_disk
 the source's disk endpoint (``virt.transfer``: a signed GET per file, verified against
 the SHA-256 the endpoint sends, written sparse under a temporary name, then renamed; a
 source that does not answer is tried again a few times), so no host ever writes into
-another's directory. Without an endpoint (a cluster with no
-``[transfer] secret``, one machine) and for a same-host resize the source copies them
-into the destination's ``<instances_path>/<uuid>`` itself (``copy_disks``), a local path.
+another's directory. Without an endpoint (a cluster with no ``[transfer] secret``, one
+machine) and for a same-host resize the source copies them into the destination's
+``<instances_path>/<uuid>`` itself (``copy_disks``), a local path.
 Either way a half-copied disk is never taken for a whole one, and both are safe to run
 again after an interruption: the originals stay in ``_resize`` and the copies are made
 again.
