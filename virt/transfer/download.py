@@ -111,13 +111,16 @@ def _fetch_once(url: str, target: Path, timeout_s: float) -> bool:
         with _opened(url, timeout_s) as response:
             if response is None:
                 return False
-            with part.open("wb") as out:
+            with _writing():
+                out = part.open("wb")
+            with out:
                 length, digest = copy_sparse(response, out)
                 with _writing():
                     out.flush()
                     os.fsync(out.fileno())
             _check(url, response, length, digest)
-        os.replace(part, target)
+        with _writing():
+            os.replace(part, target)
     except LocalWriteError as exc:
         raise TransferError(url=shown(url), reason=str(exc)) from exc
     except (OSError, http.client.HTTPException) as exc:  # (URLError is an OSError)

@@ -340,3 +340,15 @@ def test_a_pull_waits_for_a_disk_endpoint_that_starts_late(
     assert (pulled / ROOT).read_bytes() == (aside / ROOT).read_bytes()
     assert (pulled / DISK_INFO).read_text() == (aside / DISK_INFO).read_text()
     assert not (pulled / EPHEMERAL).exists()
+
+
+def test_a_target_that_cannot_be_written_is_not_tried_again(
+    server: SignedFileServer, store: Path, tmp_path: Path
+) -> None:
+    """No directory to write into: the receiver's trouble, one try, no waits."""
+    url = signed_url(KEY, server.url, f"/images/{IMAGE}")
+    began = time.monotonic()
+    with pytest.raises(TransferError, match="writing the local copy") as raised:
+        fetch_to_file(url, tmp_path / "missing" / "got", attempts=3)
+    assert not isinstance(raised.value, TransferUnreachable)
+    assert time.monotonic() - began < download.RETRY_FIRST_S
