@@ -32,7 +32,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from novaq.exceptions import ImageUnacceptable
 from virt.driver import ImageSpec
 from virt.libvirt import qemu_img
-from virt.transfer.download import LocalWriteError, copy_sparse, shown
+from virt.transfer.download import copy_sparse, sender_failed, shown
 from virt.transfer.image_source import ImageServers
 
 LOG = logging.getLogger(__name__)
@@ -145,11 +145,10 @@ def _unreadable(image: ImageSpec, exc: OSError | http.client.HTTPException) -> I
     failed write of the local copy."""
     if isinstance(exc, urllib.error.HTTPError):
         exc.close()  # (it holds the response's socket)
-        detail, transient = f"HTTP {exc.code} {exc.reason}", exc.code >= 500
+        detail = f"HTTP {exc.code} {exc.reason}"
     else:
-        # (a full local disk is no endpoint's fault: ``copy_sparse`` says which side failed)
-        local = isinstance(exc, LocalWriteError)
-        detail, transient = str(exc) or repr(exc), _is_url(image.location) and not local
+        detail = str(exc) or repr(exc)
+    transient = _is_url(image.location) and sender_failed(exc)
     error = ImageEndpointUnreachable if transient else ImageFetchError
     return error(image=image.id, reason=f"cannot read {shown(image.location)}: {detail}")
 

@@ -80,6 +80,15 @@ def copy_sparse(source: BinaryIO, out: BinaryIO) -> tuple[int, str]:
     return length, digest.hexdigest()
 
 
+def sender_failed(exc: OSError | http.client.HTTPException) -> bool:
+    """Whether ``exc``, met reading from a sender, is one another try may not meet: no
+    answer, a dropped connection, a malformed answer or a 5xx; not a refusal (4xx) nor a
+    failed write of the local copy (``LocalWriteError``)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code >= 500
+    return not isinstance(exc, LocalWriteError)
+
+
 @contextlib.contextmanager
 def _writing() -> Iterator[None]:
     try:
@@ -121,11 +130,9 @@ def _fetch_once(url: str, target: Path, timeout_s: float) -> bool:
             _check(url, response, length, digest)
         with _writing():
             os.replace(part, target)
-    except LocalWriteError as exc:
-        raise TransferError(url=shown(url), reason=str(exc)) from exc
     except (OSError, http.client.HTTPException) as exc:  # (URLError is an OSError)
-        reason = str(exc) or type(exc).__name__
-        raise TransferUnreachable(url=shown(url), reason=reason) from exc
+        error = TransferUnreachable if sender_failed(exc) else TransferError
+        raise error(url=shown(url), reason=str(exc) or type(exc).__name__) from exc
     finally:
         part.unlink(missing_ok=True)
     return True
@@ -139,7 +146,7 @@ def _opened(url: str, timeout_s: float) -> Iterator[http.client.HTTPResponse | N
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code != 404:
-            error = TransferUnreachable if exc.code >= 500 else TransferError
+            error = TransferUnreachable if sender_failed(exc) else TransferError
             raise error(url=shown(url), reason=f"HTTP {exc.code} {exc.reason}") from exc
         yield None
 
