@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from novaq.exceptions import ConfigError
 from tests.disk_images import make_raw_image
+from tests.file_servers import listening_late
 from tests.tcp_proxy import free_port
 from virt.driver import ImageSpec
 from virt.libvirt import image_fetch
@@ -97,23 +97,9 @@ def test_an_endpoint_that_starts_late_is_waited_for(
 ) -> None:
     """The controller's endpoint not listening yet (a cluster starting): the first
     rounds are refused, a later one fetches the image."""
-    port = free_port()
-    started: list[SignedFileServer] = []
-
-    def start_late() -> None:
-        time.sleep(0.3)
-        resolver = image_resolver(tmp_path / "store")
-        started.append(bind("127.0.0.1", port, KEY, resolver).serve_in_thread())
-
-    late = threading.Thread(target=start_late)
-    late.start()
-    try:
-        servers = ImageServers((f"http://127.0.0.1:{port}",), KEY, num_retries=5)
+    with listening_late(KEY, image_resolver(tmp_path / "store")) as endpoint:
+        servers = ImageServers((endpoint,), KEY, num_retries=5)
         fetch_to_base(image, tmp_path / "cached", True, servers)
-    finally:
-        late.join()
-        for server in started:
-            server.close()
     assert (tmp_path / "cached").read_bytes() == (tmp_path / "store" / IMAGE_ID).read_bytes()
 
 

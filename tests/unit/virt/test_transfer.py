@@ -12,7 +12,6 @@ import hashlib
 import http.server
 import io
 import os
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.tcp_proxy import free_port
+from tests.file_servers import listening_late, serving
 from virt.libvirt.imagebackend import EPHEMERAL, ROOT
 from virt.libvirt.instance_files import DISK_INFO, InstanceFiles
 from virt.libvirt.migration import COPIED, pull_disks
@@ -208,16 +207,10 @@ class _CutShort(http.server.BaseHTTPRequestHandler):
 
 
 def test_a_transfer_cut_short_raises_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    cutter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutShort)
-    thread = threading.Thread(target=cutter.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_CutShort) as cutter:
         url = f"http://127.0.0.1:{cutter.server_address[1]}/x?expires=1&signature=abc"
         with pytest.raises(TransferError) as raised:
             fetch_to_file(url, tmp_path / "got")
-    finally:
-        cutter.shutdown()
-        cutter.server_close()
     assert "signature" not in str(raised.value)  # the URL is shown without its query
     assert list(tmp_path.iterdir()) == []
 
@@ -246,15 +239,9 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def _failing(status: int) -> Iterator[Any]:
-    failing: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
-    failing.status, failing.requests = status, 0
-    thread = threading.Thread(target=failing.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_Failing) as failing:
+        failing.status, failing.requests = status, 0
         yield failing
-    finally:
-        failing.shutdown()
-        failing.server_close()
 
 
 def test_a_sender_answering_5xx_is_tried_again_then_unreachable(
@@ -320,22 +307,8 @@ def test_a_pull_waits_for_a_disk_endpoint_that_starts_late(
     aside.mkdir(parents=True)
     (aside / DISK_INFO).write_text('{"disk": "qcow2"}')
     (aside / ROOT).write_bytes(b"root disk" * 1000)
-    port = free_port()
-    started: list[SignedFileServer] = []
-
-    def start_late() -> None:
-        time.sleep(0.3)
-        resolver = disk_resolver(source, COPIED, "_resize")
-        started.append(bind("127.0.0.1", port, KEY, resolver).serve_in_thread())
-
-    late = threading.Thread(target=start_late)
-    late.start()
-    try:
-        pulled = pull_disks(InstanceFiles(dest), UUID, f"http://127.0.0.1:{port}", KEY)
-    finally:
-        late.join()
-        for running in started:
-            running.close()
+    with listening_late(KEY, disk_resolver(source, COPIED, "_resize")) as endpoint:
+        pulled = pull_disks(InstanceFiles(dest), UUID, endpoint, KEY)
     assert pulled == dest / UUID
     assert (pulled / ROOT).read_bytes() == (aside / ROOT).read_bytes()
     assert (pulled / DISK_INFO).read_text() == (aside / DISK_INFO).read_text()
