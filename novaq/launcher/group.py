@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -39,12 +38,9 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self, TextIO
 
-from celery import Celery
 from honcho.colour import get_colours
 from honcho.printer import Message, Printer
-from kombu.exceptions import OperationalError
 
-from novaq.exceptions import ServiceUnavailable
 from novaq.launcher.children import Child
 from novaq.launcher.flower_guard import (
     flower_command,
@@ -55,6 +51,7 @@ from novaq.launcher.flower_guard import (
 )
 from novaq.launcher.flower_probe import workers_heard
 from novaq.launcher.private_files import make_private_dir, tighten_tree
+from novaq.launcher.readiness import Readiness
 from novaq.launcher.specs import FLOWER, ProcessSpec
 from novaq.launcher.supervisor import Member, RestartPolicy, Supervisor
 from novaq.settings import Settings
@@ -174,37 +171,11 @@ class ProcessGroup:
         return self
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Return once the scheduler and every compute worker answer a broadcast ping and
-        Flower, when it runs, hears their events (``flower_probe``: else it would miss
-        the first steps of what comes next), and every server (the image endpoint)
-        accepts connections: a first boot would otherwise find its image unreachable.
-
-        A child that exits meanwhile raises ``ServiceUnavailable`` with its log's tail (no
-        restart here: see the module's docstring)."""
-        expected = {spec.node for spec in self.processes if spec.node}
-        app = Celery("novaq-cluster-probe", broker=self.broker_url, set_as_current=False)
-        deadline = time.monotonic() + timeout_s
-        missing = expected
-        try:
-            while True:
-                self._raise_if_a_child_exited()
-                missing = expected - _ping(app)
-                if not missing or time.monotonic() >= deadline:
-                    break
-        finally:
-            app.close()
-        if missing:
-            raise self._not_ready(missing, timeout_s)
-        while not self._flower_hears(expected):
-            self._raise_if_a_child_exited()
-            if time.monotonic() >= deadline:
-                raise self._flower_deaf(expected, timeout_s)
-            time.sleep(0.5)
-        while silent := self._not_listening():
-            self._raise_if_a_child_exited()
-            if time.monotonic() >= deadline:
-                raise self._silent(silent, timeout_s)
-            time.sleep(0.2)
+        """Return once the group is ready (``novaq/launcher/readiness.py``: the workers
+        answer a ping, Flower hears them, the servers accept connections); a child that
+        exits meanwhile raises ``ServiceUnavailable`` with its log's tail (no restart
+        here: see the module's docstring)."""
+        self._readiness().wait(timeout_s)
 
     def run_forever(self) -> int:
         """Run in the foreground, restarting whatever dies, until Ctrl-C, SIGTERM or SIGHUP,
@@ -282,14 +253,13 @@ class ProcessGroup:
         return list(self._children)
 
     def _announce_ready(self, done: threading.Event) -> None:
-        """Print :meth:`ready_line` once every worker answers a ping and Flower hears
-        them; give up silently when ``done`` is set first (the group stopped)."""
-        expected = {spec.node for spec in self.processes if spec.node}
-        app = Celery("novaq-cluster-ready", broker=self.broker_url, set_as_current=False)
+        """Print :meth:`ready_line` once the group is ready; give up silently when
+        ``done`` is set first (the group stopped)."""
+        readiness = self._readiness()
+        app = readiness.probe_app()
         try:
             while not done.is_set():
-                ready = expected <= _ping(app) and self._flower_hears(expected)
-                if ready and not self._not_listening():
+                if readiness.ready_now(app):
                     if not done.is_set():
                         self._system(self.ready_line())
                     return
@@ -299,37 +269,16 @@ class ProcessGroup:
         finally:
             app.close()
 
-    def _flower_hears(self, nodes: set[str]) -> bool:
-        """Whether Flower (if the plan runs one) has had events from every one of
-        ``nodes``."""
-        if not any(child.name == FLOWER for child in self._children):
-            return True
-        return nodes <= workers_heard(self.flower_url, operator_credential(self.settings))
+    def _readiness(self) -> Readiness:
+        heard = None
+        if any(child.name == FLOWER for child in self._children):
+            credential = operator_credential(self.settings)
+            url = self.flower_url
 
-    def _not_listening(self) -> dict[str, tuple[str, int]]:
-        """The servers of the plan (``ProcessSpec.listens``) that accept no connection."""
-        listens = {spec.name: spec.listens for spec in self.processes if spec.listens}
-        return {name: at for name, at in listens.items() if not _accepts(at)}
+            def heard() -> set[str]:
+                return workers_heard(url, credential)
 
-    def _silent(self, names: dict[str, tuple[str, int]], timeout_s: float) -> ServiceUnavailable:
-        where = ", ".join(f"{name} on {host}:{port}" for name, (host, port) in names.items())
-        tails = "".join(
-            f"\n--- {child.name} ({child.log_path}):\n{child.tail()}"
-            for child in self._children
-            if child.name in names
-        )
-        return ServiceUnavailable(
-            service=f"novaq {self.label}",
-            reason=f"{where} accepted no connection within {timeout_s:g} s{tails}",
-        )
-
-    def _flower_deaf(self, nodes: set[str], timeout_s: float) -> ServiceUnavailable:
-        [flower] = [c for c in self._children if c.name == FLOWER]
-        return ServiceUnavailable(
-            service=f"novaq {self.label}",
-            reason=f"Flower had no events from {', '.join(sorted(nodes))} within "
-            f"{timeout_s:g} s\n--- {flower.name} ({flower.log_path}):\n{flower.tail()}",
-        )
+        return Readiness(f"novaq {self.label}", self.broker_url, lambda: self._children, heard)
 
     def _move_flower_if_its_port_is_taken(self) -> None:
         self.settings, taken = with_free_flower_port(self.settings)
@@ -373,27 +322,6 @@ class ProcessGroup:
                 child.kill()
                 child.wait(5.0)
 
-    def _raise_if_a_child_exited(self) -> None:
-        for child in self._children:
-            if not child.alive():
-                raise ServiceUnavailable(
-                    service=f"novaq {self.label}",
-                    reason=f"{child.name} exited with status {child.proc.returncode} "
-                    f"(log: {child.log_path}):\n{child.tail()}",
-                )
-
-    def _not_ready(self, missing: set[str], timeout_s: float) -> ServiceUnavailable:
-        tails = "\n".join(
-            f"--- {c.name} ({c.log_path}):\n{c.tail()}"
-            for c in self._children
-            if c.spec.node in missing
-        )
-        return ServiceUnavailable(
-            service=f"novaq {self.label}",
-            reason=f"{', '.join(sorted(missing))} did not answer a ping within "
-            f"{timeout_s:g} s\n{tails}",
-        )
-
     def _emit(self, name: str, colour: int | None, line: str) -> None:
         if self._printer is None:
             return
@@ -412,26 +340,6 @@ class ProcessGroup:
             LOG.warning("%s", text)
         else:
             self._system(text)
-
-
-def _accepts(address: tuple[str, int]) -> bool:
-    """Whether a server accepts a TCP connection at ``address`` (closed at once)."""
-    try:
-        with socket.create_connection(address, timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def _ping(app: Celery) -> set[str]:
-    """The node names that answer a broadcast ping within a second."""
-    try:
-        replies = app.control.ping(timeout=1.0)
-    except OperationalError as exc:  # the broker is not reachable (yet)
-        LOG.debug("ping failed: %s", exc)
-        time.sleep(0.5)
-        return set()
-    return {node for reply in replies for node in reply}
 
 
 def _install_stop_handlers(
