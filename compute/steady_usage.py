@@ -131,16 +131,24 @@ def _orphans_to_count(
     """Whether the heal would count a guest as an orphan: not a counted instance, not a
     live one elsewhere (``compute.heal.orphan_domains``), still there (``NodeHealer.run``)."""
     candidates = [uuid for uuid in domains if uuid not in known]
+    if guest_exists is not None:
+        # NOTE: the hypervisor first: a guest that is not ours (another tool's, libvirt's
+        # test domain) is never an orphan to count, and the heal would ask about each
+        # such guest anyway; only ours are looked up, so a host whose only unknown
+        # guests are foreign costs no statement (issue 16: about 1 ms an audit).
+        candidates = [uuid for uuid in candidates if guest_exists(uuid)]
     if not candidates:
         return False
-    live = set(
-        session.scalars(
-            select(Instance.uuid).where(Instance.uuid.in_(candidates), Instance.deleted == 0)
-        )
-    )
-    return any(
-        uuid not in live and (guest_exists is None or guest_exists(uuid)) for uuid in candidates
-    )
+    # (on the connection: a Core read, no ORM entity to build)
+    live = set(session.connection().scalars(_LIVE, {"uuids": candidates}))
+    return any(uuid not in live for uuid in candidates)
+
+
+#: The candidates (``:uuids``) that are live instances, wherever they are.
+_LIVE = select(Instance.__table__.c.uuid).where(
+    Instance.__table__.c.uuid.in_(bindparam("uuids", expanding=True)),
+    Instance.__table__.c.deleted == 0,
+)
 
 
 _NOBODY: frozenset[str] = frozenset()

@@ -29,6 +29,7 @@ from tests.factories import (
     make_instance,
     make_migration,
     rolled_back,
+    statements_run,
 )
 
 Verdict = tuple[tuple[dict[str, int], int] | None, list[str]]
@@ -130,6 +131,34 @@ def test_an_unknown_guest_still_there_is_the_heals_and_a_foreign_one_is_not(
     assert _verdict(db_url, domains, guest_exists=lambda _u: False)[1] == []
     assert _verdict(db_url, domains, guest_exists=lambda _u: False)[0] is not None
     assert _verdict(db_url, domains, guest_exists=None) == (None, ["orphan_counted"])
+
+
+def test_a_foreign_guest_costs_no_statement_and_one_of_ours_is_looked_up(db_url: str) -> None:
+    """The hypervisor is asked first: a guest that is not ours is never an orphan to count,
+    so a node whose only unknown guests are foreign needs no lookup of them; one of ours
+    still does (it may be a live instance of another node, mid-move)."""
+    _node(db_url)
+    stranger = str(uuid_module.uuid4())
+    domains = {stranger: Domain(stranger, 2, 1024)}
+    asked: list[str] = []
+
+    def ours(uuid: str) -> bool:
+        asked.append(uuid)
+        return False
+
+    def statements_for(guest_exists: Callable[[str], bool]) -> list[str]:
+        with rolled_back(db_url) as session:
+            node = session.scalars(select(ComputeNode).where(ComputeNode.host == "host1")).one()
+            with statements_run(db_url) as statements:
+                steady_usage(session, node, domains, guest_exists)
+        return statements
+
+    foreign = statements_for(ours)
+    assert asked == [stranger]
+    assert len(foreign) == 1  # the grouped read alone
+    looked_up = statements_for(lambda _u: True)
+    assert looked_up[:1] == foreign and len(looked_up) == 2
+    assert "instances.uuid IN" in looked_up[1]
 
 
 def test_a_guest_of_a_live_instance_elsewhere_is_not_an_orphan(db_url: str) -> None:
