@@ -108,9 +108,20 @@ def record_compute_node(
     node.reserved_vcpus = settings.reserved_host_cpus
     node.reserved_memory_mb = settings.reserved_host_memory_mb
     node.reserved_disk_gb = math.ceil(settings.reserved_host_disk_mb / 1024)
-    node.updated_at = utcnow()
+    touch_if_changed(session, node)
     session.flush()
     return node
+
+
+def touch_if_changed(session: Session, node: ComputeNode) -> None:
+    """Set the node's ``updated_at`` if the audit changed any of its columns (or made it).
+
+    NOTE: as Nova's ``_update`` saves the compute node only when a field changed
+    (``_resource_change``): ``updated_at`` says when the node last changed, not that the
+    audit ran (a service's liveness says that), and a steady audit writes nothing: no
+    UPDATE, and a commit with nothing to flush to disk (issue 16, goal 3)."""
+    if node in session.new or session.is_modified(node):
+        node.updated_at = utcnow()
 
 
 def update_available_resource(
@@ -140,6 +151,7 @@ def update_available_resource(
         nodes = host_nodes(session, host)
         node = record_compute_node(session, host, resources, settings, nodes)
         node.metrics = monitors.metrics_json(samples, node.metrics, utcnow())
+        touch_if_changed(session, node)  # (new metrics: written with the next flush)
         sync_devices(session, node.id, resources.pci_devices, settings)
         generation = node.generation  # read first, as the heal does
         steady = steady_usage(session, node, domains, driver.owns_guest)

@@ -3,6 +3,7 @@ many guests the host runs (issue 16): no per-instance query, on libvirt's test d
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as uuid_module
 from pathlib import Path
 
@@ -104,24 +105,43 @@ def _steady_fake_host(db_url: str) -> tuple[FakeDriver, Settings]:
     return driver, settings
 
 
-def test_a_steady_pass_is_four_statements_and_writes_only_the_update_time(db_url: str) -> None:
-    """The host's nodes, their update time, the PCI sync's read, and the one grouped
-    read of the steady state (compute.steady_usage.steady_usage); the derived usage is
-    current, so neither written nor its generation bumped."""
+def test_a_steady_pass_is_three_reads_and_writes_nothing(db_url: str) -> None:
+    """The host's nodes, the PCI sync's read, and the one grouped read of the steady state
+    (compute.steady_usage.steady_usage). As Nova's ``_update`` saves the compute node
+    only when a field changed, nothing is written: not the update time, not the derived
+    usage (current), no generation bump."""
     driver, settings = _steady_fake_host(db_url)
     before = node_of(db_url, "host1")
     with statements_run(db_url) as seen:
         assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
     assert [" ".join(s.split()[:3]) for s in seen] == [
         "SELECT compute_nodes.id, compute_nodes.uuid,",
-        "UPDATE compute_nodes SET",
         "SELECT pci_devices.id, pci_devices.compute_node_id,",
         "SELECT 'n', CAST(NULL",
     ]
-    assert "updated_at" in seen[1] and "generation" not in seen[1]
     after = node_of(db_url, "host1")
-    assert after.generation == before.generation
+    assert (after.generation, after.updated_at) == (before.generation, before.updated_at)
     assert (after.vcpus_used, after.memory_mb_used, after.running_vms) == (2, 512 + 1024, 2)
+
+
+def test_a_changed_hypervisor_view_is_written_with_its_time(db_url: str) -> None:
+    """What the hypervisor reports changed (more memory): the node's row is written, and
+    its update time with it."""
+    driver, settings = _steady_fake_host(db_url)
+    before = node_of(db_url, "host1")
+    driver.resources = dataclasses.replace(
+        driver.resources, memory_mb=driver.resources.memory_mb + 1024
+    )
+    with statements_run(db_url) as seen:
+        assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
+    # (the hypervisor's view with its time; then the derived usage, free memory changed)
+    recorded, usage = [s for s in seen if s.startswith("UPDATE compute_nodes SET")]
+    assert "memory_mb=" in recorded and "updated_at" in recorded
+    assert "free_ram_mb" in usage
+    after = node_of(db_url, "host1")
+    assert after.memory_mb == before.memory_mb + 1024
+    assert before.updated_at is not None and after.updated_at is not None
+    assert after.updated_at > before.updated_at
 
 
 def test_a_guest_the_database_does_not_account_costs_one_statement_more(db_url: str) -> None:
@@ -136,7 +156,7 @@ def test_a_guest_the_database_does_not_account_costs_one_statement_more(db_url: 
         driver.spawn(GuestSpec(uuid=uuid, name=uuid[:8], vcpus=1, memory_mb=64, root_gb=0))
     with statements_run(db_url) as seen:
         assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
-    assert len(seen) == 5 and seen[-1].startswith("SELECT instances.uuid")
+    assert len(seen) == 4 and seen[-1].startswith("SELECT instances.uuid")
 
 
 def test_stale_usage_columns_are_rewritten_by_a_steady_pass(db_url: str) -> None:
@@ -148,7 +168,7 @@ def test_stale_usage_columns_are_rewritten_by_a_steady_pass(db_url: str) -> None
     before = node_of(db_url, "host1")
     with statements_run(db_url) as seen:
         assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
-    assert len(seen) == 5 and seen[-1].startswith("UPDATE compute_nodes SET vcpus_used")
+    assert len(seen) == 4 and seen[-1].startswith("UPDATE compute_nodes SET vcpus_used")
     after = node_of(db_url, "host1")
     assert (after.vcpus_used, after.generation) == (2, before.generation + 1)
 
