@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from compute.claims import retry_on_conflict, write_usage
@@ -54,12 +54,22 @@ def orphan_domains(
     if not candidates:
         return {}
     # A live instance that is elsewhere (mid-move bookkeeping) is not an orphan.
-    live_elsewhere = set(
-        session.scalars(
-            select(Instance.uuid).where(Instance.uuid.in_(candidates), Instance.deleted == 0)
-        )
-    )
+    live_elsewhere = live_among(session, candidates)
     return {u: domains[u] for u in candidates if u not in live_elsewhere}
+
+
+def live_among(session: Session, uuids: list[str]) -> set[str]:
+    """Which of ``uuids`` are live instances, wherever they are (the orphan question of
+    the heal and of the audit's steady check: ``compute.steady_usage``)."""
+    session.flush()  # the ORM's pending writes first, as an ORM read's autoflush did
+    # (on the connection: a Core read, no ORM entity to build)
+    return set(session.connection().scalars(_LIVE, {"uuids": uuids}))
+
+
+_LIVE = select(Instance.__table__.c.uuid).where(
+    Instance.__table__.c.uuid.in_(bindparam("uuids", expanding=True)),
+    Instance.__table__.c.deleted == 0,
+)
 
 
 class NodeHealer:

@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from compute.heal import Domain
+from compute.heal import Domain, live_among
 from compute.usage import counted_instances, node_moves, stored_request
 from models import Allocation, ComputeNode, Instance, PciDevice
 from models.allocation import RESOURCE_CLASSES
@@ -139,16 +139,8 @@ def _orphans_to_count(
         candidates = [uuid for uuid in candidates if guest_exists(uuid)]
     if not candidates:
         return False
-    # (on the connection: a Core read, no ORM entity to build)
-    live = set(session.connection().scalars(_LIVE, {"uuids": candidates}))
+    live = live_among(session, candidates)
     return any(uuid not in live for uuid in candidates)
-
-
-#: The candidates (``:uuids``) that are live instances, wherever they are.
-_LIVE = select(Instance.__table__.c.uuid).where(
-    Instance.__table__.c.uuid.in_(bindparam("uuids", expanding=True)),
-    Instance.__table__.c.deleted == 0,
-)
 
 
 _NOBODY: frozenset[str] = frozenset()
