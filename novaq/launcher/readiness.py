@@ -56,7 +56,7 @@ class Readiness:
         first, or when a part is not ready within ``timeout_s``."""
         expected = self.nodes
         deadline = time.monotonic() + timeout_s
-        app = self._probe_app("novaq-cluster-probe")
+        app = self.probe_app("novaq-cluster-probe")
         missing = expected
         try:
             while True:
@@ -84,9 +84,9 @@ class Readiness:
         expected = self.nodes
         return expected <= ping(app) and self._flower_hears(expected) and not self.not_listening()
 
-    def probe_app(self) -> Celery:
+    def probe_app(self, name: str = "novaq-cluster-ready") -> Celery:
         """A Celery app on the group's broker, only to ping its workers (close it after)."""
-        return self._probe_app("novaq-cluster-ready")
+        return Celery(name, broker=self.broker_url, set_as_current=False)
 
     def not_listening(self) -> dict[str, tuple[str, int]]:
         """The servers of the plan that accept no connection, by name."""
@@ -102,9 +102,6 @@ class Readiness:
                 )
 
     # -- internals -------------------------------------------------------------------------
-    def _probe_app(self, name: str) -> Celery:
-        return Celery(name, broker=self.broker_url, set_as_current=False)
-
     def _flower_hears(self, nodes: set[str]) -> bool:
         return self.flower_heard is None or nodes <= self.flower_heard()
 
