@@ -3,7 +3,7 @@ same shape, on SQLite and on PostgreSQL, with what each boot and delete costs.
 
     .venv/bin/python bench/boot_bench.py [--hosts 4] [--boots 200] [--repetitions 3] \\
         [--warmup 8] [--heartbeat-boots 100] [--databases sqlite,postgresql] \\
-        [--redis-url URL] [--deadline 840]
+        [--redis-url URL] [--bare-durable] [--deadline 840]
 
 novaq: ``novaq up``'s cluster (``novaq.launcher``: a prefork scheduler worker, one
 threads-pool compute worker per simulated host; no beat, no Flower) boots ``--boots``
@@ -23,7 +23,10 @@ The broker is the launcher's embedded Redis (a private ``redis-server``, as ``no
 runs with no ``NOVAQ_BROKER_URL``), so its connection counters count the bench alone;
 ``--redis-url redis://127.0.0.1:6379/3`` uses that server instead (the bare app on
 ``--bare-db``; both databases flushed at the start and the end). PostgreSQL: a database of
-its own on ``--pg-admin-url``'s server, dropped at the end.
+its own on ``--pg-admin-url``'s server, dropped at the end. ``--bare-durable``: the bare app
+records each server's state in a SQLite file (one write transaction per publish and per
+step, novaq's SQLite durability; ``bench/bare_app.py``), the reference of a workflow that
+keeps its state in a database at the least cost.
 
 Exit status: 0 when the run completed (whatever the ratios), 1 when it failed (a server
 that did not go ACTIVE, a timeout, a process that died), with everything cleaned up.
@@ -77,6 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--databases", default="sqlite,postgresql")
     p.add_argument("--redis-url", help="a Redis to use (its database) instead of our own")
     p.add_argument("--bare-db", type=int, default=8, help="the bare app's Redis database")
+    p.add_argument(
+        "--bare-durable",
+        action="store_true",
+        help="the bare app records each server's state in SQLite (a write transaction per"
+        " publish and per step: bench/bare_app.py's record)",
+    )
     p.add_argument("--pg-admin-url", default=PG_ADMIN_URL)
     p.add_argument("--phase-timeout", type=float, help="seconds a phase may take")
     p.add_argument("--deadline", type=float, default=840.0, help="seconds the run may take")
@@ -262,6 +271,8 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
         os.environ["NOVAQ_STATE_DIR"] = str(state)
         hosts = [f"host{i}" for i in range(1, args.hosts + 1)]
         bare_app.configure(bare_url)
+        if args.bare_durable:  # (its workers inherit it)
+            os.environ[bare_app.DURABLE_ENV] = str(state / "bare-durable.sqlite")
         bare_state = state / "bare"
         bare_settings = load_settings(state_dir=bare_state, broker_url=bare_url)
         bare_counts = state / "bare-counts"
@@ -316,7 +327,9 @@ def _print_figures(
         return
     print(
         f"boot_bench: {args.hosts} hosts, {args.boots} boots, {args.repetitions} "
-        f"repetition(s), interleaved novaq/bare; {time.monotonic() - started:.0f} s"
+        f"repetition(s), interleaved novaq/bare"
+        + (" (bare: durable, its state in SQLite)" if args.bare_durable else "")
+        + f"; {time.monotonic() - started:.0f} s"
         + (f"\n{failed}" if failed else "")
     )
     print(boot_report.report(measured))

@@ -23,7 +23,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine, bindparam, create_engine, func, select
 
-from bench import sql_counts
+from bench import bare_app, sql_counts
 from bench.broker_stats import BrokerCounts, read_counts
 from bench.heartbeat_probe import HeartbeatProbe
 from models import Instance, InstanceFault
@@ -254,6 +254,7 @@ class BareSide:
         for i, server in enumerate(servers):
             t = time.perf_counter()
             kwargs = {"instance_uuid": server, "request_id": f"req-{server}", "index": i}
+            bare_app.record(server, "building")
             ids.append(self.app.signature("scheduler.bare_select", kwargs=kwargs).apply_async().id)
             calls.append((time.perf_counter() - t) * 1000)
         boot_cpu_ns = time.thread_time_ns() - boot_cpu_ns
@@ -267,6 +268,7 @@ class BareSide:
         for i, server in enumerate(servers):
             host = self.hosts[i % len(self.hosts)]
             kwargs = {"instance_uuid": server, "request_id": f"req-d-{server}", "host": host}
+            bare_app.record(server, "deleting")
             ids.append(self.app.signature("compute.bare_delete", kwargs=kwargs).apply_async().id)
         delete_cpu_ns = time.thread_time_ns() - delete_cpu_ns
         issue_s = time.perf_counter() - started

@@ -151,3 +151,26 @@ def test_percentiles_are_taken_from_the_samples() -> None:
     samples = [float(v) for v in range(1, 101)]
     assert (percentile(samples, 0.5), percentile(samples, 0.95)) == (50.0, 95.0)
     assert percentile(samples, 1.0) == 100.0
+
+
+def test_the_durable_bare_app_records_each_state_in_a_committed_wal_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import bare_app
+
+    path = tmp_path / "bare.sqlite"
+    monkeypatch.delenv(bare_app.DURABLE_ENV, raising=False)
+    bare_app.record("s1", "building")
+    assert not path.exists()  # not durable: no database work at all
+
+    monkeypatch.setenv(bare_app.DURABLE_ENV, str(path))
+    bare_app.record("s1", "building")
+    bare_app.record("s1", "active")
+    bare_app.record("s2", "deleting")
+    # Another connection sees what each call committed, in WAL mode.
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        rows = conn.execute(text("SELECT uuid, state FROM servers ORDER BY uuid")).all()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [("s1", "active"), ("s2", "deleting")]
