@@ -12,12 +12,13 @@ the broker differs (``BENCH_BARE_BROKER_URL``: another database of the same Redi
 beat has nothing to send (:func:`configure`). ``boot_bench`` runs its workers with
 novaq's worker layout.
 
-``boot_bench --bare-durable`` (``DURABLE_ENV``: a SQLite file) makes it a durable bare
-app: the publisher and each step record the server's state in one write transaction of
-their own (:func:`record`), with novaq's SQLite durability (WAL, ``synchronous`` FULL,
-``BEGIN IMMEDIATE``, the same busy timeout) and nothing else: the floor of a workflow that
-keeps its state in a database, against which novaq's bookkeeping (delivery counts, step
-records, operations in flight, actions and events, allocations) can be weighed.
+``boot_bench --bare-durable`` (``DURABLE_ENV``: the database of the run, a SQLite file or
+a PostgreSQL database of its own) makes it a durable bare app: the publisher and each
+step record the server's state in one write transaction of their own (:func:`record`),
+with novaq's durability (SQLite: WAL, ``synchronous`` FULL, ``BEGIN IMMEDIATE``, the same
+busy timeout; PostgreSQL: a synchronous commit) and nothing else: the floor of a workflow
+that keeps its state in a database, against which novaq's bookkeeping (delivery counts,
+step records, operations in flight, actions and events, allocations) can be weighed.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ import tasks.celery  # noqa: F401 - novaq's worker signals (publish retry policy
 
 BROKER_ENV = "BENCH_BARE_BROKER_URL"
 HOSTS_ENV = "BENCH_BARE_HOSTS"
-#: The durable bare app's SQLite file (unset: no database work).
+#: The durable bare app's database, a ``sqlite:///`` URL or a PostgreSQL one (unset: no
+#: database work).
 DURABLE_ENV = "BENCH_BARE_DURABLE"
 #: novaq's (``models.db``): a writer waits for SQLite's lock this long.
 BUSY_TIMEOUT_S = 30.0
@@ -53,33 +55,69 @@ if os.environ.get(BROKER_ENV):  # a worker's (``bench/boot_clusters.py`` sets it
 
 
 _local = threading.local()
+#: A server's state, as the durable bare app keeps it (``{table}``: ``servers``).
+_TABLE = "CREATE TABLE IF NOT EXISTS servers (uuid TEXT PRIMARY KEY, state TEXT, at REAL)"
+_UPSERT = (
+    "INSERT INTO servers VALUES ({p}, {p}, {p}) ON CONFLICT (uuid) DO UPDATE"
+    " SET state = excluded.state, at = excluded.at"
+)
+SQLITE_PREFIX = "sqlite:///"
+
+
+def create_table(target: str) -> None:
+    """The durable bare app's table in ``target`` (a ``sqlite:///`` file, WAL, or a
+    PostgreSQL URL), made once before its workers start (concurrent CREATEs can fail)."""
+    conn = _connect(target)
+    try:
+        conn.execute(_TABLE)
+    finally:
+        conn.close()
+
+
+def _connect(target: str) -> Any:
+    if target.startswith(SQLITE_PREFIX):
+        conn = sqlite3.connect(
+            target[len(SQLITE_PREFIX) :], isolation_level=None, timeout=BUSY_TIMEOUT_S
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        return conn
+    import psycopg
+
+    return psycopg.connect(target, autocommit=True)
 
 
 def record(instance_uuid: str, state: str) -> None:
     """With ``DURABLE_ENV`` set, the server's state in one write transaction of its own
-    (a connection per thread, as novaq's pool gives each thread one); else nothing."""
-    path = os.environ.get(DURABLE_ENV)
-    if not path:
+    (a connection per thread and target, as novaq's pool gives each thread one); else
+    nothing. SQLite: ``BEGIN IMMEDIATE``, the upsert, ``COMMIT``, as novaq writes;
+    PostgreSQL: the upsert alone, its own transaction (one round trip)."""
+    target = os.environ.get(DURABLE_ENV)
+    if not target:
         return
-    conn = getattr(_local, "conns", {}).get(path)
+    conns = getattr(_local, "conns", None)
+    if conns is None:
+        conns = _local.conns = {}
+    conn = conns.get(target)
     if conn is None:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS servers (uuid TEXT PRIMARY KEY, state TEXT, at REAL)"
-        )
-        _local.conns = {**getattr(_local, "conns", {}), path: conn}
+        conn = conns[target] = _connect(target)
+    values = (instance_uuid, state, time.time())
+    if not target.startswith(SQLITE_PREFIX):
+        conn.execute(_UPSERT.format(p="%s"), values)
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute(
-            "INSERT INTO servers VALUES (?, ?, ?) ON CONFLICT (uuid) DO UPDATE"
-            " SET state = excluded.state, at = excluded.at",
-            (instance_uuid, state, time.time()),
-        )
+        conn.execute(_UPSERT.format(p="?"), values)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def close() -> None:
+    """Close this thread's connections of :func:`record`."""
+    for conn in getattr(_local, "conns", {}).values():
+        conn.close()
+    _local.conns = {}
 
 
 @app.task(name="scheduler.bare_select", bind=True)

@@ -24,9 +24,10 @@ runs with no ``NOVAQ_BROKER_URL``), so its connection counters count the bench a
 ``--redis-url redis://127.0.0.1:6379/3`` uses that server instead (the bare app on
 ``--bare-db``; both databases flushed at the start and the end). PostgreSQL: a database of
 its own on ``--pg-admin-url``'s server, dropped at the end. ``--bare-durable``: the bare app
-records each server's state in a SQLite file (one write transaction per publish and per
-step, novaq's SQLite durability; ``bench/bare_app.py``), the reference of a workflow that
-keeps its state in a database at the least cost.
+records each server's state in the run's kind of database (a SQLite file, or a PostgreSQL
+database of its own; one write transaction per publish and per step, novaq's durability;
+``bench/bare_app.py``), the reference of a workflow that keeps its state in a database at
+the least cost; its workers are then started again for each database.
 
 Exit status: 0 when the run completed (whatever the ratios), 1 when it failed (a server
 that did not go ACTIVE, a timeout, a process that died), with everything cleaned up.
@@ -60,6 +61,7 @@ from bench.boot_clusters import bare_cluster, novaq_cluster  # noqa: E402
 from bench.boot_runs import BareSide, NovaqSide, Repetition, RunFailed  # noqa: E402
 from bench.broker_stats import with_db  # noqa: E402
 from novaq.launcher.cluster import Cluster  # noqa: E402
+from novaq.settings import Settings  # noqa: E402
 
 FLAVOR = ("bench.tiny", 1, 512, 1)  # name, vCPUs, MB, GB: 200 fit on 4 demo hosts
 IMAGE = "cirros"  # registered by the launcher's database preparation
@@ -83,8 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--bare-durable",
         action="store_true",
-        help="the bare app records each server's state in SQLite (a write transaction per"
-        " publish and per step: bench/bare_app.py's record)",
+        help="the bare app records each server's state in the run's kind of database (a write"
+        " transaction per publish and per step: bench/bare_app.py's record)",
     )
     p.add_argument("--pg-admin-url", default=PG_ADMIN_URL)
     p.add_argument("--phase-timeout", type=float, help="seconds a phase may take")
@@ -140,8 +142,9 @@ def environment_kept() -> Iterator[None]:
 
 # -- the databases ---------------------------------------------------------------------------
 @contextlib.contextmanager
-def database(kind: str, state: Path, admin_url: str) -> Iterator[str]:
-    """A fresh database of ``kind``: its URL; a PostgreSQL one is dropped after."""
+def database(kind: str, state: Path, admin_url: str, name: str = "") -> Iterator[str]:
+    """A fresh database of ``kind``: its URL; a PostgreSQL one (``name``, by default
+    ``bench_boot_<pid>``) is dropped after."""
     from models.db import dispose_all
 
     if kind == "sqlite":
@@ -151,7 +154,7 @@ def database(kind: str, state: Path, admin_url: str) -> Iterator[str]:
             with uninterrupted():
                 dispose_all()  # this process's connections (the API's)
         return
-    name = f"bench_boot_{os.getpid()}"
+    name = name or f"bench_boot_{os.getpid()}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
@@ -263,7 +266,6 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
     novaq_url = base_url if args.redis_url else with_db(base_url, 3)
     bare_url = with_db(base_url, args.bare_db)
     clients = [redis.Redis.from_url(u) for u in (novaq_url, bare_url)]
-    bare_workers = None
     try:
         for client in clients:
             client.flushdb()
@@ -271,29 +273,56 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
         os.environ["NOVAQ_STATE_DIR"] = str(state)
         hosts = [f"host{i}" for i in range(1, args.hosts + 1)]
         bare_app.configure(bare_url)
-        if args.bare_durable:  # (its workers inherit it)
-            os.environ[bare_app.DURABLE_ENV] = str(state / "bare-durable.sqlite")
-        bare_state = state / "bare"
-        bare_settings = load_settings(state_dir=bare_state, broker_url=bare_url)
+        bare_settings = load_settings(state_dir=state / "bare", broker_url=bare_url)
         bare_counts = state / "bare-counts"
         bare_counts.mkdir(parents=True)
-        bare_workers = bare_cluster(bare_settings, args.hosts, hosts, bare_counts)
-        bare_workers.start()
-        bare_workers.wait_ready(timeout_s=120.0)
         bare = BareSide(bare_app.app, hosts, clients[0], clients[1], bare_counts)
-        for kind in args.databases.split(","):
-            runs[kind] = {"novaq": [], "bare": [], "heartbeat": []}
-            run_database(kind, args, state, novaq_url, bare, runs[kind])
+        with contextlib.ExitStack() as whole_run:
+            if not args.bare_durable:  # one bare cluster for every database
+                whole_run.enter_context(bare_workers(bare_settings, hosts, bare_counts))
+            for kind in args.databases.split(","):
+                runs[kind] = {"novaq": [], "bare": [], "heartbeat": []}
+                with contextlib.ExitStack() as this_database:
+                    if args.bare_durable:  # its workers write where this run's database is
+                        where = durable_target(kind, state, args.pg_admin_url)
+                        os.environ[bare_app.DURABLE_ENV] = this_database.enter_context(where)
+                        this_database.enter_context(bare_workers(bare_settings, hosts, bare_counts))
+                    run_database(kind, args, state, novaq_url, bare, runs[kind])
     finally:
         with uninterrupted():
-            if bare_workers is not None:
-                bare_workers.stop()
             for client in clients:
                 with contextlib.suppress(redis.RedisError):
                     client.flushdb()
                 client.close()
             if broker is not None:
                 broker.stop()
+
+
+@contextlib.contextmanager
+def bare_workers(settings: Settings, hosts: list[str], counts_dir: Path) -> Iterator[None]:
+    """The bare app's workers, started and ready, then stopped."""
+    workers = bare_cluster(settings, len(hosts), hosts, counts_dir)
+    try:
+        workers.start()
+        workers.wait_ready(timeout_s=120.0)
+        yield
+    finally:
+        with uninterrupted():
+            workers.stop()
+
+
+@contextlib.contextmanager
+def durable_target(kind: str, state: Path, admin_url: str) -> Iterator[str]:
+    """Where the durable bare app records (``bench/bare_app.py``'s ``record``): a SQLite
+    file, or a PostgreSQL database of its own (dropped after), its table made."""
+    if kind == "sqlite":
+        target = f"{bare_app.SQLITE_PREFIX}{state / 'bare-durable.sqlite'}"
+        bare_app.create_table(target)
+        yield target
+        return
+    with database(kind, state, admin_url, name=f"bench_bare_{os.getpid()}") as target:
+        bare_app.create_table(target)
+        yield target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,7 +357,7 @@ def _print_figures(
     print(
         f"boot_bench: {args.hosts} hosts, {args.boots} boots, {args.repetitions} "
         f"repetition(s), interleaved novaq/bare"
-        + (" (bare: durable, its state in SQLite)" if args.bare_durable else "")
+        + (" (bare: durable, its state in the run's database)" if args.bare_durable else "")
         + f"; {time.monotonic() - started:.0f} s"
         + (f"\n{failed}" if failed else "")
     )

@@ -153,6 +153,17 @@ def test_percentiles_are_taken_from_the_samples() -> None:
     assert percentile(samples, 1.0) == 100.0
 
 
+def _recorded(url: str) -> list[tuple[str, str]]:
+    """What another connection reads of the durable bare app's servers."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT uuid, state FROM servers ORDER BY uuid")).all()
+    finally:
+        engine.dispose()
+    return [(uuid, state) for uuid, state in rows]
+
+
 def test_the_durable_bare_app_records_each_state_in_a_committed_wal_transaction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,14 +174,42 @@ def test_the_durable_bare_app_records_each_state_in_a_committed_wal_transaction(
     bare_app.record("s1", "building")
     assert not path.exists()  # not durable: no database work at all
 
-    monkeypatch.setenv(bare_app.DURABLE_ENV, str(path))
+    target = f"{bare_app.SQLITE_PREFIX}{path}"
+    bare_app.create_table(target)
+    monkeypatch.setenv(bare_app.DURABLE_ENV, target)
     bare_app.record("s1", "building")
     bare_app.record("s1", "active")
     bare_app.record("s2", "deleting")
+    bare_app.close()
     # Another connection sees what each call committed, in WAL mode.
     engine = create_engine(f"sqlite:///{path}")
     with engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        rows = conn.execute(text("SELECT uuid, state FROM servers ORDER BY uuid")).all()
     engine.dispose()
-    assert [tuple(r) for r in rows] == [("s1", "active"), ("s2", "deleting")]
+    assert _recorded(f"sqlite:///{path}") == [("s1", "active"), ("s2", "deleting")]
+
+
+def test_the_durable_bare_app_records_each_state_in_postgresql(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench import bare_app
+    from bench.pg_databases import drop_pg, pg_url
+    from tests.tcp_proxy import reachable
+
+    if not reachable(5432):
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    name = f"bench_bare_test_{os.getpid()}"
+    target = pg_url(name)
+    try:
+        bare_app.create_table(target)
+        monkeypatch.setenv(bare_app.DURABLE_ENV, target)
+        bare_app.record("s1", "scheduled")
+        bare_app.record("s1", "deleted")
+        bare_app.record("s2", "active")
+        assert _recorded(target.replace("postgresql://", "postgresql+psycopg://", 1)) == [
+            ("s1", "deleted"),
+            ("s2", "active"),
+        ]
+    finally:
+        bare_app.close()
+        drop_pg(name)
