@@ -9,7 +9,7 @@ import math
 import uuid as uuid_module
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session
 
 from compute import monitors, notifications
@@ -19,7 +19,7 @@ from compute.host_ip import host_ip, ip_text
 from compute.pci import sync_devices
 from compute.sessions import Sessions
 from compute.steady_usage import steady_usage
-from models import Allocation, ComputeNode, ResourceHeal, utcnow
+from models import Allocation, ComputeNode, PciDevice, ResourceHeal, utcnow
 from novaq.settings import Settings
 from virt.driver import ComputeDriver, HostResources
 
@@ -64,12 +64,23 @@ def get_node(session: Session, host: str, nodename: str) -> ComputeNode | None:
     ).first()
 
 
-def host_nodes(session: Session, host: str) -> list[ComputeNode]:
-    return list(
-        session.scalars(
-            select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+#: Whether a node has device rows (live ones: ``compute.pci.sync_devices`` reads those).
+_HOLDS_DEVICES = (
+    exists()
+    .where(PciDevice.compute_node_id == ComputeNode.id, PciDevice.deleted == 0)
+    .correlate(ComputeNode)
+    .label("holds_devices")
+)
+
+
+def host_nodes(session: Session, host: str) -> tuple[list[ComputeNode], set[int]]:
+    """The host's live nodes, and the ids of those that have device rows, in one read."""
+    rows = session.execute(
+        select(ComputeNode, _HOLDS_DEVICES).where(
+            ComputeNode.host == host, ComputeNode.deleted == 0
         )
-    )
+    ).all()
+    return [node for node, _ in rows], {node.id for node, holds in rows if holds}
 
 
 def record_compute_node(
@@ -148,11 +159,14 @@ def update_available_resource(
     )
 
     def audit(session: Session) -> list[dict[str, Any]]:
-        nodes = host_nodes(session, host)
+        nodes, with_devices = host_nodes(session, host)
         node = record_compute_node(session, host, resources, settings, nodes)
         node.metrics = monitors.metrics_json(samples, node.metrics, utcnow())
         touch_if_changed(session, node)  # (new metrics: written with the next flush)
-        sync_devices(session, node.id, resources.pci_devices, settings)
+        # NOTE: only a node with device rows, or whose hypervisor reports devices, has any
+        # to sync: a host without PCI passthrough (most) reads none (issue 16, goal 3).
+        if resources.pci_devices or node.id in with_devices:
+            sync_devices(session, node.id, resources.pci_devices, settings)
         generation = node.generation  # read first, as the heal does
         steady = steady_usage(session, node, domains, driver.owns_guest)
         if steady is None:

@@ -12,10 +12,17 @@ from sqlalchemy import select, update
 from compute.resource_tracker import update_available_resource
 from compute.sessions import sessions_for
 from compute.states import TaskState, VmState
-from models import ComputeNode
+from models import ComputeNode, PciDevice
 from models.db import session_scope
 from novaq.settings import Settings
-from tests.factories import host_resources, make_instance, make_settings, statements_run
+from tests.factories import (
+    gpu_settings,
+    gpus,
+    host_resources,
+    make_instance,
+    make_settings,
+    statements_run,
+)
 from virt.driver import GuestSpec
 from virt.fake import FakeDriver
 from virt.host_profile import HostProfile
@@ -105,18 +112,18 @@ def _steady_fake_host(db_url: str) -> tuple[FakeDriver, Settings]:
     return driver, settings
 
 
-def test_a_steady_pass_is_three_reads_and_writes_nothing(db_url: str) -> None:
-    """The host's nodes, the PCI sync's read, and the one grouped read of the steady state
-    (compute.steady_usage.steady_usage). As Nova's ``_update`` saves the compute node
-    only when a field changed, nothing is written: not the update time, not the derived
-    usage (current), no generation bump."""
+def test_a_steady_pass_is_two_reads_and_writes_nothing(db_url: str) -> None:
+    """The host's nodes (with whether each has device rows: this one has none, and its
+    hypervisor reports none, so the PCI sync reads nothing), and the one grouped read of
+    the steady state (compute.steady_usage.steady_usage). As Nova's ``_update`` saves
+    the compute node only when a field changed, nothing is written: not the update time,
+    not the derived usage (current), no generation bump."""
     driver, settings = _steady_fake_host(db_url)
     before = node_of(db_url, "host1")
     with statements_run(db_url) as seen:
         assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
     assert [" ".join(s.split()[:3]) for s in seen] == [
         "SELECT compute_nodes.id, compute_nodes.uuid,",
-        "SELECT pci_devices.id, pci_devices.compute_node_id,",
         "SELECT 'n', CAST(NULL",
     ]
     after = node_of(db_url, "host1")
@@ -156,7 +163,7 @@ def test_a_guest_the_database_does_not_account_costs_one_statement_more(db_url: 
         driver.spawn(GuestSpec(uuid=uuid, name=uuid[:8], vcpus=1, memory_mb=64, root_gb=0))
     with statements_run(db_url) as seen:
         assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
-    assert len(seen) == 4 and seen[-1].startswith("SELECT instances.uuid")
+    assert len(seen) == 3 and seen[-1].startswith("SELECT instances.uuid")
 
 
 def test_stale_usage_columns_are_rewritten_by_a_steady_pass(db_url: str) -> None:
@@ -168,7 +175,7 @@ def test_stale_usage_columns_are_rewritten_by_a_steady_pass(db_url: str) -> None
     before = node_of(db_url, "host1")
     with statements_run(db_url) as seen:
         assert update_available_resource(sessions_for(db_url), driver, "host1", settings) == []
-    assert len(seen) == 4 and seen[-1].startswith("UPDATE compute_nodes SET vcpus_used")
+    assert len(seen) == 3 and seen[-1].startswith("UPDATE compute_nodes SET vcpus_used")
     after = node_of(db_url, "host1")
     assert (after.vcpus_used, after.generation) == (2, before.generation + 1)
 
@@ -181,3 +188,28 @@ def test_a_reserved_amount_changed_in_the_settings_is_applied_by_a_steady_pass(
     assert update_available_resource(sessions_for(db_url), driver, "host1", more) == []
     node = node_of(db_url, "host1")
     assert (node.memory_mb_used, node.free_ram_mb) == (2048 + 1024, 32768 - 2048 - 1024)
+
+
+def test_a_node_with_devices_is_synced_and_one_with_none_reads_none(db_url: str) -> None:
+    """The PCI sync runs while the hypervisor reports devices or the node has device rows:
+    a device that vanished from the report is still removed; once none is left on either
+    side, a pass reads no device."""
+    settings = gpu_settings()
+    driver = FakeDriver(host_resources("host1", pci_devices=gpus("0000:08:00.0")))
+    update_available_resource(sessions_for(db_url), driver, "host1", settings)
+    assert _live_devices(db_url) == ["0000:08:00.0"]
+
+    driver.resources = dataclasses.replace(driver.resources, pci_devices=())
+    with statements_run(db_url) as seen:
+        update_available_resource(sessions_for(db_url), driver, "host1", settings)
+    assert any(s.startswith("SELECT pci_devices.id") for s in seen)
+    assert _live_devices(db_url) == []  # the free device vanished: removed
+
+    with statements_run(db_url) as seen:
+        update_available_resource(sessions_for(db_url), driver, "host1", settings)
+    assert not any(s.startswith("SELECT pci_devices.id") for s in seen), seen
+
+
+def _live_devices(db_url: str) -> list[str]:
+    with session_scope(db_url) as session:
+        return list(session.scalars(select(PciDevice.address).where(PciDevice.deleted == 0)))
