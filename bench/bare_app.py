@@ -55,7 +55,7 @@ if os.environ.get(BROKER_ENV):  # a worker's (``bench/boot_clusters.py`` sets it
 
 
 _local = threading.local()
-#: A server's state, as the durable bare app keeps it (``{table}``: ``servers``).
+#: The durable bare app's one table: each server's latest state.
 _TABLE = "CREATE TABLE IF NOT EXISTS servers (uuid TEXT PRIMARY KEY, state TEXT, at REAL)"
 _UPSERT = (
     "INSERT INTO servers VALUES ({p}, {p}, {p}) ON CONFLICT (uuid) DO UPDATE"

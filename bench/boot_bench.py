@@ -315,12 +315,13 @@ def bare_workers(settings: Settings, hosts: list[str], counts_dir: Path) -> Iter
 def durable_target(kind: str, state: Path, admin_url: str) -> Iterator[str]:
     """Where the durable bare app records (``bench/bare_app.py``'s ``record``): a SQLite
     file, or a PostgreSQL database of its own (dropped after), its table made."""
-    if kind == "sqlite":
-        target = f"{bare_app.SQLITE_PREFIX}{state / 'bare-durable.sqlite'}"
-        bare_app.create_table(target)
-        yield target
-        return
-    with database(kind, state, admin_url, name=f"bench_bare_{os.getpid()}") as target:
+    with contextlib.ExitStack() as made:
+        if kind == "sqlite":
+            target = f"{bare_app.SQLITE_PREFIX}{state / 'bare-durable.sqlite'}"
+        else:
+            name = f"bench_bare_{os.getpid()}"
+            target = made.enter_context(database(kind, state, admin_url, name=name))
+        made.callback(bare_app.close)  # (this thread's connection, before a drop)
         bare_app.create_table(target)
         yield target
 
