@@ -22,6 +22,7 @@ from compute.usage import Expected, expected_consumers
 from models import Allocation, ComputeNode, Instance, Migration, PciDevice, ResourceHeal
 from models.allocation import MEMORY_MB, VCPU
 from models.pci_device import ALLOCATED, CLAIMED
+from models.tables import table_of
 from virt.driver import GuestUsage
 
 LOG = logging.getLogger(__name__)
@@ -66,9 +67,9 @@ def live_among(session: Session, uuids: list[str]) -> set[str]:
     return set(session.connection().scalars(_LIVE, {"uuids": uuids}))
 
 
-_LIVE = select(Instance.__table__.c.uuid).where(
-    Instance.__table__.c.uuid.in_(bindparam("uuids", expanding=True)),
-    Instance.__table__.c.deleted == 0,
+_INSTANCES = table_of(Instance).c
+_LIVE = select(_INSTANCES.uuid).where(
+    _INSTANCES.uuid.in_(bindparam("uuids", expanding=True)), _INSTANCES.deleted == 0
 )
 
 
