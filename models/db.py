@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError, DisconnectionError, PendingRollbackError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.session import SessionTransactionState
 from sqlalchemy.sql import Executable
 
 from models import liveness, outage
@@ -508,6 +509,13 @@ def _driver_message(exc: DBAPIError) -> str:
 
 
 def _rollback_quietly(session: Session) -> None:
+    if _committed(session):
+        # NOTE: the commit went through and an ``after_commit`` listener raised (a
+        # service registration's liveness report, ``compute.servicegroup``): nothing is
+        # left to roll back. SQLAlchemy refuses a rollback in that state with an
+        # ``InvalidRequestError`` that hid the listener's error: an outage that a worker's
+        # start-up would have waited out became a crash of the worker.
+        return
     try:
         session.rollback()
     except SQLAlchemyError as exc:
@@ -515,6 +523,14 @@ def _rollback_quietly(session: Session) -> None:
         if not is_transient_error(exc):
             raise
         LOG.debug("Rollback on a lost database connection: %s", exc)
+
+
+def _committed(session: Session) -> bool:
+    """Whether the session's transaction has committed and is not closed yet: only while
+    its ``after_commit`` listeners run, or after one of them raised."""
+    transaction = session.get_transaction()
+    # (SQLAlchemy has no public accessor of a transaction's state)
+    return transaction is not None and transaction._state is SessionTransactionState.COMMITTED
 
 
 def _close_quietly(session: Session) -> None:

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
+from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from compute.servicegroup import COMPUTE, heartbeat, is_up, register_service, service_dict
-from models import Service, utcnow
-from models.db import session_scope
+from models import Service, db, liveness, utcnow
+from models.db import dispose_all, session_scope
+from models.migrate import upgrade
+from tasks.waiting import until_database_answers
 from tests.factories import make_settings, set_last_seen_up
 
 
@@ -71,3 +76,43 @@ def test_service_down_time_below_report_interval_uses_two_and_a_half_intervals()
 def test_service_dict_says_state_and_status() -> None:
     view = service_dict(_service(1), make_settings())
     assert (view["state"], view["status"], view["up"]) == ("up", "enabled", True)
+
+
+def test_a_registration_whose_liveness_report_meets_an_outage_is_waited_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's start registers its service; the liveness report, written once that
+    transaction has committed, finds the liveness file locked past the busy timeout.
+    The registration is made again once the database answers, as every start-up step
+    waits out an outage, instead of the worker dying of the ``InvalidRequestError``
+    SQLAlchemy raised when ``session_scope`` then asked to roll back the committed
+    transaction (the integration tier's restarted workers, on a loaded machine)."""
+    monkeypatch.setattr(db, "_BUSY_TIMEOUT_MS", 200)  # read as each engine is made
+    url = f"sqlite:///{tmp_path}/nova.sqlite"
+    upgrade(url)
+    path = liveness.sqlite_file(str(tmp_path / "nova.sqlite"))
+    assert path is not None and Path(path).exists()
+    locker = sqlite3.connect(path, isolation_level=None, timeout=0)
+    locker.execute("BEGIN IMMEDIATE")  # another writer holds the liveness file
+    attempts: list[int] = []
+
+    def register() -> int:
+        attempts.append(1)
+        with session_scope(url) as session:
+            return register_service(session, "h", COMPUTE, "compute.h", make_settings()).id
+
+    def between_waits() -> None:  # the outage ends while the start-up waits
+        if locker.in_transaction:
+            locker.execute("ROLLBACK")
+
+    try:
+        service_id = until_database_answers("Registering h", register, should_stop=between_waits)
+        with session_scope(url) as session:
+            service = session.get(Service, service_id)
+            assert service is not None and service.last_seen_up is not None
+            assert service.report_count == 1
+            assert len(session.scalars(select(Service)).all()) == 1
+        assert len(attempts) == 2
+    finally:
+        locker.close()
+        dispose_all()  # no engine made with the short busy timeout outlives the test

@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from models.db import is_transient_error, session_scope
@@ -204,3 +204,22 @@ def test_session_scope_leaves_other_errors_alone(tmp_path: Path) -> None:
     with pytest.raises(SQLAlchemyError) as caught, session_scope(url) as session:
         session.execute(text("SELECT * FROM no_such_table"))
     assert not isinstance(caught.value, DatabaseUnavailable)
+
+
+def test_session_scope_raises_what_an_after_commit_listener_raised(tmp_path: Path) -> None:
+    """The commit went through and a listener of it failed: the caller sees that error
+    (an availability error as ``DatabaseUnavailable``, to be waited out), not the
+    ``InvalidRequestError`` a rollback of the committed transaction raises, and what
+    committed stays."""
+    url = f"sqlite:///{tmp_path}/listener.sqlite"
+    with session_scope(url) as session:
+        session.execute(text("CREATE TABLE t (a INTEGER)"))
+
+    def report(_session: object) -> None:
+        raise DatabaseUnavailable(reason="the report's database is locked")
+
+    with pytest.raises(DatabaseUnavailable), session_scope(url) as session:
+        session.execute(text("INSERT INTO t VALUES (1)"))
+        event.listen(session, "after_commit", report, once=True)
+    with session_scope(url) as session:
+        assert session.execute(text("SELECT count(*) FROM t")).scalar() == 1
