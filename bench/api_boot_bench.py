@@ -23,7 +23,9 @@ machine: compare the ratios within one run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -36,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 STATE = Path(tempfile.mkdtemp(prefix="novaq-bench-"))
+atexit.register(shutil.rmtree, STATE, ignore_errors=True)  # (a run leaves no state dir)
 PG_NAME = f"novaq_bench_boot_{os.getpid()}"
 
 from pg_databases import drop_pg, pg_url  # noqa: E402

@@ -12,6 +12,7 @@ minimums in ms; ``--profile`` prints cProfile's top functions for one of the cal
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import cProfile
 import os
@@ -32,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 STATE = Path(tempfile.mkdtemp(prefix="novaq-apicpu-"))
+atexit.register(shutil.rmtree, STATE, ignore_errors=True)  # (a run leaves no state dir)
 
 
 def _configure(broker: str) -> str:

@@ -17,8 +17,10 @@ number of guests.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -32,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 STATE = Path(tempfile.mkdtemp(prefix="novaq-audit-bench-"))
+atexit.register(shutil.rmtree, STATE, ignore_errors=True)  # (a run leaves no state dir)
 for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
     del os.environ[name]
 os.environ["NOVAQ_STATE_DIR"] = str(STATE)

@@ -18,7 +18,9 @@ per 1,000 servers.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -173,6 +175,7 @@ def main() -> int:
     args = parser.parse_args()
 
     state = Path(tempfile.mkdtemp(prefix="novaq-memory-bench-"))
+    atexit.register(shutil.rmtree, state, ignore_errors=True)  # (a run leaves no state dir)
     for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
         del os.environ[name]
     if args.database == "postgresql":

@@ -23,8 +23,10 @@ number of hosts (a unit test checks the statements).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 STATE = Path(tempfile.mkdtemp(prefix="novaq-bench-"))
+atexit.register(shutil.rmtree, STATE, ignore_errors=True)  # (a run leaves no state dir)
 for name in [n for n in os.environ if n.startswith("NOVAQ_")]:
     del os.environ[name]
 os.environ["NOVAQ_STATE_DIR"] = str(STATE)

@@ -7,8 +7,10 @@ missing server skips the tier locally and fails it in CI.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -47,6 +49,7 @@ PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 PG_DB = f"novaq_it_{REDIS_DB}_{os.getpid()}"
 ROOT = Path(__file__).resolve().parents[2]
 _STATE = Path(tempfile.mkdtemp(prefix="novaq-it-"))
+atexit.register(shutil.rmtree, _STATE, ignore_errors=True)  # (a run leaves no state dir)
 
 for _name in [n for n in os.environ if n.startswith("NOVAQ_")]:
     del os.environ[_name]

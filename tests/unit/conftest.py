@@ -6,8 +6,10 @@ the Celery app and the domain code all agree on one throwaway state directory.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 _STATE = Path(tempfile.mkdtemp(prefix="novaq-unit-"))
+atexit.register(shutil.rmtree, _STATE, ignore_errors=True)  # (a run leaves no state dir)
 # NOTE: the developer's own NOVAQ_* settings must not leak into the tests; the golden-file
 # switch is the one test option kept.
 for _name in [n for n in os.environ if n.startswith("NOVAQ_") and n != "NOVAQ_REGENERATE_GOLDEN"]:
