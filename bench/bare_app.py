@@ -12,13 +12,15 @@ the broker differs (``BENCH_BARE_BROKER_URL``: another database of the same Redi
 beat has nothing to send (:func:`configure`). ``boot_bench`` runs its workers with
 novaq's worker layout.
 
-``boot_bench --bare-durable`` (``DURABLE_ENV``: the database of the run, a SQLite file or
-a PostgreSQL database of its own) makes it a durable bare app: the publisher and each
-step record the server's state in one write transaction of their own (:func:`record`),
-with novaq's durability (SQLite: WAL, ``synchronous`` FULL, ``BEGIN IMMEDIATE``, the same
-busy timeout; PostgreSQL: a synchronous commit) and nothing else: the floor of a workflow
-that keeps its state in a database, against which novaq's bookkeeping (delivery counts,
-step records, operations in flight, actions and events, allocations) can be weighed.
+The durable bare app (``boot_bench``'s third side, ``durable``): the same workers, with a
+step's message naming a kind of database (``durable="sqlite"`` or ``"postgresql"``): the
+publisher and each step then record the server's state in one write transaction of their
+own (:func:`record`) in the database of that kind made for the run (``durable_env``: its
+URL in the workers' environment, never in a message), with novaq's durability (SQLite:
+WAL, ``synchronous`` FULL, ``BEGIN IMMEDIATE``, the same busy timeout; PostgreSQL: a
+synchronous commit) and nothing else: the floor of a workflow that keeps its state in a
+database, against which novaq's bookkeeping (delivery counts, step records, operations in
+flight, actions and events, allocations) can be weighed.
 """
 
 from __future__ import annotations
@@ -35,9 +37,8 @@ import tasks.celery  # noqa: F401 - novaq's worker signals (publish retry policy
 
 BROKER_ENV = "BENCH_BARE_BROKER_URL"
 HOSTS_ENV = "BENCH_BARE_HOSTS"
-#: The durable bare app's database, a ``sqlite:///`` URL or a PostgreSQL one (unset: no
-#: database work).
-DURABLE_ENV = "BENCH_BARE_DURABLE"
+#: The kinds of database the durable bare app records in (``durable_env``).
+DURABLE_KINDS = ("sqlite", "postgresql")
 #: novaq's (``models.db``): a writer waits for SQLite's lock this long.
 BUSY_TIMEOUT_S = 30.0
 
@@ -52,6 +53,20 @@ def configure(broker_url: str) -> None:
 
 if os.environ.get(BROKER_ENV):  # a worker's (``bench/boot_clusters.py`` sets it)
     configure(os.environ[BROKER_ENV])
+
+
+def durable_env(kind: str) -> str:
+    """The environment variable with the URL of the durable bare app's database of
+    ``kind`` (a ``sqlite:///`` file or a PostgreSQL URL), set for its workers."""
+    if kind not in DURABLE_KINDS:
+        raise ValueError(f"no durable bare app on {kind!r}: {', '.join(DURABLE_KINDS)}")
+    return f"BENCH_BARE_DURABLE_{kind.upper()}"
+
+
+def target_of(durable: str | None) -> str | None:
+    """The URL a step of the ``durable`` kind records in (None: not durable, no database
+    work)."""
+    return os.environ[durable_env(durable)] if durable else None
 
 
 _local = threading.local()
@@ -86,12 +101,11 @@ def _connect(target: str) -> Any:
     return psycopg.connect(target, autocommit=True)
 
 
-def record(instance_uuid: str, state: str) -> None:
-    """With ``DURABLE_ENV`` set, the server's state in one write transaction of its own
-    (a connection per thread and target, as novaq's pool gives each thread one); else
-    nothing. SQLite: ``BEGIN IMMEDIATE``, the upsert, ``COMMIT``, as novaq writes;
-    PostgreSQL: the upsert alone, its own transaction (one round trip)."""
-    target = os.environ.get(DURABLE_ENV)
+def record(instance_uuid: str, state: str, target: str | None) -> None:
+    """With a ``target`` (:func:`target_of`), the server's state in one write transaction
+    of its own (a connection per thread and target, as novaq's pool gives each thread
+    one); else nothing. SQLite: ``BEGIN IMMEDIATE``, the upsert, ``COMMIT``, as novaq
+    writes; PostgreSQL: the upsert alone, its own transaction (one round trip)."""
     if not target:
         return
     conns = getattr(_local, "conns", None)
@@ -120,26 +134,37 @@ def close() -> None:
     _local.conns = {}
 
 
+def durable_kwargs(durable: str | None) -> dict[str, str]:
+    """What a step's message adds for the durable bare app (nothing for the bare one, whose
+    messages stay as they were)."""
+    return {"durable": durable} if durable else {}
+
+
 @app.task(name="scheduler.bare_select", bind=True)
-def select(self: Task, instance_uuid: str, request_id: str, index: int) -> Any:
+def select(
+    self: Task, instance_uuid: str, request_id: str, index: int, durable: str | None = None
+) -> Any:
     hosts = os.environ[HOSTS_ENV].split(",")
     host = hosts[index % len(hosts)]
-    record(instance_uuid, "scheduled")
+    record(instance_uuid, "scheduled", target_of(durable))
+    kwargs = {"instance_uuid": instance_uuid, "request_id": request_id, "host": host}
     build = app.signature(
-        "compute.bare_build",
-        kwargs={"instance_uuid": instance_uuid, "request_id": request_id, "host": host},
-        immutable=True,
+        "compute.bare_build", kwargs={**kwargs, **durable_kwargs(durable)}, immutable=True
     )
     return self.replace(build)
 
 
 @app.task(name="compute.bare_build")
-def build(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    record(instance_uuid, "active")
+def build(
+    instance_uuid: str, request_id: str, host: str, durable: str | None = None
+) -> dict[str, str]:
+    record(instance_uuid, "active", target_of(durable))
     return {"instance_uuid": instance_uuid, "host": host}
 
 
 @app.task(name="compute.bare_delete")
-def delete(instance_uuid: str, request_id: str, host: str) -> dict[str, str]:
-    record(instance_uuid, "deleted")
+def delete(
+    instance_uuid: str, request_id: str, host: str, durable: str | None = None
+) -> dict[str, str]:
+    record(instance_uuid, "deleted", target_of(durable))
     return {"instance_uuid": instance_uuid, "host": host}

@@ -3,31 +3,31 @@ same shape, on SQLite and on PostgreSQL, with what each boot and delete costs.
 
     .venv/bin/python bench/boot_bench.py [--hosts 4] [--boots 200] [--repetitions 3] \\
         [--warmup 8] [--heartbeat-boots 100] [--databases sqlite,postgresql] \\
-        [--redis-url URL] [--bare-durable] [--deadline 840]
+        [--redis-url URL] [--no-durable] [--deadline 840]
 
 novaq: ``novaq up``'s cluster (``novaq.launcher``: a prefork scheduler worker, one
 threads-pool compute worker per simulated host; no beat, no Flower) boots ``--boots``
 servers through ``from workflows import api``, waits until every one is ACTIVE, deletes
 them and waits until every one is gone. Bare: ``bench/bare_app.py``, a scheduler step
 that replaces itself with a build step on ``compute.<host>``, and a delete step, with
-novaq's Celery settings and worker layout, on another database of the same broker. The
-two run interleaved (novaq, bare, novaq, bare, ...), and the medians are printed with
-the ratio novaq/bare; then per boot and per delete, novaq's SQL statements and
-transactions counted in every process (``bench/sql_counts.py``, by step) and the broker
-connections (and HELLO, PING) each side opened; ``api.boot``'s latency against the bare
-app's publish; and the latency of novaq's heartbeat, run every 50 ms during the boots of
-one more run (``--heartbeat-boots``, after the repetitions: its writes are load the bare
-app does not get, so they stay out of the compared runs).
+novaq's Celery settings and worker layout, on another database of the same broker.
+Durable: the same bare app recording each server's state in the run's kind of database
+(a SQLite file, or a PostgreSQL database of its own; one write transaction per publish
+and per step, novaq's durability; ``bench/bare_app.py``), the floor of a workflow that
+keeps its state in a database, on the same workers (``--no-durable`` leaves it out). The
+three run interleaved (novaq, bare, durable, novaq, ...), and the medians are printed with
+the ratio novaq/bare, then the durable app's against both; then per boot and per delete,
+novaq's SQL statements and transactions counted in every process (``bench/sql_counts.py``,
+by step) and the broker connections (and HELLO, PING) each side opened; ``api.boot``'s
+latency against the bare app's publish; and the latency of novaq's heartbeat, run every
+50 ms during the boots of one more run (``--heartbeat-boots``, after the repetitions: its
+writes are load the bare app does not get, so they stay out of the compared runs).
 
 The broker is the launcher's embedded Redis (a private ``redis-server``, as ``novaq up``
 runs with no ``NOVAQ_BROKER_URL``), so its connection counters count the bench alone;
 ``--redis-url redis://127.0.0.1:6379/3`` uses that server instead (the bare app on
 ``--bare-db``; both databases flushed at the start and the end). PostgreSQL: a database of
-its own on ``--pg-admin-url``'s server, dropped at the end. ``--bare-durable``: the bare app
-records each server's state in the run's kind of database (a SQLite file, or a PostgreSQL
-database of its own; one write transaction per publish and per step, novaq's durability;
-``bench/bare_app.py``), the reference of a workflow that keeps its state in a database at
-the least cost; its workers are then started again for each database.
+its own on ``--pg-admin-url``'s server, dropped at the end (the durable app's too).
 
 Exit status: 0 when the run completed (whatever the ratios), 1 when it failed (a server
 that did not go ACTIVE, a timeout, a process that died), with everything cleaned up.
@@ -83,10 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url", help="a Redis to use (its database) instead of our own")
     p.add_argument("--bare-db", type=int, default=8, help="the bare app's Redis database")
     p.add_argument(
-        "--bare-durable",
+        "--no-durable",
         action="store_true",
-        help="the bare app records each server's state in the run's kind of database (a write"
-        " transaction per publish and per step: bench/bare_app.py's record)",
+        help="leave out the durable bare app (the bare app recording each server's state in"
+        " the run's kind of database: a write transaction per publish and per step)",
     )
     p.add_argument("--pg-admin-url", default=PG_ADMIN_URL)
     p.add_argument("--phase-timeout", type=float, help="seconds a phase may take")
@@ -240,11 +240,16 @@ def _interleaved(
         _progress(f"{kind}: warm-up ({args.warmup} boots a side)")
         side.run("bench-warmup", args.warmup, timeout_s)
         bare.run(args.warmup, timeout_s)
+        if not args.no_durable:
+            bare.run(args.warmup, timeout_s, durable=kind)
     for rep in range(args.repetitions):
         _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: novaq")
         results["novaq"].append(side.run(f"bench-{rep}", args.boots, timeout_s))
         _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: bare")
         results["bare"].append(bare.run(args.boots, timeout_s))
+        if not args.no_durable:
+            _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: durable")
+            results["durable"].append(bare.run(args.boots, timeout_s, durable=kind))
     if args.heartbeat_boots:
         _progress(f"{kind}: {args.heartbeat_boots} boots with the heartbeat probe")
         run = side.run("bench-hb", args.heartbeat_boots, timeout_s, heartbeat=True)
@@ -277,17 +282,17 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
         bare_counts = state / "bare-counts"
         bare_counts.mkdir(parents=True)
         bare = BareSide(bare_app.app, hosts, clients[0], clients[1], bare_counts)
+        kinds = args.databases.split(",")
         with contextlib.ExitStack() as whole_run:
-            if not args.bare_durable:  # one bare cluster for every database
-                whole_run.enter_context(bare_workers(bare_settings, hosts, bare_counts))
-            for kind in args.databases.split(","):
-                runs[kind] = {"novaq": [], "bare": [], "heartbeat": []}
-                with contextlib.ExitStack() as this_database:
-                    if args.bare_durable:  # its workers write where this run's database is
-                        where = durable_target(kind, state, args.pg_admin_url)
-                        os.environ[bare_app.DURABLE_ENV] = this_database.enter_context(where)
-                        this_database.enter_context(bare_workers(bare_settings, hosts, bare_counts))
-                    run_database(kind, args, state, novaq_url, bare, runs[kind])
+            durable = {}  # the durable bare app's databases, made before its workers start
+            for kind in [] if args.no_durable else kinds:
+                where = durable_target(kind, state, args.pg_admin_url)
+                durable[bare_app.durable_env(kind)] = whole_run.enter_context(where)
+            os.environ.update(durable)  # (this process publishes as the durable app too)
+            whole_run.enter_context(bare_workers(bare_settings, hosts, bare_counts, durable))
+            for kind in kinds:
+                runs[kind] = {"novaq": [], "bare": [], "durable": [], "heartbeat": []}
+                run_database(kind, args, state, novaq_url, bare, runs[kind])
     finally:
         with uninterrupted():
             for client in clients:
@@ -299,9 +304,12 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
 
 
 @contextlib.contextmanager
-def bare_workers(settings: Settings, hosts: list[str], counts_dir: Path) -> Iterator[None]:
-    """The bare app's workers, started and ready, then stopped."""
-    workers = bare_cluster(settings, len(hosts), hosts, counts_dir)
+def bare_workers(
+    settings: Settings, hosts: list[str], counts_dir: Path, durable: dict[str, str]
+) -> Iterator[None]:
+    """The bare app's workers, started and ready, then stopped (``durable``: the durable
+    app's databases, ``bare_app.durable_env`` names to URLs)."""
+    workers = bare_cluster(settings, len(hosts), hosts, counts_dir, durable)
     try:
         workers.start()
         workers.wait_ready(timeout_s=120.0)
@@ -358,7 +366,7 @@ def _print_figures(
     print(
         f"boot_bench: {args.hosts} hosts, {args.boots} boots, {args.repetitions} "
         f"repetition(s), interleaved novaq/bare"
-        + (" (bare: durable, its state in the run's database)" if args.bare_durable else "")
+        + ("" if args.no_durable else "/durable")
         + f"; {time.monotonic() - started:.0f} s"
         + (f"\n{failed}" if failed else "")
     )

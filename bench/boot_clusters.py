@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from bench import bare_app, sql_counts
@@ -72,10 +72,17 @@ def novaq_cluster(settings: Settings, n_hosts: int, counts_dir: Path) -> Cluster
     return WorkersOnly(settings, n_hosts, counted, images=True)
 
 
-def bare_cluster(settings: Settings, n_hosts: int, hosts: list[str], counts_dir: Path) -> Cluster:
+def bare_cluster(
+    settings: Settings,
+    n_hosts: int,
+    hosts: list[str],
+    counts_dir: Path,
+    durable: Mapping[str, str] | None = None,
+) -> Cluster:
     """The bare app's workers; ``settings.broker_url`` is its broker database. They run
     through ``bench.sql_counts`` as novaq's do (no SQL to count: the CPU time of each step
-    and of the rest of each process, written to ``counts_dir``)."""
+    and of the rest of each process, written to ``counts_dir``). ``durable``: the durable
+    bare app's databases (``bare_app.durable_env`` names to URLs)."""
     assert settings.broker_url
 
     def bare(spec: ProcessSpec) -> ProcessSpec:
@@ -89,6 +96,7 @@ def bare_cluster(settings: Settings, n_hosts: int, hosts: list[str], counts_dir:
             bare_app.HOSTS_ENV: ",".join(hosts),
             sql_counts.DIR_ENV: str(counts_dir),
             "PYTHONPATH": _pythonpath(spec.env),
+            **(durable or {}),
         }
         argv = [CELERY_ARGV[0], "-m", "bench.sql_counts", *args]
         return dataclasses.replace(spec, name=f"bare-{spec.name}", argv=argv, env=env, node=node)

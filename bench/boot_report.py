@@ -1,5 +1,6 @@
 """The tables ``bench/boot_bench.py`` prints: medians over the repetitions, ratios
-novaq/bare measured in the same run."""
+novaq/bare measured in the same run, and the durable bare app's against both when the run
+had it."""
 
 from __future__ import annotations
 
@@ -56,8 +57,16 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-#: database -> "novaq", "bare" (the compared runs) or "heartbeat" (the probe's) -> runs
+#: database -> "novaq", "bare", "durable" (the compared runs) or "heartbeat" (the probe's)
+#: -> runs
 Runs = dict[str, dict[str, list[Repetition]]]
+NOVAQ, BARE, DURABLE = "novaq", "bare", "durable"
+
+
+def _compared(sides: dict[str, list[Repetition]]) -> list[str]:
+    """The sides a database's run measured, novaq first (the durable app may be left
+    out)."""
+    return [side for side in (NOVAQ, BARE, DURABLE) if sides.get(side)]
 
 
 def throughput(runs: Runs) -> str:
@@ -65,13 +74,44 @@ def throughput(runs: Runs) -> str:
     for database, sides in runs.items():
         row: list[object] = [database]
         for phase in ("boots", "deletes"):
-            novaq = _median([getattr(r, phase).per_s for r in sides["novaq"]])
-            bare = _median([getattr(r, phase).per_s for r in sides["bare"]])
+            novaq = _median([getattr(r, phase).per_s for r in sides[NOVAQ]])
+            bare = _median([getattr(r, phase).per_s for r in sides[BARE]])
             row += [novaq, bare, novaq / bare]
         rows.append(row)
     headers: tuple[str, ...] = ("database", "novaq boots/s", "bare boots/s", "ratio")
     headers += ("novaq deletes/s", "bare deletes/s", "ratio")
     return table("Throughput (median of the repetitions; ratio = novaq/bare)", headers, rows)
+
+
+def against_durable(runs: Runs) -> str:
+    """The durable bare app against the bare one and novaq against it: how much of the gap
+    to the bare app is durability itself (one write transaction a step, nothing else)."""
+    rows = []
+    for database, sides in runs.items():
+        if not sides.get(DURABLE):
+            continue
+        row: list[object] = [database]
+        for phase in ("boots", "deletes"):
+            novaq, bare, durable = (
+                _median([getattr(r, phase).per_s for r in sides[side]])
+                for side in (NOVAQ, BARE, DURABLE)
+            )
+            row += [durable, durable / bare, novaq / durable]
+        novaq_p50, durable_p50 = (
+            percentile([ms for r in sides[side] for ms in r.boots.call_ms], 0.5)
+            for side in (NOVAQ, DURABLE)
+        )
+        rows.append([*row, durable_p50, novaq_p50 / durable_p50])
+    if not rows:
+        return ""
+    headers: tuple[str, ...] = ("database", "durable boots/s", "durable/bare", "novaq/durable")
+    headers += ("durable deletes/s", "durable/bare", "novaq/durable")
+    headers += ("durable publish p50 ms", "api.boot p50 / durable publish p50")
+    title = (
+        "The durable bare app (the bare app recording each step in the run's database: "
+        "durability's own cost) against the bare app and novaq (median of the repetitions)"
+    )
+    return table(title, headers, rows)
 
 
 def _per_op(phases: Sequence[Phase], fields: Sequence[str], step: str | None = None) -> float:
@@ -90,10 +130,10 @@ def per_operation(runs: Runs) -> str:
     rows = []
     for database, sides in runs.items():
         for phase in ("boots", "deletes"):
-            for side in ("novaq", "bare"):
+            for side in _compared(sides):
                 phases = [getattr(r, phase) for r in sides[side]]
                 sql = [
-                    _per_op(phases, fields) if side == "novaq" or header == CPU else math.nan
+                    _per_op(phases, fields) if side == NOVAQ or header == CPU else math.nan
                     for header, fields in SQL_COLUMNS
                 ]
                 broker = [
@@ -115,12 +155,12 @@ def by_step(runs: Runs) -> str:
     rows = []
     for database, sides in runs.items():
         for phase in ("boots", "deletes"):
-            for side in ("novaq", "bare"):
+            for side in _compared(sides):
                 phases = [getattr(r, phase) for r in sides[side]]
                 steps = sorted({s for p in phases for s in p.sql}, key=_step_order)
                 for step in steps:
                     values = [
-                        _per_op(phases, fields, step) if side == "novaq" or h == CPU else math.nan
+                        _per_op(phases, fields, step) if side == NOVAQ or h == CPU else math.nan
                         for h, fields in SQL_COLUMNS
                     ]
                     rows.append([database, phase[:-1], side, step, *values])
@@ -138,8 +178,8 @@ def _step_order(step: str) -> tuple[int, str]:
 def latency(runs: Runs) -> str:
     rows = []
     for database, sides in runs.items():
-        novaq = [ms for r in sides["novaq"] for ms in r.boots.call_ms]
-        bare = [ms for r in sides["bare"] for ms in r.boots.call_ms]
+        novaq = [ms for r in sides[NOVAQ] for ms in r.boots.call_ms]
+        bare = [ms for r in sides[BARE] for ms in r.boots.call_ms]
         n50, n95, b50, b95 = (percentile(v, q) for v in (novaq, bare) for q in (0.5, 0.95))
         rows.append([database, n50, n95, b50, b95, n50 / b50, n95 / b95])
     headers: tuple[str, ...] = ("database", "api.boot p50 ms", "p95 ms", "bare publish p50 ms")
@@ -168,7 +208,7 @@ def issuing(runs: Runs) -> str:
     the serial issuing, not the workers, bounded deletes/s."""
     rows = []
     for database, sides in runs.items():
-        for side in ("novaq", "bare"):
+        for side in _compared(sides):
             issue = _median([r.deletes.issue_s for r in sides[side]])
             whole = _median([r.deletes.seconds for r in sides[side]])
             rows.append([database, side, issue, whole, issue / whole])
@@ -180,8 +220,8 @@ def issuing(runs: Runs) -> str:
 
 
 def report(runs: Runs) -> str:
-    parts = (throughput, per_operation, by_step, latency, issuing, heartbeat)
-    return "\n".join(f(runs) for f in parts)
+    parts = (throughput, against_durable, per_operation, by_step, latency, issuing, heartbeat)
+    return "\n".join(text for text in (f(runs) for f in parts) if text)
 
 
 __all__ = ["Counts", "report"]

@@ -243,7 +243,10 @@ class BareSide:
 
         return done
 
-    def run(self, n: int, timeout_s: float) -> Repetition:
+    def run(self, n: int, timeout_s: float, durable: str | None = None) -> Repetition:
+        """Boot ``n`` servers, then delete them; ``durable``: as the durable bare app,
+        recording each state in the run's database of that kind (``bare_app.record``)."""
+        target, extra = bare_app.target_of(durable), bare_app.durable_kwargs(durable)
         time.sleep(0.5)  # what the last phase sent is acknowledged
         broker_before, before = read_counts(self.broker), self.counts()
         servers = [str(uuid.uuid4()) for _ in range(n)]
@@ -254,7 +257,8 @@ class BareSide:
         for i, server in enumerate(servers):
             t = time.perf_counter()
             kwargs = {"instance_uuid": server, "request_id": f"req-{server}", "index": i}
-            bare_app.record(server, "building")
+            kwargs.update(extra)
+            bare_app.record(server, "building", target)
             ids.append(self.app.signature("scheduler.bare_select", kwargs=kwargs).apply_async().id)
             calls.append((time.perf_counter() - t) * 1000)
         boot_cpu_ns = time.thread_time_ns() - boot_cpu_ns
@@ -268,7 +272,8 @@ class BareSide:
         for i, server in enumerate(servers):
             host = self.hosts[i % len(self.hosts)]
             kwargs = {"instance_uuid": server, "request_id": f"req-d-{server}", "host": host}
-            bare_app.record(server, "deleting")
+            kwargs.update(extra)
+            bare_app.record(server, "deleting", target)
             ids.append(self.app.signature("compute.bare_delete", kwargs=kwargs).apply_async().id)
         delete_cpu_ns = time.thread_time_ns() - delete_cpu_ns
         issue_s = time.perf_counter() - started
