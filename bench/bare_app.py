@@ -20,7 +20,10 @@ URL in the workers' environment, never in a message), with novaq's durability (S
 WAL, ``synchronous`` FULL, ``BEGIN IMMEDIATE``, the same busy timeout; PostgreSQL: a
 synchronous commit) and nothing else: the floor of a workflow that keeps its state in a
 database, against which novaq's bookkeeping (delivery counts, step records, operations in
-flight, actions and events, allocations) can be weighed.
+flight, actions and events, allocations) can be weighed. With ``guest=True`` in its
+messages (``boot_bench --durable-guest``) its servers also have a guest
+(``bench/bare_guest.py``: files and a domain on libvirt's test driver), started at build
+and destroyed at delete: the floor of a durable workflow that drives a hypervisor.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 from celery import Celery, Task
 
 import tasks.celery  # noqa: F401 - novaq's worker signals (publish retry policy, fork hook)
+from bench import bare_guest
 
 BROKER_ENV = "BENCH_BARE_BROKER_URL"
 HOSTS_ENV = "BENCH_BARE_HOSTS"
@@ -134,37 +138,56 @@ def close() -> None:
     _local.conns = {}
 
 
-def durable_kwargs(durable: str | None) -> dict[str, str]:
+def durable_kwargs(durable: str | None, guest: bool = False) -> dict[str, Any]:
     """What a step's message adds for the durable bare app (nothing for the bare one, whose
-    messages stay as they were)."""
-    return {"durable": durable} if durable else {}
+    messages stay as they were); ``guest``: its servers have a guest."""
+    if not durable:
+        return {}
+    return {"durable": durable, "guest": True} if guest else {"durable": durable}
 
 
 @app.task(name="scheduler.bare_select", bind=True)
 def select(
-    self: Task, instance_uuid: str, request_id: str, index: int, durable: str | None = None
+    self: Task,
+    instance_uuid: str,
+    request_id: str,
+    index: int,
+    durable: str | None = None,
+    guest: bool = False,
 ) -> Any:
     hosts = os.environ[HOSTS_ENV].split(",")
     host = hosts[index % len(hosts)]
     record(instance_uuid, "scheduled", target_of(durable))
     kwargs = {"instance_uuid": instance_uuid, "request_id": request_id, "host": host}
     build = app.signature(
-        "compute.bare_build", kwargs={**kwargs, **durable_kwargs(durable)}, immutable=True
+        "compute.bare_build", kwargs={**kwargs, **durable_kwargs(durable, guest)}, immutable=True
     )
     return self.replace(build)
 
 
 @app.task(name="compute.bare_build")
 def build(
-    instance_uuid: str, request_id: str, host: str, durable: str | None = None
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    durable: str | None = None,
+    guest: bool = False,
 ) -> dict[str, str]:
+    if guest:
+        bare_guest.up(instance_uuid)
     record(instance_uuid, "active", target_of(durable))
     return {"instance_uuid": instance_uuid, "host": host}
 
 
 @app.task(name="compute.bare_delete")
 def delete(
-    instance_uuid: str, request_id: str, host: str, durable: str | None = None
+    instance_uuid: str,
+    request_id: str,
+    host: str,
+    durable: str | None = None,
+    guest: bool = False,
 ) -> dict[str, str]:
+    if guest:
+        bare_guest.down(instance_uuid)
     record(instance_uuid, "deleted", target_of(durable))
     return {"instance_uuid": instance_uuid, "host": host}

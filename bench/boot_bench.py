@@ -3,7 +3,7 @@ same shape, on SQLite and on PostgreSQL, with what each boot and delete costs.
 
     .venv/bin/python bench/boot_bench.py [--hosts 4] [--boots 200] [--repetitions 3] \\
         [--warmup 8] [--heartbeat-boots 100] [--databases sqlite,postgresql] \\
-        [--redis-url URL] [--no-durable] [--deadline 840]
+        [--redis-url URL] [--no-durable] [--durable-guest] [--deadline 840]
 
 novaq: ``novaq up``'s cluster (``novaq.launcher``: a prefork scheduler worker, one
 threads-pool compute worker per simulated host; no beat, no Flower) boots ``--boots``
@@ -14,7 +14,9 @@ novaq's Celery settings and worker layout, on another database of the same broke
 Durable: the same bare app recording each server's state in the run's kind of database
 (a SQLite file, or a PostgreSQL database of its own; one write transaction per publish
 and per step, novaq's durability; ``bench/bare_app.py``), the floor of a workflow that
-keeps its state in a database, on the same workers (``--no-durable`` leaves it out). The
+keeps its state in a database, on the same workers (``--no-durable`` leaves it out;
+``--durable-guest`` gives its servers a guest: files and a domain on libvirt's test driver,
+``bench/bare_guest.py``, the floor of a durable workflow that drives a hypervisor). The
 three run interleaved (novaq, bare, durable, novaq, ...), and the medians are printed with
 the ratio novaq/bare, then the durable app's against both; then per boot and per delete,
 novaq's SQL statements and transactions counted in every process (``bench/sql_counts.py``,
@@ -56,7 +58,7 @@ for _name in [n for n in os.environ if n.startswith("NOVAQ_")]:
 import redis  # noqa: E402
 from sqlalchemy import create_engine, select, text  # noqa: E402
 
-from bench import bare_app, boot_report  # noqa: E402
+from bench import bare_app, bare_guest, boot_report  # noqa: E402
 from bench.boot_clusters import bare_cluster, novaq_cluster  # noqa: E402
 from bench.boot_runs import BareSide, NovaqSide, Repetition, RunFailed  # noqa: E402
 from bench.broker_stats import with_db  # noqa: E402
@@ -88,11 +90,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="leave out the durable bare app (the bare app recording each server's state in"
         " the run's kind of database: a write transaction per publish and per step)",
     )
+    p.add_argument(
+        "--durable-guest",
+        action="store_true",
+        help="the durable bare app's servers have a guest (files and a domain on libvirt's"
+        " test driver, started at build, destroyed at delete: bench/bare_guest.py)",
+    )
     p.add_argument("--pg-admin-url", default=PG_ADMIN_URL)
     p.add_argument("--phase-timeout", type=float, help="seconds a phase may take")
     p.add_argument("--deadline", type=float, default=840.0, help="seconds the run may take")
     p.add_argument("--tmp-dir", help="where the run's temporary directory goes")
     args = p.parse_args(argv)
+    if args.durable_guest and args.no_durable:
+        p.error(
+            "--durable-guest gives the durable bare app's servers guests: not with --no-durable"
+        )
     unknown = set(args.databases.split(",")) - {"sqlite", "postgresql"}
     if unknown:
         p.error(f"unknown database(s) {', '.join(sorted(unknown))}: sqlite or postgresql")
@@ -241,7 +253,7 @@ def _interleaved(
         side.run("bench-warmup", args.warmup, timeout_s)
         bare.run(args.warmup, timeout_s)
         if not args.no_durable:
-            bare.run(args.warmup, timeout_s, durable=kind)
+            bare.run(args.warmup, timeout_s, durable=kind, guest=args.durable_guest)
     for rep in range(args.repetitions):
         _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: novaq")
         results["novaq"].append(side.run(f"bench-{rep}", args.boots, timeout_s))
@@ -249,7 +261,8 @@ def _interleaved(
         results["bare"].append(bare.run(args.boots, timeout_s))
         if not args.no_durable:
             _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: durable")
-            results["durable"].append(bare.run(args.boots, timeout_s, durable=kind))
+            durable = bare.run(args.boots, timeout_s, durable=kind, guest=args.durable_guest)
+            results["durable"].append(durable)
     if args.heartbeat_boots:
         _progress(f"{kind}: {args.heartbeat_boots} boots with the heartbeat probe")
         run = side.run("bench-hb", args.heartbeat_boots, timeout_s, heartbeat=True)
@@ -284,7 +297,8 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
         bare = BareSide(bare_app.app, hosts, clients[0], clients[1], bare_counts)
         kinds = args.databases.split(",")
         with contextlib.ExitStack() as whole_run:
-            durable = {}  # the durable bare app's databases, made before its workers start
+            # The durable bare app's databases, made before its workers start.
+            durable = {bare_guest.DIR_ENV: str(state / "bare")}
             for kind in [] if args.no_durable else kinds:
                 where = durable_target(kind, state, args.pg_admin_url)
                 durable[bare_app.durable_env(kind)] = whole_run.enter_context(where)
@@ -367,6 +381,7 @@ def _print_figures(
         f"boot_bench: {args.hosts} hosts, {args.boots} boots, {args.repetitions} "
         f"repetition(s), interleaved novaq/bare"
         + ("" if args.no_durable else "/durable")
+        + (" (durable: with a guest)" if args.durable_guest else "")
         + f"; {time.monotonic() - started:.0f} s"
         + (f"\n{failed}" if failed else "")
     )

@@ -243,10 +243,13 @@ class BareSide:
 
         return done
 
-    def run(self, n: int, timeout_s: float, durable: str | None = None) -> Repetition:
+    def run(
+        self, n: int, timeout_s: float, durable: str | None = None, guest: bool = False
+    ) -> Repetition:
         """Boot ``n`` servers, then delete them; ``durable``: as the durable bare app,
-        recording each state in the run's database of that kind (``bare_app.record``)."""
-        target, extra = bare_app.target_of(durable), bare_app.durable_kwargs(durable)
+        recording each state in the run's database of that kind (``bare_app.record``),
+        its servers with a guest if ``guest`` (``bench/bare_guest.py``)."""
+        target, extra = bare_app.target_of(durable), bare_app.durable_kwargs(durable, guest)
         time.sleep(0.5)  # what the last phase sent is acknowledged
         broker_before, before = read_counts(self.broker), self.counts()
         servers = [str(uuid.uuid4()) for _ in range(n)]

@@ -55,7 +55,7 @@ def _left_behind(tmp_path: Path) -> list[object]:
 
 @pytest.mark.timeout(180)
 def test_boot_bench_prints_every_figure_and_cleans_up(tmp_path: Path) -> None:
-    done = _boot_bench(tmp_path)
+    done = _boot_bench(tmp_path, "--durable-guest")  # (its servers' guests: the same path)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     titles = ("Throughput", "The durable bare app", "Per boot and per delete", "by step")
@@ -225,7 +225,29 @@ def test_a_durable_step_names_its_kind_of_database_never_its_url(
 
     assert bare_app.durable_kwargs(None) == {}  # the bare app's messages are unchanged
     assert bare_app.durable_kwargs("sqlite") == {"durable": "sqlite"}
+    assert bare_app.durable_kwargs("sqlite", guest=True) == {"durable": "sqlite", "guest": True}
     monkeypatch.setenv(bare_app.durable_env("postgresql"), "postgresql://u@h/db")
     assert bare_app.target_of("postgresql") == "postgresql://u@h/db"
     with pytest.raises(ValueError, match="mysql"):
         bare_app.durable_env("mysql")
+
+
+def test_a_durable_bare_servers_guest_is_started_at_build_and_gone_after_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import libvirt
+
+    from bench import bare_guest
+
+    monkeypatch.setenv(bare_guest.DIR_ENV, str(tmp_path))
+    server = "0b7e6f52-3c1d-4c4e-9a43-6f0d1f8e2a11"
+    bare_guest.up(server)
+    try:
+        domain = libvirt.open("test:///default").lookupByUUIDString(server)
+        assert domain.isActive()  # (the test driver's domains are the process's own)
+        assert (tmp_path / "bare-guests" / server / "disk").is_file()
+    finally:
+        bare_guest.down(server)
+    assert not bare_guest.exists(server)
+    assert not (tmp_path / "bare-guests" / server).exists()
+    bare_guest.down(server)  # a guest gone already is fine (a redelivered delete)
