@@ -108,8 +108,9 @@ def against_durable(runs: Runs) -> str:
     headers += ("durable deletes/s", "durable/bare", "novaq/durable")
     headers += ("durable publish p50 ms", "api.boot p50 / durable publish p50")
     title = (
-        "The durable bare app (the bare app recording each step in the run's database: "
-        "durability's own cost) against the bare app and novaq (median of the repetitions)"
+        "The durable bare app (the bare app recording each step in the run's database; its "
+        "servers with a guest under --durable-guest) against the bare app and novaq (median "
+        "of the repetitions)"
     )
     return table(title, headers, rows)
 
