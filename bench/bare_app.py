@@ -32,6 +32,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task
@@ -147,47 +148,37 @@ def durable_kwargs(durable: str | None, guest: bool = False) -> dict[str, Any]:
 
 
 @app.task(name="scheduler.bare_select", bind=True)
-def select(
-    self: Task,
-    instance_uuid: str,
-    request_id: str,
-    index: int,
-    durable: str | None = None,
-    guest: bool = False,
-) -> Any:
+def select(self: Task, instance_uuid: str, request_id: str, index: int, **durable: Any) -> Any:
+    """``durable``: :func:`durable_kwargs`'s, passed on to the build step."""
     hosts = os.environ[HOSTS_ENV].split(",")
     host = hosts[index % len(hosts)]
-    record(instance_uuid, "scheduled", target_of(durable))
+    record(instance_uuid, "scheduled", target_of(durable.get("durable")))
     kwargs = {"instance_uuid": instance_uuid, "request_id": request_id, "host": host}
-    build = app.signature(
-        "compute.bare_build", kwargs={**kwargs, **durable_kwargs(durable, guest)}, immutable=True
-    )
+    build = app.signature("compute.bare_build", kwargs={**kwargs, **durable}, immutable=True)
     return self.replace(build)
 
 
 @app.task(name="compute.bare_build")
-def build(
-    instance_uuid: str,
-    request_id: str,
-    host: str,
-    durable: str | None = None,
-    guest: bool = False,
-) -> dict[str, str]:
-    if guest:
-        bare_guest.up(instance_uuid)
-    record(instance_uuid, "active", target_of(durable))
-    return {"instance_uuid": instance_uuid, "host": host}
+def build(instance_uuid: str, request_id: str, host: str, **durable: Any) -> dict[str, str]:
+    return _on_host(instance_uuid, host, "active", bare_guest.up, **durable)
 
 
 @app.task(name="compute.bare_delete")
-def delete(
+def delete(instance_uuid: str, request_id: str, host: str, **durable: Any) -> dict[str, str]:
+    return _on_host(instance_uuid, host, "deleted", bare_guest.down, **durable)
+
+
+def _on_host(
     instance_uuid: str,
-    request_id: str,
     host: str,
+    state: str,
+    guest_work: Callable[[str], None],
     durable: str | None = None,
     guest: bool = False,
 ) -> dict[str, str]:
+    """A compute step: the guest's work if the server has one, the server's state recorded
+    if the app is durable (:func:`durable_kwargs`), then the step's result."""
     if guest:
-        bare_guest.down(instance_uuid)
-    record(instance_uuid, "deleted", target_of(durable))
+        guest_work(instance_uuid)
+    record(instance_uuid, state, target_of(durable))
     return {"instance_uuid": instance_uuid, "host": host}
