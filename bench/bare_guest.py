@@ -71,12 +71,3 @@ def down(uuid: str) -> None:
         domain.destroy()
         domain.undefine()
     shutil.rmtree(_directory(uuid), ignore_errors=True)
-
-
-def exists(uuid: str) -> bool:
-    """Whether the server's domain is defined and its directory there (the tests')."""
-    try:
-        _libvirt().lookupByUUIDString(uuid)
-    except libvirt.libvirtError:
-        return False
-    return _directory(uuid).is_dir()

@@ -261,8 +261,8 @@ def _interleaved(
         results["bare"].append(bare.run(args.boots, timeout_s))
         if not args.no_durable:
             _progress(f"{kind}: repetition {rep + 1}/{args.repetitions}: durable")
-            durable = bare.run(args.boots, timeout_s, durable=kind, guest=args.durable_guest)
-            results["durable"].append(durable)
+            durable_run = bare.run(args.boots, timeout_s, durable=kind, guest=args.durable_guest)
+            results["durable"].append(durable_run)
     if args.heartbeat_boots:
         _progress(f"{kind}: {args.heartbeat_boots} boots with the heartbeat probe")
         run = side.run("bench-hb", args.heartbeat_boots, timeout_s, heartbeat=True)
@@ -297,7 +297,8 @@ def run(args: argparse.Namespace, state: Path, runs: boot_report.Runs) -> None:
         bare = BareSide(bare_app.app, hosts, clients[0], clients[1], bare_counts)
         kinds = args.databases.split(",")
         with contextlib.ExitStack() as whole_run:
-            # The durable bare app's databases, made before its workers start.
+            # The durable bare app's environment: where its guests go, and its databases
+            # (made before its workers start).
             durable = {bare_guest.DIR_ENV: str(state / "bare")}
             for kind in [] if args.no_durable else kinds:
                 where = durable_target(kind, state, args.pg_admin_url)
@@ -322,7 +323,7 @@ def bare_workers(
     settings: Settings, hosts: list[str], counts_dir: Path, durable: dict[str, str]
 ) -> Iterator[None]:
     """The bare app's workers, started and ready, then stopped (``durable``: the durable
-    app's databases, ``bare_app.durable_env`` names to URLs)."""
+    app's environment, ``boot_clusters.bare_cluster``'s)."""
     workers = bare_cluster(settings, len(hosts), hosts, counts_dir, durable)
     try:
         workers.start()

@@ -82,7 +82,7 @@ def bare_cluster(
     """The bare app's workers; ``settings.broker_url`` is its broker database. They run
     through ``bench.sql_counts`` as novaq's do (no SQL to count: the CPU time of each step
     and of the rest of each process, written to ``counts_dir``). ``durable``: the durable
-    bare app's databases (``bare_app.durable_env`` names to URLs)."""
+    bare app's environment (``bare_app.durable_env``'s URLs, ``bare_guest.DIR_ENV``)."""
     assert settings.broker_url
 
     def bare(spec: ProcessSpec) -> ProcessSpec:

@@ -69,13 +69,22 @@ def _compared(sides: dict[str, list[Repetition]]) -> list[str]:
     return [side for side in (NOVAQ, BARE, DURABLE) if sides.get(side)]
 
 
+def _rate(repetitions: Sequence[Repetition], phase: str) -> float:
+    """The median boots/s or deletes/s (``phase``) of a side's repetitions."""
+    return _median([getattr(r, phase).per_s for r in repetitions])
+
+
+def _call_ms(repetitions: Sequence[Repetition]) -> list[float]:
+    """Every boot call's latency (``api.boot``, or the bare apps' publish) of a side."""
+    return [ms for r in repetitions for ms in r.boots.call_ms]
+
+
 def throughput(runs: Runs) -> str:
     rows = []
     for database, sides in runs.items():
         row: list[object] = [database]
         for phase in ("boots", "deletes"):
-            novaq = _median([getattr(r, phase).per_s for r in sides[NOVAQ]])
-            bare = _median([getattr(r, phase).per_s for r in sides[BARE]])
+            novaq, bare = _rate(sides[NOVAQ], phase), _rate(sides[BARE], phase)
             row += [novaq, bare, novaq / bare]
         rows.append(row)
     headers: tuple[str, ...] = ("database", "novaq boots/s", "bare boots/s", "ratio")
@@ -92,15 +101,9 @@ def against_durable(runs: Runs) -> str:
             continue
         row: list[object] = [database]
         for phase in ("boots", "deletes"):
-            novaq, bare, durable = (
-                _median([getattr(r, phase).per_s for r in sides[side]])
-                for side in (NOVAQ, BARE, DURABLE)
-            )
+            novaq, bare, durable = (_rate(sides[side], phase) for side in (NOVAQ, BARE, DURABLE))
             row += [durable, durable / bare, novaq / durable]
-        novaq_p50, durable_p50 = (
-            percentile([ms for r in sides[side] for ms in r.boots.call_ms], 0.5)
-            for side in (NOVAQ, DURABLE)
-        )
+        novaq_p50, durable_p50 = (percentile(_call_ms(sides[s]), 0.5) for s in (NOVAQ, DURABLE))
         rows.append([*row, durable_p50, novaq_p50 / durable_p50])
     if not rows:
         return ""
@@ -179,8 +182,7 @@ def _step_order(step: str) -> tuple[int, str]:
 def latency(runs: Runs) -> str:
     rows = []
     for database, sides in runs.items():
-        novaq = [ms for r in sides[NOVAQ] for ms in r.boots.call_ms]
-        bare = [ms for r in sides[BARE] for ms in r.boots.call_ms]
+        novaq, bare = _call_ms(sides[NOVAQ]), _call_ms(sides[BARE])
         n50, n95, b50, b95 = (percentile(v, q) for v in (novaq, bare) for q in (0.5, 0.95))
         rows.append([database, n50, n95, b50, b95, n50 / b50, n95 / b95])
     headers: tuple[str, ...] = ("database", "api.boot p50 ms", "p95 ms", "bare publish p50 ms")

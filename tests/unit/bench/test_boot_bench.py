@@ -241,13 +241,15 @@ def test_a_durable_bare_servers_guest_is_started_at_build_and_gone_after_delete(
 
     monkeypatch.setenv(bare_guest.DIR_ENV, str(tmp_path))
     server = "0b7e6f52-3c1d-4c4e-9a43-6f0d1f8e2a11"
+    host = libvirt.open("test:///default")  # (the test driver's domains are the process's own)
     bare_guest.up(server)
     try:
-        domain = libvirt.open("test:///default").lookupByUUIDString(server)
-        assert domain.isActive()  # (the test driver's domains are the process's own)
+        assert host.lookupByUUIDString(server).isActive()
         assert (tmp_path / "bare-guests" / server / "disk").is_file()
     finally:
         bare_guest.down(server)
-    assert not bare_guest.exists(server)
+    with pytest.raises(libvirt.libvirtError) as gone:
+        host.lookupByUUIDString(server)
+    assert gone.value.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN
     assert not (tmp_path / "bare-guests" / server).exists()
     bare_guest.down(server)  # a guest gone already is fine (a redelivered delete)
